@@ -1,0 +1,77 @@
+"""Errors shared by the coordinator, the consumer library and the CLIs.
+
+Every error carries a message fit to show a user on one line; ``retriable`` says whether the
+same call may succeed later (kafka-python's convention).
+"""
+
+
+class ZkGroupsError(Exception):
+    retriable = False
+
+
+class InvalidName(ZkGroupsError, ValueError):
+    """A topic or group name breaks Kafka's naming rules."""
+
+
+class InvalidConfig(ZkGroupsError, ValueError):
+    """Unknown configuration key or a value out of range."""
+
+
+class CorruptZnode(ZkGroupsError):
+    """A znode holds data that is not what this protocol writes there."""
+
+    def __init__(self, path: str, problem: str):
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
+
+
+class UnknownTopic(ZkGroupsError):
+    def __init__(self, topic: str):
+        super().__init__(f"topic {topic!r} does not exist")
+        self.topic = topic
+
+
+class TopicExists(ZkGroupsError):
+    def __init__(self, topic: str):
+        super().__init__(f"topic {topic!r} already exists")
+        self.topic = topic
+
+
+class InvalidPartitions(ZkGroupsError, ValueError):
+    """Partition counts must be >= 1 and can only grow."""
+
+
+class ZooKeeperUnavailable(ZkGroupsError):
+    retriable = True
+
+
+class OffsetOutOfRange(ZkGroupsError):
+    """A read below the earliest retained offset (or past the end)."""
+
+    def __init__(self, topic: str, partition: int, offset: int, earliest: int, latest: int):
+        super().__init__(f"offset {offset} of {topic}-{partition} is out of range "
+                         f"(earliest {earliest}, latest {latest})")
+        self.topic, self.partition, self.offset = topic, partition, offset
+        self.earliest, self.latest = earliest, latest
+
+
+class LogCorrupted(ZkGroupsError):
+    """A log file is damaged in a way that truncating its tail cannot repair."""
+
+
+class ConsumerRebalanceFailedException(ZkGroupsError):
+    """A group could not be rebalanced within max.rebalance.retries attempts."""
+    retriable = True
+
+
+class CommitFailedError(ZkGroupsError):
+    """The offset commit was refused: this member no longer owns the partition."""
+
+
+class NoOffsetForPartition(ZkGroupsError):
+    """No committed offset and auto_offset_reset is 'none'."""
+
+
+class IllegalStateError(ZkGroupsError):
+    """An API was called in a state that does not allow it (e.g. after close)."""

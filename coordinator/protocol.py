@@ -1,0 +1,339 @@
+"""The ZooKeeper contract of zkgroups: every path and every JSON schema, in one place.
+
+Both sides import this module: the coordinator (election, rebalancing, topic registry) and
+the consumer library (registration, command handling, owners, offsets). Nothing else builds
+a path or parses a znode. Decoders raise :class:`CorruptZnode` with the path and what was
+wrong, so a znode written by someone else never takes down more than the thing it describes.
+
+Layout (documented in the README)::
+
+    /brokers/topics/<topic>                         {"version":1,"partitions":{"0":[0],...}}
+    /consumers/coordinator/election/<contenders>    kazoo Election (each watches its predecessor)
+    /consumers/coordinator/leader                   ephemeral LeaderInfo of the current leader
+    /consumers/coordinator/epoch                    persistent; its znode version is the epoch
+    /consumers/groups/<group>/ids/<consumer-id>     ephemeral Registration
+    /consumers/groups/<group>/channel/<consumer-id>/cmd-<seq>   persistent sequential Command
+    /consumers/groups/<group>/owners/<topic>/<partition>        ephemeral, data: stream id
+    /consumers/groups/<group>/offsets/<topic>/<partition>       next offset, decimal string
+    /consumers/groups/<group>/state                 GroupState, written by the leader
+"""
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+from coordinator.errors import CorruptZnode, InvalidName
+
+BROKER_TOPICS = "/brokers/topics"
+CONSUMERS = "/consumers"
+COORDINATOR = "/consumers/coordinator"
+ELECTION = COORDINATOR + "/election"
+LEADER = COORDINATOR + "/leader"
+EPOCH = COORDINATOR + "/epoch"
+GROUPS = "/consumers/groups"
+
+COMMAND_PREFIX = "cmd-"
+STOP_FETCHER = "stop-fetcher"
+START_FETCHER = "start-fetcher"
+
+PATTERN_STATIC = "static"
+PATTERN_WHITE_LIST = "white_list"
+PATTERN_BLACK_LIST = "black_list"
+PATTERNS = (PATTERN_STATIC, PATTERN_WHITE_LIST, PATTERN_BLACK_LIST)
+
+EMPTY, REBALANCING, STABLE, FAILED = "Empty", "Rebalancing", "Stable", "Failed"
+
+MAX_NAME_LENGTH = 249
+_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+# ---------------------------------------------------------------- names
+
+def validate_name(name: str, kind: str = "topic") -> str:
+    """Kafka's rules for topic (and here group) names: [a-zA-Z0-9._-], 1-249, not . or .."""
+    if not isinstance(name, str) or not name:
+        raise InvalidName(f"{kind} name must not be empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise InvalidName(f"{kind} name {name[:40]!r}... is longer than {MAX_NAME_LENGTH} characters")
+    if name in (".", ".."):
+        raise InvalidName(f"{kind} name cannot be {name!r}")
+    if not _LEGAL_NAME.match(name):
+        raise InvalidName(f"{kind} name {name!r} is illegal: use only ASCII letters, digits, '.', '_' and '-'")
+    return name
+
+
+def stream_id(consumer_id: str, n: int) -> str:
+    return f"{consumer_id}-{n}"
+
+
+def consumer_of_stream(stream: str) -> str:
+    return stream.rsplit("-", 1)[0]
+
+
+# ---------------------------------------------------------------- paths
+
+def topic_path(topic: str) -> str:
+    return f"{BROKER_TOPICS}/{topic}"
+
+
+def group_path(group: str) -> str:
+    return f"{GROUPS}/{group}"
+
+
+def ids_path(group: str, consumer_id: Optional[str] = None) -> str:
+    base = f"{GROUPS}/{group}/ids"
+    return base if consumer_id is None else f"{base}/{consumer_id}"
+
+
+def channel_path(group: str, consumer_id: Optional[str] = None) -> str:
+    base = f"{GROUPS}/{group}/channel"
+    return base if consumer_id is None else f"{base}/{consumer_id}"
+
+
+def command_prefix(group: str, consumer_id: str) -> str:
+    return f"{channel_path(group, consumer_id)}/{COMMAND_PREFIX}"
+
+
+def owners_path(group: str, topic: Optional[str] = None, partition: Optional[int] = None) -> str:
+    base = f"{GROUPS}/{group}/owners"
+    if topic is None:
+        return base
+    return f"{base}/{topic}" if partition is None else f"{base}/{topic}/{partition}"
+
+
+def offsets_path(group: str, topic: Optional[str] = None, partition: Optional[int] = None) -> str:
+    base = f"{GROUPS}/{group}/offsets"
+    if topic is None:
+        return base
+    return f"{base}/{topic}" if partition is None else f"{base}/{topic}/{partition}"
+
+
+def state_path(group: str) -> str:
+    return f"{GROUPS}/{group}/state"
+
+
+# ---------------------------------------------------------------- JSON helpers
+
+def _dump(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
+
+
+def _load(raw: bytes, path: str, what: str) -> dict:
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise CorruptZnode(path, f"{what} is not JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise CorruptZnode(path, f"{what} is not a JSON object")
+    return obj
+
+
+def _require(cond: bool, path: str, message: str) -> None:
+    if not cond:
+        raise CorruptZnode(path, message)
+
+
+def _check_version(obj: dict, path: str, what: str, supported=(1,)) -> None:
+    _require(obj.get("version") in supported, path,
+             f"{what} has unsupported version {obj.get('version')!r} (supported: {list(supported)})")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# ---------------------------------------------------------------- topics (Kafka's format)
+
+def encode_topic(partitions: int, broker_id: int = 0) -> bytes:
+    return _dump({"version": 1, "partitions": {str(p): [broker_id] for p in range(partitions)}})
+
+
+def decode_topic(raw: bytes, path: str) -> int:
+    """Partition count of a /brokers/topics/<topic> znode; partitions must be 0..n-1."""
+    obj = _load(raw, path, "topic registration")
+    parts = obj.get("partitions")
+    _require(isinstance(parts, dict) and parts, path, "topic registration has no 'partitions' map")
+    try:
+        ids = sorted(int(p) for p in parts)
+    except ValueError:
+        raise CorruptZnode(path, "topic registration has a non-numeric partition id") from None
+    _require(ids == list(range(len(ids))), path, "topic partitions are not numbered 0..n-1")
+    return len(ids)
+
+
+# ---------------------------------------------------------------- member registration
+
+@dataclass
+class Registration:
+    """ids/<consumer-id>: what a member subscribes to and which strategies it supports."""
+    subscription: Dict[str, int]
+    pattern: str = PATTERN_STATIC
+    strategies: List[str] = field(default_factory=lambda: ["range"])
+    host: str = ""
+    client_id: str = ""
+    timestamp: int = 0
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "subscription": self.subscription, "pattern": self.pattern,
+                      "strategies": self.strategies, "host": self.host,
+                      "client_id": self.client_id, "timestamp": self.timestamp or now_ms()})
+
+    @classmethod
+    def decode(cls, raw: bytes, path: str) -> "Registration":
+        obj = _load(raw, path, "registration")
+        _check_version(obj, path, "registration")
+        sub, pattern, strategies = obj.get("subscription"), obj.get("pattern"), obj.get("strategies")
+        _require(isinstance(sub, dict) and sub, path, "registration has no subscription")
+        _require(all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                     for k, v in sub.items()), path, "subscription must map topic-or-regex to streams >= 1")
+        _require(pattern in PATTERNS, path, f"pattern must be one of {list(PATTERNS)}")
+        if pattern != PATTERN_STATIC:
+            _require(len(sub) == 1, path, "a wildcard subscription has exactly one regex")
+            try:
+                re.compile(next(iter(sub)))
+            except re.error as e:
+                raise CorruptZnode(path, f"subscription regex does not compile: {e}") from None
+        else:
+            for topic in sub:
+                try:
+                    validate_name(topic)
+                except InvalidName as e:
+                    raise CorruptZnode(path, str(e)) from None
+        _require(isinstance(strategies, list) and strategies and all(isinstance(s, str) for s in strategies),
+                 path, "registration must list at least one assignment strategy")
+        return cls(subscription=dict(sub), pattern=pattern, strategies=list(strategies),
+                   host=str(obj.get("host", "")), client_id=str(obj.get("client_id", "")),
+                   timestamp=int(obj.get("timestamp", 0)))
+
+    def topics(self, all_topics) -> Dict[str, int]:
+        """Resolve the subscription against existing topics: {topic: streams}."""
+        if self.pattern == PATTERN_STATIC:
+            return {t: n for t, n in self.subscription.items() if t in all_topics}
+        regex, streams = next(iter(self.subscription.items()))
+        matcher = re.compile(regex)
+        want = self.pattern == PATTERN_WHITE_LIST
+        return {t: streams for t in all_topics if bool(matcher.fullmatch(t)) == want}
+
+
+# ---------------------------------------------------------------- commands
+
+Ownership = Dict[str, Dict[int, str]]  # topic -> partition -> stream id
+
+
+@dataclass
+class Command:
+    """channel/<consumer-id>/cmd-<seq>: one instruction from the leader to one member."""
+    option: str
+    generation: int
+    epoch: int
+    ownership: Ownership = field(default_factory=dict)
+    consumer_id: str = ""
+
+    def encode(self) -> bytes:
+        obj = {"version": 1, "option": self.option, "generation": self.generation,
+               "epoch": self.epoch, "consumer_id": self.consumer_id}
+        if self.option == START_FETCHER:
+            obj["ownership"] = {t: {str(p): s for p, s in parts.items()}
+                                for t, parts in self.ownership.items()}
+        return _dump(obj)
+
+    @classmethod
+    def decode(cls, raw: bytes, path: str) -> "Command":
+        obj = _load(raw, path, "command")
+        _check_version(obj, path, "command")
+        option = obj.get("option")
+        _require(option in (STOP_FETCHER, START_FETCHER), path, f"unknown command option {option!r}")
+        gen, epoch = obj.get("generation"), obj.get("epoch")
+        _require(isinstance(gen, int) and isinstance(epoch, int), path, "command needs integer generation and epoch")
+        ownership: Ownership = {}
+        raw_own = obj.get("ownership", {})
+        _require(isinstance(raw_own, dict), path, "command ownership must be a map")
+        try:
+            for topic, parts in raw_own.items():
+                ownership[topic] = {int(p): str(s) for p, s in parts.items()}
+        except (AttributeError, ValueError):
+            raise CorruptZnode(path, "command ownership must map topic -> partition -> stream id") from None
+        return cls(option, gen, epoch, ownership, str(obj.get("consumer_id", "")))
+
+
+# ---------------------------------------------------------------- group state
+
+@dataclass
+class GroupState:
+    """state: the leader's last decision for a group."""
+    generation: int = 0
+    state: str = EMPTY
+    members: List[str] = field(default_factory=list)
+    assignment: Ownership = field(default_factory=dict)
+    strategy: str = ""
+    error: str = ""
+    epoch: int = 0
+    updated: int = 0
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "generation": self.generation, "state": self.state,
+                      "members": sorted(self.members), "strategy": self.strategy,
+                      "assignment": {t: {str(p): s for p, s in parts.items()}
+                                     for t, parts in self.assignment.items()},
+                      "error": self.error, "epoch": self.epoch, "updated": self.updated or now_ms()})
+
+    @classmethod
+    def decode(cls, raw: bytes, path: str) -> "GroupState":
+        if not raw:
+            return cls()
+        obj = _load(raw, path, "group state")
+        _check_version(obj, path, "group state")
+        _require(obj.get("state") in (EMPTY, REBALANCING, STABLE, FAILED), path,
+                 f"unknown group state {obj.get('state')!r}")
+        try:
+            assignment = {t: {int(p): str(s) for p, s in parts.items()}
+                          for t, parts in obj.get("assignment", {}).items()}
+            return cls(generation=int(obj.get("generation", 0)), state=obj["state"],
+                       members=list(obj.get("members", [])), assignment=assignment,
+                       strategy=str(obj.get("strategy", "")), error=str(obj.get("error", "")),
+                       epoch=int(obj.get("epoch", 0)), updated=int(obj.get("updated", 0)))
+        except (AttributeError, TypeError, ValueError) as e:
+            raise CorruptZnode(path, f"group state is malformed ({e})") from None
+
+
+# ---------------------------------------------------------------- leader
+
+@dataclass
+class LeaderInfo:
+    node_id: str
+    host: str
+    pid: int
+    epoch: int
+    since: int
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "node_id": self.node_id, "host": self.host, "pid": self.pid,
+                      "epoch": self.epoch, "since": self.since})
+
+    @classmethod
+    def decode(cls, raw: bytes, path: str = LEADER) -> "LeaderInfo":
+        obj = _load(raw, path, "leader info")
+        _check_version(obj, path, "leader info")
+        try:
+            return cls(str(obj["node_id"]), str(obj["host"]), int(obj["pid"]),
+                       int(obj["epoch"]), int(obj["since"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise CorruptZnode(path, f"leader info is malformed ({e})") from None
+
+
+# ---------------------------------------------------------------- offsets
+
+def encode_offset(offset: int) -> bytes:
+    return str(int(offset)).encode()
+
+
+def decode_offset(raw: bytes, path: str) -> int:
+    try:
+        value = int(raw.decode("ascii").strip())
+    except (UnicodeDecodeError, ValueError):
+        raise CorruptZnode(path, f"committed offset {raw[:32]!r} is not a decimal number") from None
+    _require(value >= 0, path, "committed offset is negative")
+    return value

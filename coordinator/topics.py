@@ -1,0 +1,82 @@
+"""The topic registry: /brokers/topics/<topic> in Kafka's own JSON format.
+
+Partitions can be added, never removed. The coordinator watches these znodes; producers and
+consumers read partition counts from them.
+"""
+from __future__ import annotations
+
+from typing import Dict, List
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from coordinator import protocol
+from coordinator.errors import CorruptZnode, InvalidPartitions, TopicExists, UnknownTopic
+
+
+class TopicRegistry:
+    def __init__(self, client):
+        self.client = client
+
+    def create(self, topic: str, partitions: int) -> None:
+        protocol.validate_name(topic)
+        _check_count(partitions)
+        self.client.ensure_path(protocol.BROKER_TOPICS)
+        try:
+            self.client.create(protocol.topic_path(topic), protocol.encode_topic(partitions))
+        except NodeExistsError:
+            raise TopicExists(topic) from None
+
+    def ensure(self, topic: str, partitions: int) -> int:
+        """Create the topic if it is missing; return its partition count."""
+        try:
+            self.create(topic, partitions)
+            return partitions
+        except TopicExists:
+            return self.partitions(topic)
+
+    def list(self) -> List[str]:
+        try:
+            return sorted(self.client.get_children(protocol.BROKER_TOPICS))
+        except NoNodeError:
+            return []
+
+    def partitions(self, topic: str) -> int:
+        path = protocol.topic_path(topic)
+        try:
+            raw, _ = self.client.get(path)
+        except NoNodeError:
+            raise UnknownTopic(topic) from None
+        return protocol.decode_topic(raw, path)
+
+    def all_partitions(self) -> Dict[str, int]:
+        """{topic: partitions} for every readable topic; corrupt ones are left out."""
+        topics = self.list()
+        asyncs = [(t, self.client.get_async(protocol.topic_path(t))) for t in topics]
+        result = {}
+        for topic, a in asyncs:
+            try:
+                raw, _ = a.get()
+                result[topic] = protocol.decode_topic(raw, protocol.topic_path(topic))
+            except (NoNodeError, CorruptZnode):
+                continue
+        return result
+
+    def add_partitions(self, topic: str, total: int) -> None:
+        """Grow ``topic`` to ``total`` partitions (compare-and-set on the znode version)."""
+        _check_count(total)
+        path = protocol.topic_path(topic)
+        try:
+            raw, stat = self.client.get(path)
+        except NoNodeError:
+            raise UnknownTopic(topic) from None
+        current = protocol.decode_topic(raw, path)
+        if total < current:
+            raise InvalidPartitions(f"topic {topic!r} has {current} partitions; partitions cannot be removed")
+        if total == current:
+            return
+        self.client.set(path, protocol.encode_topic(total), version=stat.version)
+
+
+def _check_count(partitions) -> None:
+    if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+        raise InvalidPartitions(f"partitions must be a whole number >= 1, got {partitions!r}")

@@ -1,0 +1,66 @@
+"""Creating kazoo clients the way zkgroups wants them.
+
+kazoo's default ``KazooRetry`` retries forever; every client here has bounded connection
+and command retries (ENGINEERING.md §2.8), and connecting waits at most ``connect_timeout``.
+A connect string may carry a chroot (``127.0.0.1:2181/app``); it is created if missing.
+"""
+from __future__ import annotations
+
+import logging
+
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry
+
+from coordinator.errors import ZooKeeperUnavailable
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONNECT = "127.0.0.1:2181"
+
+
+def make_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = 6000,
+                read_only: bool = False) -> KazooClient:
+    """A started-later client with bounded retries (call :func:`start_client`)."""
+    return KazooClient(
+        hosts=connect,
+        timeout=session_timeout_ms / 1000.0,
+        connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
+        command_retry=KazooRetry(max_tries=5, delay=0.05, backoff=2, max_delay=1.0, deadline=30),
+        read_only=read_only,
+    )
+
+
+def start_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = 6000,
+                 connect_timeout: float = 10.0) -> KazooClient:
+    """Connect, or raise :class:`ZooKeeperUnavailable` after ``connect_timeout`` seconds."""
+    if "/" in connect:
+        # kazoo does not create a chroot itself; create it through an unrooted client first.
+        hosts, chroot = connect.split("/", 1)
+        _ensure_path(hosts, "/" + chroot, connect_timeout)
+    return _start(make_client(connect, session_timeout_ms), connect, connect_timeout)
+
+
+def _start(client: KazooClient, connect: str, connect_timeout: float) -> KazooClient:
+    try:
+        client.start(timeout=connect_timeout)
+    except KazooTimeoutError:
+        close_client(client)
+        raise ZooKeeperUnavailable(
+            f"ZooKeeper at {connect} did not answer within {connect_timeout:g}s") from None
+    return client
+
+
+def _ensure_path(hosts: str, path: str, connect_timeout: float) -> None:
+    root = _start(make_client(hosts), hosts, connect_timeout)
+    try:
+        root.ensure_path(path.rstrip("/") or "/")
+    finally:
+        close_client(root)
+
+
+def close_client(client: KazooClient) -> None:
+    try:
+        client.stop()
+    finally:
+        client.close()

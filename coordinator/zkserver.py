@@ -1,0 +1,247 @@
+"""A real ZooKeeper on demand, for tests, the quickstart and benchmarks.
+
+:func:`provide_zookeeper` picks, in order: ``ZK_CONNECT`` (an external server, used as is);
+a local install (``ZOOKEEPER_HOME``, else Debian's ``zookeeper`` package) started as a child
+process on a free loopback port; else testcontainers, where a Docker engine answers.
+
+:class:`Ensemble` runs 1 or 3 local servers and can stop, SIGKILL and restart single
+servers, which the fault tests need. Children die with their parent (PR_SET_PDEATHSIG), so a
+killed test run leaves no JVM behind.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import glob
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from typing import List, Optional
+
+log = logging.getLogger(__name__)
+
+DEBIAN_CLASSPATH = ["/etc/zookeeper/conf", "/usr/share/java/zookeeper.jar"]
+MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+INSTALL_HINT = ("no ZooKeeper found: install Debian's package (apt-get install zookeeper), "
+                "set ZOOKEEPER_HOME to a ZooKeeper install, or set ZK_CONNECT=host:port")
+
+
+class ZooKeeperNotFound(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def four_letter(host: str, port: int, word: str, timeout: float = 1.0) -> str:
+    """Send a four-letter word (ruok, srvr, stat) and return the reply ('' if unreachable)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.sendall(word.encode())
+            chunks = []
+            while True:
+                data = s.recv(4096)
+                if not data:
+                    break
+                chunks.append(data)
+            return b"".join(chunks).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def local_classpath() -> Optional[str]:
+    home = os.environ.get("ZOOKEEPER_HOME")
+    if home:
+        jars = glob.glob(os.path.join(home, "lib", "*.jar")) + glob.glob(os.path.join(home, "*.jar"))
+        conf = os.path.join(home, "conf")
+        return os.pathsep.join([conf] + jars) if jars else None
+    if os.path.exists(DEBIAN_CLASSPATH[1]):
+        return os.pathsep.join(DEBIAN_CLASSPATH)
+    return None
+
+
+def _die_with_parent():
+    # PR_SET_PDEATHSIG: the JVM gets SIGKILL when the process that started it dies.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)
+    os.setsid()
+
+
+class Server:
+    """One ZooKeeper server process (standalone or one member of an ensemble)."""
+
+    def __init__(self, myid: int, workdir: str, client_port: int, peers: List[str],
+                 tick_ms: int, fsync: bool, classpath: str):
+        self.myid, self.client_port = myid, client_port
+        self.dir = os.path.join(workdir, f"server{myid}")
+        self.data_dir = os.path.join(self.dir, "data")
+        os.makedirs(self.data_dir, exist_ok=True)
+        with open(os.path.join(self.data_dir, "myid"), "w") as f:
+            f.write(str(myid))
+        self.cfg = os.path.join(self.dir, "zoo.cfg")
+        lines = [f"tickTime={tick_ms}", f"dataDir={self.data_dir}", f"clientPort={client_port}",
+                 "clientPortAddress=127.0.0.1", "initLimit=20", "syncLimit=10",
+                 f"minSessionTimeout={2 * tick_ms}", f"maxSessionTimeout={60 * tick_ms}",
+                 "admin.enableServer=false", "4lw.commands.whitelist=*", "maxClientCnxns=0",
+                 f"forceSync={'yes' if fsync else 'no'}"] + peers
+        with open(self.cfg, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        self.classpath = classpath
+        self.proc: Optional[subprocess.Popen] = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+    def start(self) -> None:
+        if self.running:
+            return
+        logf = open(os.path.join(self.dir, "server.log"), "ab")
+        cmd = [shutil.which("java") or "java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+               "-Dzookeeper.admin.enableServer=false", "-cp", self.classpath, MAIN_CLASS, self.cfg]
+        self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     preexec_fn=_die_with_parent, cwd=self.dir)
+        logf.close()
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def serving(self) -> bool:
+        """True once the server answers requests (standalone, leader or follower)."""
+        reply = four_letter("127.0.0.1", self.client_port, "srvr")
+        return "Mode:" in reply
+
+    def stop(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, sig) -> None:
+        if self.running:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+class Ensemble:
+    """1 or 3 local ZooKeeper servers on free loopback ports.
+
+    ``tick_ms=200`` gives sessions down to 400 ms, which keeps failure tests fast.
+    """
+
+    def __init__(self, size: int = 1, tick_ms: int = 200, fsync: bool = True,
+                 workdir: Optional[str] = None, classpath: Optional[str] = None):
+        classpath = classpath or local_classpath()
+        if not classpath:
+            raise ZooKeeperNotFound(INSTALL_HINT)
+        if shutil.which("java") is None:
+            raise ZooKeeperNotFound("no 'java' on PATH: ZooKeeper needs a Java runtime (apt-get install default-jre-headless)")
+        self._own_dir = workdir is None
+        self.workdir = workdir or tempfile.mkdtemp(prefix="zkgroups-zk-")
+        self.tick_ms = tick_ms
+        ports = [(free_port(), free_port(), free_port()) for _ in range(size)]
+        peers = [f"server.{i + 1}=127.0.0.1:{p[1]}:{p[2]}" for i, p in enumerate(ports)] if size > 1 else []
+        self.servers = [Server(i + 1, self.workdir, p[0], peers, tick_ms, fsync, classpath)
+                        for i, p in enumerate(ports)]
+
+    @property
+    def connect(self) -> str:
+        return ",".join(s.address for s in self.servers)
+
+    def start(self, timeout: float = 30.0) -> "Ensemble":
+        for s in self.servers:
+            s.start()
+        self.wait_serving(timeout)
+        return self
+
+    def wait_serving(self, timeout: float = 30.0, servers=None) -> None:
+        servers = servers or [s for s in self.servers if s.running]
+        deadline = time.monotonic() + timeout
+        while not all(s.serving() for s in servers):
+            dead = [s for s in servers if not s.running]
+            if dead:
+                raise RuntimeError(f"ZooKeeper server {dead[0].myid} exited; see {dead[0].dir}/server.log")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"ZooKeeper did not start within {timeout:.0f}s; see {self.workdir}")
+            time.sleep(0.05)
+
+    def restart(self, index: int, timeout: float = 30.0) -> None:
+        self.servers[index].start()
+        self.wait_serving(timeout, [self.servers[index]])
+
+    def close(self) -> None:
+        for s in self.servers:
+            s.kill()
+        if self._own_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class ProvidedZooKeeper:
+    """What :func:`provide_zookeeper` returns: a connect string and a way to let go of it."""
+
+    def __init__(self, connect: str, ensemble: Optional[Ensemble] = None, container=None):
+        self.connect, self.ensemble, self.container = connect, ensemble, container
+
+    @property
+    def local(self) -> bool:
+        return self.ensemble is not None
+
+    def close(self) -> None:
+        if self.ensemble:
+            self.ensemble.close()
+        if self.container:
+            self.container.stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # testcontainers' dependency
+        docker.from_env().ping()
+        return True
+    except Exception:
+        return False
+
+
+def provide_zookeeper(tick_ms: int = 200, fsync: bool = True) -> ProvidedZooKeeper:
+    external = os.environ.get("ZK_CONNECT")
+    if external:
+        return ProvidedZooKeeper(external)
+    if local_classpath():
+        ensemble = Ensemble(1, tick_ms=tick_ms, fsync=fsync).start()
+        return ProvidedZooKeeper(ensemble.connect, ensemble)
+    if _docker_answers():
+        from testcontainers.core.container import DockerContainer
+        from testcontainers.core.waiting_utils import wait_for_logs
+        container = DockerContainer("zookeeper:3.8").with_exposed_ports(2181).with_env(
+            "ZOO_TICK_TIME", str(tick_ms)).with_env("ZOO_4LW_COMMANDS_WHITELIST", "*")
+        container.start()
+        wait_for_logs(container, "binding to port", timeout=60)
+        connect = f"{container.get_container_host_ip()}:{container.get_exposed_port(2181)}"
+        return ProvidedZooKeeper(connect, container=container)
+    raise ZooKeeperNotFound(INSTALL_HINT)
+

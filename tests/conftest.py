@@ -1,0 +1,56 @@
+"""Fixtures: one real ZooKeeper per test session, a fresh chroot per test.
+
+ZK_CONNECT points the suite at an external ZooKeeper; otherwise a local server is started
+(tickTime 200 ms, so sessions can be as short as 400 ms) and killed at the end.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import uuid
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from coordinator.zkclient import close_client, start_client  # noqa: E402
+from coordinator.zkserver import provide_zookeeper  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def zk_server():
+    with provide_zookeeper(tick_ms=200, fsync=False) as provided:
+        yield provided
+
+
+@pytest.fixture
+def zk_connect(zk_server, request):
+    """A connect string with a chroot of this test's own."""
+    name = re.sub(r"[^a-zA-Z0-9_-]", "_", request.node.name)[:60]
+    return f"{zk_server.connect}/t-{name}-{uuid.uuid4().hex[:6]}"
+
+
+@pytest.fixture
+def zk(zk_connect):
+    client = start_client(zk_connect, session_timeout_ms=4000)
+    yield client
+    close_client(client)
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    path = tmp_path / "data"
+    path.mkdir()
+    return str(path)
+
+
+@pytest.fixture
+def subprocess_env():
+    """Environment for child processes that import the project."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
