@@ -308,10 +308,11 @@ class LeaderInfo:
     pid: int
     epoch: int
     since: int
+    loaded: bool = False  # True once the leader has verified every group after taking over
 
     def encode(self) -> bytes:
         return _dump({"version": 1, "node_id": self.node_id, "host": self.host, "pid": self.pid,
-                      "epoch": self.epoch, "since": self.since})
+                      "epoch": self.epoch, "since": self.since, "loaded": self.loaded})
 
     @classmethod
     def decode(cls, raw: bytes, path: str = LEADER) -> "LeaderInfo":
@@ -319,7 +320,7 @@ class LeaderInfo:
         _check_version(obj, path, "leader info")
         try:
             return cls(str(obj["node_id"]), str(obj["host"]), int(obj["pid"]),
-                       int(obj["epoch"]), int(obj["since"]))
+                       int(obj["epoch"]), int(obj["since"]), bool(obj.get("loaded", False)))
         except (KeyError, TypeError, ValueError) as e:
             raise CorruptZnode(path, f"leader info is malformed ({e})") from None
 

@@ -64,3 +64,26 @@ def close_client(client: KazooClient) -> None:
         client.stop()
     finally:
         client.close()
+
+
+class TransactionFailed(Exception):
+    """A multi-op did not apply; ``error`` is the operation that caused it, ``index`` its place."""
+
+    def __init__(self, index: int, error: Exception):
+        super().__init__(f"transaction operation {index} failed: {type(error).__name__}")
+        self.index, self.error = index, error
+
+
+def commit(transaction) -> list:
+    """Commit a kazoo transaction and raise :class:`TransactionFailed` if it was rolled back.
+
+    kazoo returns failures as exception objects in the result list instead of raising; the
+    operation that failed carries a real error, the others ``RolledBackError``.
+    """
+    from kazoo.exceptions import RolledBackError, RuntimeInconsistency
+
+    results = transaction.commit()
+    for i, result in enumerate(results):
+        if isinstance(result, Exception) and not isinstance(result, (RolledBackError, RuntimeInconsistency)):
+            raise TransactionFailed(i, result)
+    return results

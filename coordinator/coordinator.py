@@ -1,0 +1,488 @@
+"""The coordinator node (seed 001): every node contends; the elected one rebalances groups.
+
+Lifecycle of a node: ``start()`` connects and enters kazoo's election under
+``/consumers/coordinator/election`` (each contender watches only its predecessor). The winner
+bumps the epoch, publishes ``/consumers/coordinator/leader``, watches topics and groups, queues
+every group for a check, and hands requests to a small pool of handler threads. ``close()``
+abandons the current attempt, resigns (the next contender leads at once) and disconnects.
+
+Guarantees: every leader write is fenced by the epoch in the same transaction; a group is
+never handled by two threads at once and change events are coalesced per group; watch and
+connection callbacks never call ZooKeeper (they only record and queue). A leader that is
+SUSPENDED stops at once and steps down if the connection is not back within a grace shorter
+than the session timeout; on LOST it drops everything and contends again.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from typing import Dict, Optional, Set
+
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, BadVersionError
+from kazoo.protocol.states import KazooState
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from coordinator import config as cfg
+from coordinator import protocol
+from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode
+from coordinator.rebalance import Abandoned, Deposed, GroupRebalancer, RebalanceSettings
+from coordinator.zkclient import close_client, start_client
+
+log = logging.getLogger("zkgroups.coordinator")
+
+
+@dataclass
+class CoordinatorConfig:
+    session_timeout_ms: int = 6000
+    rebalance_timeout_ms: int = 30000
+    max_rebalance_retries: int = 4
+    rebalance_backoff_ms: int = 200
+    failed_retry_interval_ms: int = 30000   # a Failed group is tried again after this
+    check_interval_ms: int = 60000          # periodic full check of every group (safety net)
+    settle_ms: int = 5                      # coalescing window before a group is read
+    handler_threads: int = 4
+    suspend_grace_ratio: float = 0.5        # step down if SUSPENDED longer than this × session
+
+    def validate(self):
+        cfg.positive(self, "session_timeout_ms", "rebalance_timeout_ms", "failed_retry_interval_ms",
+                     "check_interval_ms", "handler_threads", "suspend_grace_ratio")
+        if self.max_rebalance_retries < 0 or self.rebalance_backoff_ms < 0 or self.settle_ms < 0:
+            raise cfg.InvalidConfig("retries, backoff and settle must be >= 0")
+        if self.suspend_grace_ratio >= 1:
+            raise cfg.InvalidConfig("suspend_grace_ratio must be < 1 (the grace is shorter than the session)")
+
+    def rebalance_settings(self) -> RebalanceSettings:
+        return RebalanceSettings(self.rebalance_timeout_ms, self.max_rebalance_retries, self.rebalance_backoff_ms)
+
+
+class RebalanceRequests:
+    """The blocking queue of groups to rebalance (seed: rebalanceRequestQ + groupsBeingRebalanced).
+
+    A group is queued at most once; a request for a group that is being handled marks it
+    dirty, and it is queued again when the handler is done.
+    """
+
+    def __init__(self):
+        self._queue: "queue.Queue[Optional[str]]" = queue.Queue()
+        self._lock = threading.Lock()
+        self._queued: Set[str] = set()
+        self._running: Set[str] = set()
+        self._dirty: Set[str] = set()
+        self._closed = False
+
+    def request(self, group: str) -> None:
+        with self._lock:
+            if self._closed or group in self._queued:
+                return
+            if group in self._running:
+                self._dirty.add(group)
+                return
+            self._queued.add(group)
+        self._queue.put(group)
+
+    def take(self, timeout: float) -> Optional[str]:
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def begin(self, group: str) -> None:
+        with self._lock:
+            self._queued.discard(group)
+            self._running.add(group)
+            self._dirty.discard(group)
+
+    def done(self, group: str) -> None:
+        with self._lock:
+            self._running.discard(group)
+            again = group in self._dirty and not self._closed
+            self._dirty.discard(group)
+        if again:
+            self.request(group)
+
+    def close(self, handlers: int) -> None:
+        with self._lock:
+            self._closed = True
+        for _ in range(handlers):
+            self._queue.put(None)
+
+
+class GroupIndex:
+    """Which groups care about which topics (seed: consumerGroupsPerTopic, groupsWithWildcardTopics)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._static: Dict[str, Set[str]] = {}         # group -> topics named explicitly
+        self._wildcards: Dict[str, list] = {}          # group -> [(compiled regex, white?)]
+
+    def update(self, group: str, registrations) -> None:
+        static, wild = set(), []
+        for reg in registrations:
+            if reg.pattern == protocol.PATTERN_STATIC:
+                static |= set(reg.subscription)
+            else:
+                wild.append((re.compile(next(iter(reg.subscription))), reg.pattern == protocol.PATTERN_WHITE_LIST))
+        with self._lock:
+            self._static[group], self._wildcards[group] = static, wild
+
+    def groups_for(self, topic: str) -> Set[str]:
+        with self._lock:
+            groups = {g for g, topics in self._static.items() if topic in topics}
+            groups |= {g for g, pats in self._wildcards.items()
+                       if any(bool(rx.fullmatch(topic)) == white for rx, white in pats)}
+        return groups
+
+
+class Leadership:
+    """State of one term as leader; ``end()`` may be called from any thread, once or more."""
+
+    def __init__(self, epoch: int):
+        self.epoch = epoch
+        self.ended = threading.Event()
+        self.suspended = False
+        self.reason = ""
+
+    def end(self, reason: str) -> None:
+        if not self.ended.is_set():
+            self.reason = reason
+            self.ended.set()
+
+    @property
+    def active(self) -> bool:
+        return not self.ended.is_set() and not self.suspended
+
+
+class Coordinator:
+    def __init__(self, connect: str, node_id: Optional[str] = None, config: Optional[CoordinatorConfig] = None):
+        self.connect = connect
+        self.host = socket.gethostname()
+        self.node_id = node_id or f"{self.host}-{os.getpid()}"
+        self.config = config or CoordinatorConfig()
+        self.client = None
+        self._closing = threading.Event()
+        self._term: Optional[Leadership] = None
+        self._thread: Optional[threading.Thread] = None
+        self._election = None
+        self._grace_timer: Optional[threading.Timer] = None
+        self.elected = threading.Event()    # set while leading (for tests and tools)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self) -> "Coordinator":
+        self.client = start_client(self.connect, self.config.session_timeout_ms)
+        self.client.add_listener(self._on_connection_state)
+        self._thread = threading.Thread(target=self._contend, name=f"election-{self.node_id}", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Abandon the current attempt, resign so another node leads at once, disconnect."""
+        self._closing.set()
+        term = self._term
+        if term:
+            term.end("shutting down")
+        if self._election:
+            self._election.cancel()
+        if self._thread:
+            self._thread.join(timeout=15)
+        if self.client:
+            close_client(self.client)
+
+    @property
+    def is_leader(self) -> bool:
+        term = self._term
+        return term is not None and not term.ended.is_set()
+
+    @property
+    def epoch(self) -> Optional[int]:
+        term = self._term
+        return term.epoch if term else None
+
+    # ------------------------------------------------------------ election
+
+    def _contend(self) -> None:
+        while not self._closing.is_set():
+            try:
+                self.client.ensure_path(protocol.ELECTION)
+                self._election = self.client.Election(protocol.ELECTION, self.node_id)
+                self._election.run(self._lead)
+            except Exception as e:  # connection trouble while contending or resigning
+                if self._closing.is_set():
+                    break
+                log.warning("node %s: election interrupted (%s); contending again", self.node_id, e)
+                self._closing.wait(0.2)
+
+    def _lead(self) -> None:
+        if self._closing.is_set():
+            return
+        epoch = self._bump_epoch()
+        term = self._term = Leadership(epoch)
+        since = protocol.now_ms()
+        info = protocol.LeaderInfo(self.node_id, self.host, os.getpid(), epoch, since)
+        self._publish_leader(info)
+        log.info("node %s elected coordinator, epoch %d", self.node_id, epoch)
+        self.elected.set()
+        session = LeaderSession(self, term, info)
+        try:
+            session.run()
+        finally:
+            self.elected.clear()
+            session.stop()
+            log.info("node %s steps down (epoch %d): %s", self.node_id, epoch, term.reason or "leadership ended")
+            self._unpublish_leader(info)
+            self._term = None
+
+    def _bump_epoch(self) -> int:
+        self.client.ensure_path(protocol.EPOCH)
+        while True:
+            _, stat = self.client.get(protocol.EPOCH)
+            try:
+                new = self.client.set(protocol.EPOCH, str(stat.version + 1).encode(), version=stat.version)
+                return new.version
+            except BadVersionError:
+                continue
+
+    def _publish_leader(self, info: protocol.LeaderInfo) -> None:
+        try:
+            self.client.create(protocol.LEADER, info.encode(), ephemeral=True)
+        except NodeExistsError:
+            # Left by a leader that resigned without cleaning up; we hold the lock now.
+            self.client.delete(protocol.LEADER)
+            self.client.create(protocol.LEADER, info.encode(), ephemeral=True)
+
+    def _unpublish_leader(self, info: protocol.LeaderInfo) -> None:
+        try:
+            raw, _ = self.client.get(protocol.LEADER)
+            if protocol.LeaderInfo.decode(raw).epoch == info.epoch:
+                self.client.delete(protocol.LEADER)
+        except (KazooException, CorruptZnode):
+            pass  # gone with our session, or already replaced
+
+    # ------------------------------------------------------------ connection state (kazoo thread: no ZK calls)
+
+    def _on_connection_state(self, state) -> None:
+        term = self._term
+        if state == KazooState.SUSPENDED:
+            if term:
+                term.suspended = True
+                grace = self.config.session_timeout_ms * self.config.suspend_grace_ratio / 1000.0
+                self._grace_timer = threading.Timer(grace, self._grace_expired, args=(term,))
+                self._grace_timer.daemon = True
+                self._grace_timer.start()
+        elif state == KazooState.CONNECTED:
+            if self._grace_timer:
+                self._grace_timer.cancel()
+            if term and not term.ended.is_set():
+                term.suspended = False
+                term.reconnected = True
+        elif state == KazooState.LOST:
+            if term:
+                term.end("ZooKeeper session lost")
+
+    def _grace_expired(self, term: Leadership) -> None:
+        if term.suspended:
+            term.end("disconnected from ZooKeeper longer than the grace period")
+
+
+class LeaderSession:
+    """Everything a node does while it leads: watches, the request queue and its handlers."""
+
+    def __init__(self, node: Coordinator, term: Leadership, info: protocol.LeaderInfo):
+        self.node, self.term, self.info = node, term, info
+        self.client, self.config = node.client, node.config
+        self.requests = RebalanceRequests()
+        self.index = GroupIndex()
+        self.events: "queue.Queue[tuple]" = queue.Queue()
+        self.topics: Dict[str, int] = {}
+        self.topic_watches: Set[str] = set()
+        self.group_watches: Set[str] = set()
+        self.retry_at: Dict[str, float] = {}
+        self.unverified: Set[str] = set()
+        self.handlers = []
+        self.lock = threading.Lock()
+        term.reconnected = False
+
+    # ------------------------------------------------------------ main loop (the leader's own thread)
+
+    def run(self) -> None:
+        client = self.client
+        client.ensure_path(protocol.BROKER_TOPICS)
+        client.ensure_path(protocol.GROUPS)
+        from coordinator.topics import TopicRegistry
+        self.topics = TopicRegistry(client).all_partitions()
+        groups = client.get_children(protocol.GROUPS)
+        self.unverified = set(groups)
+        for i in range(self.config.handler_threads):
+            t = threading.Thread(target=self._handle, name=f"rebalance-{i}", daemon=True)
+            t.start()
+            self.handlers.append(t)
+        ChildrenWatch(client, protocol.BROKER_TOPICS, self._watch_topics)
+        ChildrenWatch(client, protocol.GROUPS, self._watch_groups)
+        if not self.unverified:
+            self._mark_loaded()
+        next_check = time.monotonic() + self.config.check_interval_ms / 1000.0
+        while not self.term.ended.is_set():
+            try:
+                kind, arg = self.events.get(timeout=0.1)
+                self._on_event(kind, arg)
+            except queue.Empty:
+                pass
+            now = time.monotonic()
+            if getattr(self.term, "reconnected", False):
+                # Watches are hints: after a reconnect re-read what we depend on.
+                self.term.reconnected = False
+                self._request_all()
+            for group, at in list(self.retry_at.items()):
+                if at <= now:
+                    del self.retry_at[group]
+                    self.requests.request(group)
+            if now >= next_check:
+                next_check = now + self.config.check_interval_ms / 1000.0
+                self._request_all()
+
+    def stop(self) -> None:
+        self.term.end(self.term.reason or "stopping")
+        self.requests.close(len(self.handlers))
+        for t in self.handlers:
+            t.join(timeout=5)
+
+    def _request_all(self) -> None:
+        for group in list(self.group_watches):
+            self.requests.request(group)
+
+    # ------------------------------------------------------------ watch callbacks (kazoo thread: record only)
+
+    def _watch_topics(self, children):
+        if self.term.ended.is_set():
+            return False
+        self.events.put(("topics", list(children)))
+
+    def _watch_groups(self, children):
+        if self.term.ended.is_set():
+            return False
+        self.events.put(("groups", list(children)))
+
+    def _watch_topic_data(self, topic):
+        def callback(data, stat):
+            if self.term.ended.is_set():
+                return False
+            self.events.put(("topic", (topic, data)))
+        return callback
+
+    def _watch_members(self, group):
+        def callback(children):
+            if self.term.ended.is_set():
+                return False
+            self.requests.request(group)
+        return callback
+
+    # ------------------------------------------------------------ events (leader thread: may call ZK)
+
+    def _on_event(self, kind: str, arg) -> None:
+        if kind == "topics":
+            for topic in arg:
+                if topic not in self.topic_watches:
+                    self.topic_watches.add(topic)
+                    DataWatch(self.client, protocol.topic_path(topic), self._watch_topic_data(topic))
+        elif kind == "topic":
+            topic, data = arg
+            if data is None:
+                self.topics.pop(topic, None)
+                self.topic_watches.discard(topic)
+                return
+            try:
+                count = protocol.decode_topic(data, protocol.topic_path(topic))
+            except CorruptZnode as e:
+                log.error("ignoring topic: %s", e)
+                return
+            if self.topics.get(topic) != count:
+                self.topics[topic] = count
+                for group in self.index.groups_for(topic):
+                    self.requests.request(group)
+        elif kind == "groups":
+            for group in arg:
+                if group not in self.group_watches:
+                    try:
+                        protocol.validate_name(group, "group")
+                    except Exception as e:
+                        log.error("ignoring group znode %r: %s", group, e)
+                        self.group_watches.add(group)
+                        self.unverified.discard(group)
+                        continue
+                    self.group_watches.add(group)
+                    self.client.ensure_path(protocol.ids_path(group))
+                    ChildrenWatch(self.client, protocol.ids_path(group), self._watch_members(group))
+
+    # ------------------------------------------------------------ handlers
+
+    def _abort(self) -> bool:
+        return not self.term.active
+
+    def _handle(self) -> None:
+        rebalancer = GroupRebalancer(self.client, self.term.epoch, self.config.rebalance_settings(), self._abort)
+        while True:
+            group = self.requests.take(timeout=0.5)
+            if group is None:
+                if self.term.ended.is_set():
+                    return
+                continue
+            if self.config.settle_ms:
+                time.sleep(self.config.settle_ms / 1000.0)  # let a burst of changes land in one request
+            self.requests.begin(group)
+            try:
+                self._rebalance(rebalancer, group)
+            finally:
+                self.requests.done(group)
+
+    def _rebalance(self, rebalancer: GroupRebalancer, group: str) -> None:
+        if not self.term.active:
+            return
+        try:
+            outcome = rebalancer.run(group, dict(self.topics), observe=self.index.update)
+            if outcome.state != "unchanged":
+                log.info("group %s generation %d %s: reason=%s members=%d moved=%d duration=%.1fms%s",
+                         group, outcome.generation, outcome.state, ", ".join(outcome.reasons) or "-",
+                         outcome.members, outcome.moved, outcome.duration_ms,
+                         f" excluded={outcome.excluded}" if outcome.excluded else "")
+            if outcome.state == protocol.FAILED:
+                log.error("group %s: %s", group, outcome.error)
+            self._verified(group)
+        except ConsumerRebalanceFailedException as e:
+            log.error("ConsumerRebalanceFailedException: %s; retrying in %d ms", e,
+                      self.config.failed_retry_interval_ms)
+            self.retry_at[group] = time.monotonic() + self.config.failed_retry_interval_ms / 1000.0
+            self._verified(group)
+        except Deposed as e:
+            self.term.end(f"deposed: {e}")
+        except Abandoned:
+            self.requests.request(group)  # for whoever leads next in this process, if we resume
+        except KazooException as e:
+            if self.term.active:
+                log.warning("group %s: ZooKeeper error during rebalance (%s); retrying", group, type(e).__name__)
+                self.retry_at[group] = time.monotonic() + self.config.rebalance_backoff_ms / 1000.0
+        except Exception:
+            log.exception("group %s: unexpected error during rebalance; retrying later", group)
+            self.retry_at[group] = time.monotonic() + self.config.failed_retry_interval_ms / 1000.0
+
+    def _verified(self, group: str) -> None:
+        with self.lock:
+            if group not in self.unverified:
+                return
+            self.unverified.discard(group)
+            done = not self.unverified
+        if done:
+            self._mark_loaded()
+
+    def _mark_loaded(self) -> None:
+        self.info.loaded = True
+        try:
+            self.client.set(protocol.LEADER, self.info.encode())
+        except NoNodeError:
+            pass
+        log.info("coordinator epoch %d has verified every group", self.term.epoch)
