@@ -75,3 +75,9 @@ class NoOffsetForPartition(ZkGroupsError):
 
 class IllegalStateError(ZkGroupsError):
     """An API was called in a state that does not allow it (e.g. after close)."""
+
+
+class NoCommonStrategy(ZkGroupsError):
+    """The members of a group share no assignment strategy this coordinator knows,
+    or an unknown strategy name was asked for. Not retriable as is: the group stays
+    unassigned until its members' strategy lists change (e.g. a rolling upgrade completes)."""

@@ -305,6 +305,11 @@ class GroupRebalancer:
             for cid, why in snapshot.rejected.items():
                 log.error("group %s: registration of %s rejected: %s", group, cid, why)
             excluded &= set(snapshot.members)
+            if excluded and excluded == set(snapshot.members):
+                # Everyone left to assign to failed to ack: nothing can succeed until they do.
+                if attempt + 1 < attempts:
+                    self._sleep(self.settings.rebalance_backoff_ms * (2 ** attempt) / 1000.0)
+                continue
             plan = compute_plan(snapshot, excluded)
             if plan.error:
                 self._fail(snapshot, plan, plan.error)

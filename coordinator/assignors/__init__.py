@@ -1,0 +1,133 @@
+"""Partition assignment strategies: pure functions from a group snapshot to an ownership map.
+
+The coordinator calls::
+
+    strategy = choose_strategy({cid: registration.strategies for cid, registration in ...})
+    ownership = assign(strategy, members, partitions)
+
+``members`` maps consumer id -> {topic: number of streams}, subscriptions already resolved to
+existing topics (:meth:`coordinator.protocol.Registration.topics`); ``partitions`` maps topic
+-> partition count. The result maps topic -> partition -> stream id
+(:func:`coordinator.protocol.stream_id`, ``f"{consumer_id}-{n}"``).
+
+Guarantees of every strategy here:
+
+* every partition of every topic at least one member subscribes to is assigned to exactly one
+  stream of a member subscribed to that topic; the topic's key is present even if it has no
+  partitions;
+* topics nobody subscribes to are absent; topics a member names that are missing from
+  ``partitions`` are ignored;
+* deterministic (same input, same output, whatever the dict order — the output's own key order
+  is sorted too), no I/O, no randomness, no state between calls;
+* streams are ordered by consumer id (string order) then stream index (numeric order), so
+  ``c-2`` precedes ``c-10``.
+
+They do not try to keep partitions where they were (no stickiness): a membership change may
+move partitions that did not need to move.
+
+Adding a strategy: a module with ``NAME`` and ``assign(members, partitions) -> Ownership``,
+registered in :data:`STRATEGIES`.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Mapping, Sequence
+
+from coordinator.assignors import range as range_assignor
+from coordinator.assignors import roundrobin as roundrobin_assignor
+from coordinator.errors import NoCommonStrategy
+from coordinator.protocol import Ownership
+
+# Note: importing the submodule ``range`` binds the name ``range`` in this package's namespace
+# (Python sets submodules as attributes of their package), shadowing the builtin here. This
+# module therefore never calls the builtin ``range``.
+
+__all__ = ["Ownership", "Assignor", "STRATEGIES", "DEFAULT_STRATEGY", "assign", "choose_strategy",
+           "NoCommonStrategy"]
+
+Assignor = Callable[[Mapping[str, Mapping[str, int]], Mapping[str, int]], Ownership]
+
+DEFAULT_STRATEGY = range_assignor.NAME
+
+STRATEGIES: Dict[str, Assignor] = {
+    range_assignor.NAME: range_assignor.assign,
+    roundrobin_assignor.NAME: roundrobin_assignor.assign,
+}
+
+
+def assign(strategy: str, members: Mapping[str, Mapping[str, int]],
+           partitions: Mapping[str, int]) -> Ownership:
+    """Run the named strategy. Raises :class:`NoCommonStrategy` for an unknown name and
+    ValueError for malformed input (stream counts < 1, negative partition counts)."""
+    try:
+        assignor = STRATEGIES[strategy]
+    except (KeyError, TypeError):
+        raise NoCommonStrategy(f"unknown assignment strategy {strategy!r} "
+                               f"(known: {', '.join(sorted(STRATEGIES))})") from None
+    return assignor(members, partitions)
+
+
+def choose_strategy(member_strategies: Mapping[str, Sequence[str]]) -> str:
+    """Pick the strategy for a group from each member's ordered preference list.
+
+    Kafka's vote (``GroupMetadata.selectProtocol``): the candidates are the strategies that every
+    member lists *and* this coordinator knows; names it does not know are ignored, so a member
+    may list a newer strategy first during a rolling upgrade. Each member votes for the first
+    candidate in its own list; the most votes win. A tie goes to the tied candidate that comes
+    first in the list of the member with the smallest consumer id. So a group upgrading from
+    ``range`` to ``["roundrobin", "range"]`` stays on ``range`` until the last old member has
+    left, then switches.
+
+    An empty group gets :data:`DEFAULT_STRATEGY`. Raises :class:`NoCommonStrategy` when no
+    known strategy is listed by every member.
+    """
+    if not member_strategies:
+        return DEFAULT_STRATEGY
+    known: Dict[str, List[str]] = {}
+    unknown = set()
+    for cid, prefs in member_strategies.items():
+        if isinstance(prefs, str):
+            raise ValueError(f"member {cid!r}: strategies must be a list of names, not a string")
+        mine: List[str] = []
+        for name in prefs:
+            if name in STRATEGIES:
+                if name not in mine:
+                    mine.append(name)
+            else:
+                unknown.add(str(name))
+        known[cid] = mine
+
+    members = sorted(known)
+    candidates = set(known[members[0]])
+    for cid in members[1:]:
+        candidates.intersection_update(known[cid])
+    if not candidates:
+        raise NoCommonStrategy(_no_common_message(member_strategies, unknown))
+
+    votes: Dict[str, int] = {}
+    for cid in members:
+        first = next(name for name in known[cid] if name in candidates)
+        votes[first] = votes.get(first, 0) + 1
+    best = max(votes.values())
+    tied = {name for name, n in votes.items() if n == best}
+    return next(name for name in known[members[0]] if name in tied)
+
+
+def _no_common_message(member_strategies: Mapping[str, Sequence[str]], unknown: set) -> str:
+    """One line: which members list what, bounded in length for large groups."""
+    by_list: Dict[tuple, List[str]] = {}
+    for cid in sorted(member_strategies):
+        by_list.setdefault(tuple(member_strategies[cid]), []).append(cid)
+    parts = []
+    for prefs, cids in sorted(by_list.items(), key=lambda item: (-len(item[1]), item[1][0]))[:5]:
+        shown = ", ".join(cids[:3]) + (f" and {len(cids) - 3} more" if len(cids) > 3 else "")
+        parts.append(f"[{', '.join(prefs)}] by {shown}")
+    if len(by_list) > 5:
+        parts.append(f"{len(by_list) - 5} other lists")
+    message = (f"no assignment strategy is supported by all {len(member_strategies)} members: "
+               + "; ".join(parts) + f" (known: {', '.join(sorted(STRATEGIES))}")
+    if unknown:
+        names = sorted(unknown)
+        message += f"; unknown: {', '.join(names[:10])}"
+        if len(names) > 10:
+            message += f" and {len(names) - 10} more"
+    return message + ")"

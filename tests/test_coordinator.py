@@ -1,0 +1,261 @@
+"""The elected coordinator against a real ZooKeeper: election, rebalances, failures."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+
+import pytest
+
+from coordinator import protocol
+from coordinator.topics import TopicRegistry
+from tests.groups import (Cluster, assert_exclusive_and_complete, cluster, command_count, expire_session,  # noqa: F401
+                          leader_info, read_state, wait_stable)
+from tests.helpers import wait_for
+
+
+def test_one_leader_with_epoch_and_identity(cluster, zk):
+    nodes = [cluster.node(f"n{i}") for i in range(3)]
+    leader = cluster.leader()
+    wait_for(lambda: leader_info(zk).loaded, message="leader loaded")
+    info = leader_info(zk)
+    assert info.node_id == leader.node_id and info.epoch == leader.epoch >= 1
+    assert sum(n.is_leader for n in nodes) == 1
+    contenders = zk.Election(protocol.ELECTION).contenders()
+    assert sorted(contenders) == ["n0", "n1", "n2"]
+
+
+def test_clean_close_hands_over_at_once_with_higher_epoch(cluster, zk):
+    a = cluster.node("a")
+    cluster.leader()
+    b = cluster.node("b")
+    first = a.epoch
+    started = time.monotonic()
+    a.close()
+    wait_for(lambda: b.is_leader, 5, message="b leads")
+    assert time.monotonic() - started < 1.0  # not a session timeout
+    assert b.epoch == first + 1
+    assert leader_info(zk).node_id == "b"
+
+
+def test_members_join_and_leave_get_exclusive_complete_ownership(cluster, zk):
+    TopicRegistry(zk).create("t", 6)
+    cluster.node("n")
+    m1 = cluster.member("g", ["t"])
+    wait_stable(zk, "g", 1)
+    assert len(m1.recorder.owned) == 6
+    m2 = cluster.member("g", ["t"])
+    m3 = cluster.member("g", ["t"])
+    s = wait_stable(zk, "g", 3)
+    wait_for(lambda: [len(m.recorder.owned) for m in (m1, m2, m3)] == [2, 2, 2], message="2 each")
+    assert_exclusive_and_complete([m1, m2, m3], "t", 6)
+    assert s.strategy == "range"
+    m2.close()
+    cluster.members.remove(m2)
+    wait_stable(zk, "g", 2, after_generation=s.generation)
+    wait_for(lambda: sorted(len(m.recorder.owned) for m in (m1, m3)) == [3, 3], message="3 each")
+    assert_exclusive_and_complete([m1, m3], "t", 6)
+    # Owner nodes match what members believe.
+    owners = {int(p) for p in zk.get_children(protocol.owners_path("g", "t"))}
+    assert owners == set(range(6))
+
+
+def test_member_killed_its_partitions_move_after_session_expiry(cluster, zk, zk_connect, subprocess_env):
+    TopicRegistry(zk).create("t", 4)
+    cluster.node("n")
+    m1 = cluster.member("g", ["t"])
+    proc = cluster.spawn("-m", "tests.procs.member", zk_connect, "g", "t", "--session-ms", "800", env=subprocess_env)
+    s = wait_stable(zk, "g", 2, timeout=20)
+    wait_for(lambda: len(m1.recorder.owned) == 2, message="half each")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(5)
+    wait_stable(zk, "g", 1, after_generation=s.generation, timeout=20)
+    wait_for(lambda: len(m1.recorder.owned) == 4, message="survivor owns all")
+
+
+def test_partitions_added_are_assigned(cluster, zk):
+    reg = TopicRegistry(zk)
+    reg.create("t", 2)
+    cluster.node("n")
+    m1, m2 = cluster.member("g", ["t"]), cluster.member("g", ["t"])
+    s = wait_stable(zk, "g", 2)
+    reg.add_partitions("t", 6)
+    wait_stable(zk, "g", 2, after_generation=s.generation)
+    wait_for(lambda: len(m1.recorder.owned) + len(m2.recorder.owned) == 6, message="6 owned")
+    assert_exclusive_and_complete([m1, m2], "t", 6)
+
+
+def test_topic_created_after_the_group_subscribed(cluster, zk):
+    cluster.node("n")
+    m = cluster.member("g", ["later"])
+    wait_for(lambda: read_state(zk, "g").state == protocol.STABLE, message="stable, nothing to own")
+    assert m.recorder.owned == set()
+    TopicRegistry(zk).create("later", 3)
+    wait_for(lambda: len(m.recorder.owned) == 3, message="new topic assigned")
+
+
+def test_white_and_black_lists_pick_up_new_topics(cluster, zk):
+    reg = TopicRegistry(zk)
+    reg.create("logs.a", 1)
+    reg.create("metrics", 1)
+    cluster.node("n")
+    white = cluster.member("w", {r"logs\..*": 1}, pattern=protocol.PATTERN_WHITE_LIST)
+    black = cluster.member("b", {r"logs\..*": 1}, pattern=protocol.PATTERN_BLACK_LIST)
+    wait_for(lambda: {p.topic for p in white.recorder.owned} == {"logs.a"}, message="white list")
+    wait_for(lambda: {p.topic for p in black.recorder.owned} == {"metrics"}, message="black list")
+    reg.create("logs.b", 2)
+    reg.create("events", 1)
+    wait_for(lambda: {p.topic for p in white.recorder.owned} == {"logs.a", "logs.b"}, message="white list grows")
+    wait_for(lambda: {p.topic for p in black.recorder.owned} == {"metrics", "events"}, message="black list grows")
+
+
+def test_different_subscriptions_in_one_group(cluster, zk):
+    reg = TopicRegistry(zk)
+    reg.create("a", 2)
+    reg.create("b", 2)
+    cluster.node("n")
+    both = cluster.member("g", ["a", "b"])
+    only_b = cluster.member("g", ["b"])
+    wait_stable(zk, "g", 2)
+    wait_for(lambda: {p.topic for p in both.recorder.owned} == {"a", "b"} and len(only_b.recorder.owned) == 1,
+             message="split")
+    assert {p.topic for p in only_b.recorder.owned} == {"b"}
+    assert_exclusive_and_complete([both, only_b], "b", 2)
+
+
+def test_member_that_never_acks_is_excluded_then_group_fails_then_recovers(cluster, zk, caplog):
+    TopicRegistry(zk).create("t", 4)
+    cluster.node("n")
+    good = cluster.member("g", ["t"])
+    wait_stable(zk, "g", 1)
+    # A registration whose owner never reads its channel.
+    mute = cluster.client()
+    reg = protocol.Registration({"t": 1})
+    mute.ensure_path(protocol.channel_path("g", "g_mute-1-0"))
+    mute.create(protocol.ids_path("g", "g_mute-1-0"), reg.encode(), ephemeral=True)
+    # First attempt times out; the retry leaves the mute member out: the group works.
+    s = wait_for(lambda: (lambda s: s if s.state == protocol.STABLE and s.members == [good.consumer_id]
+                          and s.generation >= 3 else None)(read_state(zk, "g")), 20, message="stable without mute")
+    assert len(good.recorder.owned) == 4
+    assert not zk.get_children(protocol.channel_path("g", "g_mute-1-0")), "stale commands removed"
+    # Only mute members: every attempt fails -> Failed, visible, retried later.
+    good.close()
+    cluster.members.remove(good)
+    wait_for(lambda: read_state(zk, "g").state == protocol.FAILED, 20, message="Failed")
+    assert "did not ack" in read_state(zk, "g").error
+    # Recovery: the mute member goes away, a live one joins; the group is Stable again.
+    mute.delete(protocol.ids_path("g", "g_mute-1-0"))
+    healthy = cluster.member("g", ["t"])
+    wait_for(lambda: len(healthy.recorder.owned) == 4, 20, message="recovered")
+    assert read_state(zk, "g").state == protocol.STABLE
+
+
+def test_member_session_expiry_reregisters_and_gets_partitions_back(cluster, zk, zk_connect):
+    TopicRegistry(zk).create("t", 2)
+    cluster.node("n")
+    m = cluster.member("g", ["t"])
+    s = wait_stable(zk, "g", 1)
+    expire_session(m.client, zk_connect)
+    wait_for(lambda: any(e[0] == "lost" for e in m.recorder.events), message="partitions lost")
+    wait_stable(zk, "g", 1, after_generation=s.generation)
+    wait_for(lambda: len(m.recorder.owned) == 2, message="owned again")
+    assert zk.exists(protocol.ids_path("g", m.consumer_id))
+
+
+def test_leader_session_expiry_another_node_takes_over(cluster, zk, zk_connect):
+    TopicRegistry(zk).create("t", 2)
+    a = cluster.node("a")
+    cluster.leader()
+    b = cluster.node("b")
+    m = cluster.member("g", ["t"])
+    wait_stable(zk, "g", 1)
+    old = a.epoch
+    expire_session(a.client, zk_connect)
+    new = wait_for(lambda: next((n for n in (a, b) if n.is_leader and n.epoch > old), None), 10,
+                   message="new leader")
+    assert new.epoch > old
+    m2 = cluster.member("g", ["t"])
+    wait_stable(zk, "g", 2)
+    wait_for(lambda: len(m.recorder.owned) == 1 and len(m2.recorder.owned) == 1, message="split")
+
+
+def test_new_leader_with_unchanged_membership_sends_no_commands(cluster, zk):
+    TopicRegistry(zk).create("t", 4)
+    a = cluster.node("a")
+    cluster.leader()
+    for _ in range(2):
+        cluster.member("g", ["t"])
+    s = wait_stable(zk, "g", 2)
+    before = command_count(zk, "g")
+    b = cluster.node("b")
+    a.close()
+    wait_for(lambda: b.is_leader, message="b leads")
+    wait_for(lambda: leader_info(zk).loaded and leader_info(zk).node_id == "b", message="b verified all groups")
+    assert command_count(zk, "g") == before
+    assert read_state(zk, "g").generation == s.generation
+
+
+def test_deposed_leader_cannot_write(cluster, zk, caplog):
+    TopicRegistry(zk).create("t", 2)
+    a = cluster.node("a")
+    cluster.leader()
+    cluster.member("g", ["t"])
+    s = wait_stable(zk, "g", 1)
+    # Another leader took over behind a's back (as after a pause longer than its session).
+    _, stat = zk.get(protocol.EPOCH)
+    zk.set(protocol.EPOCH, b"2", version=stat.version)
+    with caplog.at_level(logging.INFO):
+        cluster.member("g", ["t"])  # a's fenced write fails; it steps down, contends, leads again
+        st = wait_stable(zk, "g", 2, after_generation=s.generation)
+    assert any("deposed" in r.getMessage() for r in caplog.records)
+    assert st.epoch == a.epoch == s.epoch + 2  # nothing was written under the stale epoch
+
+
+def test_malformed_registration_is_rejected_others_carry_on(cluster, zk, caplog):
+    TopicRegistry(zk).create("t", 2)
+    cluster.node("n")
+    good = cluster.member("g", ["t"])
+    other_group = cluster.member("h", ["t"])
+    wait_stable(zk, "g", 1)
+    bad = cluster.client()
+    bad.create(protocol.ids_path("g", "g_bad-1-0"), b"{not json", ephemeral=True)
+    bad.create(protocol.ids_path("g", "g_v9-1-0"), b'{"version":9,"subscription":{"t":1}}', ephemeral=True)
+    with caplog.at_level(logging.ERROR):
+        wait_for(lambda: "g_bad-1-0" in read_state(zk, "g").error and "g_v9-1-0" in read_state(zk, "g").error,
+                 message="rejection recorded")
+    assert read_state(zk, "g").members == [good.consumer_id]
+    assert len(good.recorder.owned) == 2 and len(other_group.recorder.owned) == 2
+    assert any("g_bad-1-0" in r.getMessage() for r in caplog.records)
+
+
+def test_zookeeper_restart_leader_resumes_and_group_stays_consistent(zk_server, tmp_path):
+    """A ZooKeeper that goes away and comes back: leader steps down or survives, no split."""
+    if not zk_server.local:
+        pytest.skip("needs a local ZooKeeper to restart")
+    from coordinator.zkserver import Ensemble
+    ens = Ensemble(1, tick_ms=200, fsync=False, workdir=str(tmp_path / "zk")).start()
+    try:
+        from coordinator.zkclient import start_client, close_client
+        zk = start_client(ens.connect, 4000)
+        TopicRegistry(zk).create("t", 4)
+        c = Cluster(ens.connect, session_timeout_ms=4000)
+        try:
+            c.node("a")
+            c.leader()
+            m1 = c.member("g", ["t"], session_ms=4000)
+            c.member("g", ["t"], session_ms=4000)
+            s = wait_stable(zk, "g", 2)
+            ens.servers[0].kill()
+            ens.restart(0)
+            c.leader(timeout=20)
+            m3 = c.member("g", ["t"], session_ms=4000)
+            wait_stable(zk, "g", 3, after_generation=s.generation, timeout=30)
+            wait_for(lambda: sum(len(m.recorder.owned) for m in c.members) == 4, 20, message="all owned")
+            assert_exclusive_and_complete(c.members, "t", 4)
+            assert m1 and m3
+        finally:
+            c.close()
+            close_client(zk)
+    finally:
+        ens.close()
