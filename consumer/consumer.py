@@ -98,12 +98,13 @@ class Consumer:
 
     ``topics`` is a list of topic names or ``{topic: streams}``; ``pattern`` a regex of
     topics to follow (``exclude=True`` for a black list). ``zk`` is a connect string or a
-    started kazoo client (shared, not closed by us).
+    started kazoo client (shared, not closed by us). ``consumer_id`` overrides the generated
+    ``<group>_<host>-<ms>-<8 hex>`` (it must be unique in the group and a valid znode name).
     """
 
     def __init__(self, group_id: str, topics=None, pattern: Optional[str] = None, *, exclude: bool = False,
                  zk=DEFAULT_CONNECT, data_dir: str = "./data", listener: Optional[ConsumerRebalanceListener] = None,
-                 log_dir_options: Optional[dict] = None, **config):
+                 consumer_id: Optional[str] = None, log_options: Optional[dict] = None, **config):
         self.config = cfg.build(ConsumerConfig, config, "consumer config")
         if (topics is None) == (pattern is None):
             raise InvalidConfig("give either topics or pattern")
@@ -119,7 +120,7 @@ class Consumer:
         self._own_client = isinstance(zk, str)
         self.client = start_client(zk, self.config.session_timeout_ms, self.config.connect_timeout_s) \
             if self._own_client else zk
-        self.log = Log(data_dir, **(log_dir_options or {}))
+        self.log = Log(data_dir, **(log_options or {}))
         self.fetcher = Fetcher(self.log, self.config.max_poll_records, self.config.max_partition_fetch_bytes,
                                self.config.fetch_max_bytes, self.config.fetch_max_wait_ms, on_error=self._on_fetch_error)
         self._lock = threading.Lock()
@@ -139,7 +140,7 @@ class Consumer:
         self._async_commits = ThreadPoolExecutor(1, thread_name_prefix="commit-async")
         self.fetcher.start()
         self.member = GroupMember(self.client, group_id, subscription, kind, self.config.assignment_strategy,
-                                  self.config.client_id, _Bridge(self))
+                                  self.config.client_id, _Bridge(self), consumer_id)
         self.member.start()
         self._watchdog = threading.Thread(target=self._watch_poll_interval, name="poll-watchdog", daemon=True)
         self._watchdog.start()
