@@ -29,7 +29,6 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
-from kazoo.recipe.watchers import ChildrenWatch
 
 from coordinator import protocol
 from coordinator.errors import CommitFailedError, CorruptZnode, ZooKeeperUnavailable
@@ -93,7 +92,6 @@ class GroupMember:
         c.ensure_path(protocol.offsets_path(g))
         self._register()
         c.add_listener(self._on_connection_state)
-        ChildrenWatch(c, protocol.channel_path(g, cid), self._watch_channel)
         self._thread = threading.Thread(target=self._run, name=f"member-{cid[-8:]}", daemon=True)
         self._thread.start()
         return self
@@ -125,10 +123,9 @@ class GroupMember:
 
     # ------------------------------------------------------------ callbacks (kazoo thread: queue only)
 
-    def _watch_channel(self, children):
-        if self._closed.is_set():
-            return False
-        if children:
+    def _watch_channel(self, _event):
+        # A one-shot watch, re-armed by every read of the channel (and after reconnects).
+        if not self._closed.is_set():
             self._events.put(("channel", None))
 
     def _on_connection_state(self, state):
@@ -154,6 +151,7 @@ class GroupMember:
                 elif kind == "rejoin":
                     if not self._registered:
                         self._register()
+                        self._process_channel()  # also re-arms the channel watch
                 elif kind == "lost":
                     self._on_lost()
                 elif kind == "connected":
@@ -241,17 +239,17 @@ class GroupMember:
         except (NoNodeError, KazooException):
             pass
 
-    def _channel_commands(self) -> List[str]:
+    def _channel_commands(self, watch=None) -> List[str]:
         base = protocol.channel_path(self.group, self.consumer_id)
         try:
-            return [f"{base}/{c}" for c in sorted(self.client.get_children(base))]
+            return [f"{base}/{c}" for c in sorted(self.client.get_children(base, watch=watch))]
         except NoNodeError:
             return []
 
     # ------------------------------------------------------------ commands
 
     def _read_commands(self) -> List[Tuple[str, Optional[Command]]]:
-        paths = self._channel_commands()
+        paths = self._channel_commands(watch=self._watch_channel)
         gets = [(p, self.client.get_async(p)) for p in paths]
         out = []
         for path, a in gets:
@@ -339,51 +337,54 @@ class GroupMember:
                 self._delete_quietly(path)
 
     def _claim(self, added: Dict[TopicPartition, str], acks: List[str]) -> bool:
-        """Create the owner nodes of ``added`` and delete ``acks`` — in one transaction when
-        nobody holds them, else node by node, waiting for holders to let go."""
+        """Create the owner nodes of ``added`` and delete ``acks``. Nodes still held by their
+        previous owner are waited for (a watch wakes us when they are released); each round
+        creates every free node in one transaction, the last one with the acks."""
         session = self.client.client_id[0]
         for topic in {tp.topic for tp in added}:
             self._ensure_dirs(topic)
-        t = self.client.transaction()
-        for tp, stream in added.items():
-            t.create(protocol.owners_path(self.group, tp.topic, tp.partition), stream.encode(), ephemeral=True)
-        for path in acks:
-            t.delete(path)
-        try:
-            commit(t)
-            self._record_owned(added, session)
-            return True
-        except TransactionFailed:
-            pass
         waiting = dict(added)
         released = threading.Event()
 
         def watch(_event):
-            released.set()
+            released.set()  # kazoo's thread: record only
 
-        while waiting:
-            released.clear()
-            for tp, stream in list(waiting.items()):
-                path = protocol.owners_path(self.group, tp.topic, tp.partition)
+        free = dict(waiting)
+        while True:
+            if free:
+                t = self.client.transaction()
+                for tp, stream in free.items():
+                    t.create(protocol.owners_path(self.group, tp.topic, tp.partition), stream.encode(), ephemeral=True)
+                last = len(free) == len(waiting)
+                for path in acks if last else ():
+                    t.delete(path)
                 try:
-                    self.client.create(path, stream.encode(), ephemeral=True)
-                except NodeExistsError:
-                    stat = self.client.exists(path, watch=watch)
-                    if stat is None:
-                        continue  # released meanwhile: try again at once
-                    if stat.ephemeralOwner != session:
-                        continue  # held by someone else: wait for the watch
-                    self.client.set(path, stream.encode())  # ours already (same session)
-                self._record_owned({tp: stream}, session)
-                del waiting[tp]
-            if not waiting:
-                break
+                    commit(t)
+                    self._record_owned(free, session)
+                    for tp in free:
+                        del waiting[tp]
+                    if last:
+                        return True
+                except TransactionFailed:
+                    pass  # someone still holds one of them: look again
             if self._pending("channel") or self._pending("leave") or self._pending("lost"):
                 return False  # a newer decision or shutdown supersedes this claim
-            released.wait(0.25)
-        for path in acks:
-            self._delete_quietly(path)
-        return True
+            released.clear()
+            checks = [(tp, self.client.exists_async(protocol.owners_path(self.group, tp.topic, tp.partition),
+                                                    watch=watch)) for tp in waiting]
+            free = {}
+            for tp, a in checks:
+                stat = a.get()
+                if stat is None:
+                    free[tp] = waiting[tp]
+                elif stat.ephemeralOwner == session:  # ours already (kept from this session)
+                    self._record_owned({tp: waiting.pop(tp)}, session)
+            if not waiting:
+                for path in acks:
+                    self._delete_quietly(path)
+                return True
+            if not free:
+                released.wait(0.25)
 
     def _record_owned(self, added: Dict[TopicPartition, str], session: int) -> None:
         with self._lock:

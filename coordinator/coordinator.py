@@ -45,7 +45,7 @@ class CoordinatorConfig:
     rebalance_backoff_ms: int = 200
     failed_retry_interval_ms: int = 30000   # a Failed group is tried again after this
     check_interval_ms: int = 60000          # periodic full check of every group (safety net)
-    settle_ms: int = 5                      # coalescing window before a group is read
+    settle_ms: int = 0                      # optional wait before a group is read (bursts coalesce anyway)
     handler_threads: int = 4
     suspend_grace_ratio: float = 0.5        # step down if SUSPENDED longer than this × session
 

@@ -215,37 +215,46 @@ def _rejected_error(snapshot: Snapshot) -> str:
 def wait_for_acks(client, commands: Dict[str, List[str]], timeout: float,
                   abort: Callable[[], bool]) -> Set[str]:
     """Wait until every member deleted its start-fetcher command (its ack); return the members
-    to leave out of the next attempt. Watches wake us; a short re-check covers lost watches.
+    to leave out of the next attempt. A watch per command reports its deletion; every 250 ms
+    all pending commands are checked again, in case a watch was lost to a reconnect.
 
     A member that did not even ack its stop-fetcher is the one holding the group up; members
     that acked stop but not start are usually waiting for its owner nodes, so they are only
     blamed when nobody is stuck at stop."""
-    pending = {cid: paths[-1] for cid, paths in commands.items()}
-    woken = threading.Event()
+    pending = {paths[-1]: cid for cid, paths in commands.items()}
+    deleted: Set[str] = set()
+    woken = threading.Condition()
 
-    def watch(_event):
-        woken.set()  # kazoo's thread: record only
+    def watch(event):  # kazoo's thread: record only
+        with woken:
+            deleted.add(event.path)
+            woken.notify()
 
     deadline = time.monotonic() + timeout
+    recheck = 0.0
     while pending:
         if abort():
             raise Abandoned("leadership is ending")
-        woken.clear()
-        checks = [(cid, client.exists_async(path, watch=watch)) for cid, path in pending.items()]
-        for cid, a in checks:
-            if a.get() is None:
-                del pending[cid]
-        if not pending:
-            break
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            break
-        woken.wait(min(remaining, 0.25))
+        now = time.monotonic()
+        if now >= recheck:
+            recheck = now + 0.25
+            checks = [(path, client.exists_async(path, watch=watch)) for path in pending]
+            for path, a in checks:
+                if a.get() is None:
+                    del pending[path]
+        with woken:
+            for path in deleted & set(pending):
+                del pending[path]
+            deleted.clear()
+            remaining = deadline - time.monotonic()
+            if not pending or remaining <= 0:
+                break
+            woken.wait(min(remaining, max(0.0, recheck - time.monotonic())))
     if not pending:
         return set()
-    stuck = {cid for cid, a in [(cid, client.exists_async(commands[cid][0])) for cid in pending]
-             if a.get() is not None}
-    return stuck or set(pending)
+    late = set(pending.values())
+    stuck = {cid for cid, a in [(cid, client.exists_async(commands[cid][0])) for cid in late] if a.get() is not None}
+    return stuck or late
 
 
 def stale_commands(client, group: str, members) -> List[str]:
