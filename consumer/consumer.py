@@ -212,7 +212,7 @@ class Consumer:
             assigned &= set(self.member.owned())
             if assigned:
                 self.listener.on_partitions_assigned(assigned)
-                self.fetcher.resume(assigned - self._user_paused)
+                self.fetcher.resume(self._known(assigned - self._user_paused))
         if errors:
             raise errors[0]
 
@@ -239,7 +239,7 @@ class Consumer:
     # member thread -> consumer (only record, or wait for the poll thread)
 
     def _revoke(self, partitions: Set[TopicPartition]) -> Optional[Dict[TopicPartition, int]]:
-        self.fetcher.pause(partitions)  # no record of them is returned from now on
+        self.fetcher.pause(self._known(partitions))  # no record of them is returned from now on
         r = _Revocation(set(partitions))
         if not self._closing:  # close() has already committed and called the listener
             with self._lock:
@@ -256,7 +256,7 @@ class Consumer:
                             self._revocations.remove(r)
                     self._evicted = True
                     return None
-        self.fetcher.revoke(partitions)
+        self.fetcher.revoke(self._known(partitions))
         for tp in partitions:
             self._committed_positions.pop(tp, None)
         return {}
@@ -291,10 +291,14 @@ class Consumer:
             self.fetcher.wakeup()
 
     def _lost(self, partitions: Set[TopicPartition]) -> None:
-        self.fetcher.revoke(partitions)
+        self.fetcher.revoke(self._known(partitions))
         with self._lock:
             self._lost_pending |= set(partitions)
             self._assigned_pending -= set(partitions)
+
+    def _known(self, partitions) -> Set[TopicPartition]:
+        """The partitions the fetcher has (one without a start offset never reached it)."""
+        return set(partitions) & self.fetcher.assigned()
 
     def _initial_offset(self, tp: TopicPartition) -> Optional[int]:
         mode = self.config.start_position
@@ -427,7 +431,7 @@ class Consumer:
                 r = _Revocation(owned)
                 if not autocommit:
                     self.config.enable_auto_commit = False
-                self.fetcher.pause(owned)
+                self.fetcher.pause(self._known(owned))
                 self._finish_revocation(r)
             self.member.close()
         finally:

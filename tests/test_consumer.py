@@ -1,0 +1,235 @@
+"""The Consumer API against a real ZooKeeper, a running coordinator and the embedded log."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from coordinator import protocol
+from coordinator.errors import CommitFailedError, InvalidConfig, NoOffsetForPartition
+from coordinator.topics import TopicRegistry
+from consumer import Consumer, ConsumerRebalanceListener, Producer, TopicPartition, WakeupException
+from consumer.log import Log
+from tests.groups import cluster, read_state, wait_stable  # noqa: F401
+from tests.helpers import wait_for
+
+
+def fill(zk, data_dir, topic, partitions, per_partition, start_ts=1_000):
+    TopicRegistry(zk).ensure(topic, partitions)
+    log = Log(data_dir)
+    for p in range(partitions):
+        log.append(topic, p, [(None, f"{topic}-{p}-{i}".encode(), start_ts + i, ()) for i in range(per_partition)])
+    log.close()
+
+
+def consume_until(consumer, count, timeout=20.0, **poll):
+    got = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count and time.monotonic() < deadline:
+        for recs in consumer.poll(timeout_ms=100, **poll).values():
+            got.extend(recs)
+    return got
+
+
+@pytest.fixture
+def make_consumer(zk_connect, data_dir):
+    made = []
+
+    def make(group="g", topics=("t",), **config):
+        config.setdefault("auto_offset_reset", "earliest")
+        c = Consumer(group, list(topics) if not isinstance(topics, dict) else topics, zk=zk_connect,
+                     data_dir=data_dir, session_timeout_ms=2000, **config)
+        made.append(c)
+        return c
+    yield make
+    for c in made:
+        c.close()
+
+
+def test_consumes_everything_once_and_commits(cluster, zk, data_dir, make_consumer):
+    cluster.node("n")
+    fill(zk, data_dir, "t", 3, 200)
+    c = make_consumer()
+    got = consume_until(c, 600)
+    assert len(got) == 600 and len({(r.partition, r.offset) for r in got}) == 600
+    c.commit()
+    for p in range(3):
+        assert c.committed(TopicPartition("t", p)) == 200
+        assert zk.get(protocol.offsets_path("g", "t", p))[0] == b"200"
+
+
+def test_max_poll_records_and_fairness_under_a_backlog(cluster, zk, data_dir, make_consumer):
+    cluster.node("n")
+    TopicRegistry(zk).create("t", 4)
+    log = Log(data_dir)
+    log.append("t", 0, [(None, b"x", 1, ())] * 50_000)  # a large backlog on one partition
+    for p in (1, 2, 3):
+        log.append("t", p, [(None, b"y", 1, ())] * 20)
+    log.close()
+    c = make_consumer(max_poll_records=100)
+    seen = set()
+    polls = 0
+    while seen != {0, 1, 2, 3} and polls < 60:
+        batch = c.poll(timeout_ms=200)
+        assert sum(len(r) for r in batch.values()) <= 100
+        seen |= {tp.partition for tp in batch}
+        polls += 1
+    assert seen == {0, 1, 2, 3}, f"starved partitions after {polls} polls"
+
+
+def test_listener_order_revoked_before_assigned(cluster, zk, data_dir, make_consumer):
+    cluster.node("n")
+    fill(zk, data_dir, "t", 4, 10)
+    calls = []
+
+    class L(ConsumerRebalanceListener):
+        def __init__(self, name):
+            self.name = name
+
+        def on_partitions_revoked(self, revoked):
+            calls.append((self.name, "revoked", frozenset(revoked)))
+
+        def on_partitions_assigned(self, assigned):
+            calls.append((self.name, "assigned", frozenset(assigned)))
+
+    a = make_consumer(listener=L("a"))
+    wait_for(lambda: a.poll(50) is not None and len(a.assignment()) == 4, message="a owns all")
+    b = make_consumer(listener=L("b"))
+    stop = threading.Event()
+    t = threading.Thread(target=lambda: [b.poll(50) for _ in iter(stop.is_set, True)])
+    t.start()
+    try:
+        wait_for(lambda: a.poll(50) is not None and len(a.assignment()) == 2 and len(b.assignment()) == 2,
+                 message="split 2/2")
+    finally:
+        stop.set()
+        t.join()
+    a_calls = [(kind, parts) for name, kind, parts in calls if name == "a"]
+    assert a_calls[0][0] == "assigned" and len(a_calls[0][1]) == 4
+    assert a_calls[1][0] == "revoked" and len(a_calls[1][1]) == 2  # only what moved
+    assert not a_calls[1][1] & a.assignment()
+    assert not a.assignment() & b.assignment()
+
+
+def test_commit_after_losing_partition_fails_and_never_overwrites(cluster, zk, data_dir, make_consumer):
+    cluster.node("n")
+    fill(zk, data_dir, "t", 2, 100)
+    a = make_consumer()
+    consume_until(a, 200)
+    a.commit()
+    b = make_consumer()
+    stop = threading.Event()
+    t = threading.Thread(target=lambda: [b.poll(50) for _ in iter(stop.is_set, True)])
+    t.start()
+    try:
+        wait_for(lambda: a.poll(50) is not None and len(a.assignment()) == 1 and len(b.assignment()) == 1,
+                 message="split")
+    finally:
+        stop.set()
+        t.join()
+    lost = next(iter(b.assignment()))
+    before = zk.get(protocol.offsets_path("g", lost.topic, lost.partition))[0]
+    with pytest.raises(CommitFailedError):
+        a.commit({lost: 5})
+    assert zk.get(protocol.offsets_path("g", lost.topic, lost.partition))[0] == before
+
+
+def test_max_poll_interval_evicts_and_rejoins(cluster, zk, data_dir, make_consumer):
+    cluster.node("n")
+    fill(zk, data_dir, "t", 2, 10)
+    slow = make_consumer(max_poll_interval_ms=800)
+    consume_until(slow, 20)
+    other = make_consumer()
+    stop = threading.Event()
+    t = threading.Thread(target=lambda: [other.poll(50) for _ in iter(stop.is_set, True)])
+    t.start()
+    try:
+        # slow stops polling: it leaves the group, other takes everything.
+        wait_for(lambda: len(other.assignment()) == 2, 15, message="other owns all after eviction")
+        assert not zk.exists(protocol.ids_path("g", slow.consumer_id))
+        slow.poll(100)  # rejoins
+        wait_for(lambda: slow.poll(50) is not None and len(slow.assignment()) == 1, 15, message="slow rejoined")
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_pause_resume_and_seek(cluster, zk, data_dir, make_consumer):
+    cluster.node("n")
+    fill(zk, data_dir, "t", 2, 50)
+    c = make_consumer()
+    wait_for(lambda: c.poll(50) is not None and len(c.assignment()) == 2, message="assigned")
+    p0, p1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    c.seek(p0, 0)
+    c.seek(p1, 0)
+    c.pause(p0)
+    assert c.paused() == {p0}
+    got = consume_until(c, 50, timeout=3)
+    assert {r.partition for r in got} == {1}
+    c.resume(p0)
+    got = consume_until(c, 50)
+    assert {r.partition for r in got} == {0} and got[0].offset == 0
+    c.seek(p0, 40)
+    got = consume_until(c, 10)
+    assert [r.offset for r in got] == list(range(40, 50))
+
+
+def test_timestamp_start_position_and_offsets_for_times(cluster, zk, data_dir, make_consumer):
+    cluster.node("n")
+    fill(zk, data_dir, "t", 1, 100, start_ts=10_000)
+    c = make_consumer(start_position="timestamp", start_timestamp_ms=10_060)
+    got = consume_until(c, 40)
+    assert got[0].offset == 60 and len(got) == 40
+    assert c.offsets_for_times({TopicPartition("t", 0): 10_090})[TopicPartition("t", 0)].offset == 90
+    # The start offset was recorded for the group (every later owner starts there too).
+    assert zk.get(protocol.offsets_path("g", "t", 0))[0] in (b"60", b"100")
+
+
+def test_auto_offset_reset_none_raises(cluster, zk, data_dir, make_consumer):
+    cluster.node("n")
+    fill(zk, data_dir, "t", 1, 5)
+    c = make_consumer(auto_offset_reset="none")
+    with pytest.raises(NoOffsetForPartition):
+        for _ in range(100):
+            c.poll(100)
+
+
+def test_latest_reset_skips_old_records(cluster, zk, data_dir, make_consumer):
+    cluster.node("n")
+    fill(zk, data_dir, "t", 1, 5)
+    c = make_consumer(auto_offset_reset="latest")
+    wait_for(lambda: c.poll(50) is not None and c.assignment(), message="assigned")
+    with Producer(zk, data_dir) as p:
+        p.send("t", b"new", partition=0)
+    got = consume_until(c, 1)
+    assert [r.value for r in got] == [b"new"]
+
+
+def test_wakeup_interrupts_poll(cluster, zk, data_dir, make_consumer):
+    cluster.node("n")
+    TopicRegistry(zk).create("t", 1)
+    c = make_consumer()
+    threading.Timer(0.3, c.wakeup).start()
+    started = time.monotonic()
+    with pytest.raises(WakeupException):
+        c.poll(timeout_ms=10_000)
+    assert time.monotonic() - started < 5
+
+
+def test_unknown_config_key_is_rejected(zk_connect, data_dir):
+    with pytest.raises(InvalidConfig, match="max_poll_record"):
+        Consumer("g", ["t"], zk=zk_connect, data_dir=data_dir, max_poll_record=5)
+
+
+def test_close_commits_and_leaves(cluster, zk, data_dir, make_consumer):
+    cluster.node("n")
+    fill(zk, data_dir, "t", 2, 30)
+    c = make_consumer()
+    consume_until(c, 60)
+    cid = c.consumer_id
+    c.close()
+    assert not zk.exists(protocol.ids_path("g", cid))
+    assert [zk.get(protocol.offsets_path("g", "t", p))[0] for p in range(2)] == [b"30", b"30"]
+    assert not zk.get_children(protocol.owners_path("g", "t"))
+    wait_for(lambda: read_state(zk, "g").state == protocol.EMPTY, message="group empty")
