@@ -283,8 +283,7 @@ class Consumer:
                 self._committed_positions.update(initial)
             except ZkGroupsError as e:
                 log.warning("consumer %s: could not record start offsets: %s", self.consumer_id, e)
-        self.fetcher.assign(positions)
-        self.fetcher.pause(positions)  # until on_partitions_assigned has run in poll()
+        self.fetcher.assign(positions, paused=True)  # until on_partitions_assigned has run in poll()
         with self._lock:
             self._assigned_pending |= set(positions)
         if self._in_poll:

@@ -1,0 +1,576 @@
+"""The fetcher: a background prefetch thread and bounded per-partition buffers behind ``poll()``.
+
+Implements seed 004 (KIP-41, ``max.poll.records``):
+
+* **Prefetch heuristic 1.** The prefetch thread fetches fetchable partitions (assigned, not
+  paused, not failed) one chunk at a time, in rotating order, for as long as the number of
+  records retained for *unpaused* partitions is below ``max_poll_records``. At most one read
+  is in flight at a time, so the retained count never exceeds ``max_poll_records - 1 + one
+  chunk`` (plus whatever paused partitions held when they were paused; their buffers are
+  kept but never grow).
+* **poll() reads when starved.** If nothing is buffered and no read is in flight, ``poll()``
+  reads the next chunk in the calling thread rather than waiting for the prefetch thread:
+  under the GIL the thread cannot read faster than the caller, and a hand-off per chunk (two
+  thread wake-ups) costs about as much as reading 500 records. The prefetch thread reads
+  ahead while the application is away from ``poll()`` processing records: ``poll()`` wakes it
+  when the application's last absence lasted longer than a read takes (a wake-up per poll in
+  a tight poll loop would cost ~10% of throughput), and it looks for work on its own every
+  ``fetch_max_wait_ms``.
+* **Fair, greedy round-robin in poll().** ``poll()`` starts at a rotating partition, takes as
+  many buffered records as it can from it, then the next, and so on until ``max_records`` are
+  taken. The next poll starts at the partition *after* the one where this poll stopped, so a
+  partition with buffered records is served within at most ``len(assigned)`` polls however
+  large another partition's backlog is.
+* **Positions** advance only over records actually returned. Records fetched but not
+  returned stay buffered.
+* **Idle partitions** (no new data) are re-checked every ``fetch_max_wait_ms``; appends by
+  other processes are therefore seen within about that long. The thread sleeps on a
+  condition in between; it never spins.
+
+Thread-safety and guarantees
+----------------------------
+All state is guarded by one lock (with two condition variables: one the prefetch thread waits
+on, one ``poll()`` waits on). The log is read *outside* the lock. Every partition state carries
+an epoch that is bumped by ``seek``/``assign`` and the state object is dropped by ``revoke``;
+a fetch whose partition changed while it was in flight is discarded when it completes. The
+``on_error`` callback runs in whichever thread did the read (the prefetch thread or a
+``poll()`` caller), never under the lock, so it may call ``seek``/``revoke``/``wakeup``.
+
+After ``revoke(tps)`` returns: no later ``poll()`` returns a record of ``tps`` (records are
+selected under the lock; a ``poll()`` that selected its records before ``revoke`` took the
+lock may still be on its way back to its caller) and no new read of them starts (neither in
+the prefetch thread nor in ``poll()``). A read already in flight may finish, but its result is
+thrown away.
+
+What this module does not do: commit offsets, apply ``auto_offset_reset`` (an
+``OffsetOutOfRange`` is reported through ``on_error(tp, exc)``; the partition is not fetched
+again until ``seek``/``assign``), or talk to ZooKeeper.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Callable, Dict, Iterable, List, Optional, Set
+
+from consumer.records import ConsumerRecord, TopicPartition
+from coordinator.errors import IllegalStateError, InvalidConfig, OffsetOutOfRange
+
+log = logging.getLogger(__name__)
+
+#: Smallest number of records asked of the log per fetch (keeps per-call overhead low).
+MIN_FETCH_CHUNK = 500
+#: Idle partitions are re-checked no more often than this, even with fetch_max_wait_ms=0.
+MIN_IDLE_WAIT_MS = 1
+#: Backoff after an unexpected error while fetching a partition: doubles up to the cap.
+ERROR_BACKOFF_S = 0.1
+ERROR_BACKOFF_MAX_S = 5.0
+
+
+class _Partition:
+    """Mutable per-partition state; only touched under the fetcher's lock."""
+
+    __slots__ = ("tp", "position", "fetch_offset", "chunks", "idx", "count", "epoch",
+                 "paused", "error", "next_fetch", "failures", "highwater")
+
+    def __init__(self, tp: TopicPartition, offset: int, epoch: int):
+        self.tp = tp
+        self.position = offset        # next offset poll() returns
+        self.fetch_offset = offset    # next offset to ask the log for
+        self.chunks: deque = deque()  # lists of records; chunks[0][idx:] is next in line
+        self.idx = 0
+        self.count = 0                # buffered records
+        self.epoch = epoch
+        self.paused = False
+        self.error: Optional[BaseException] = None  # OffsetOutOfRange: stopped until seek
+        self.next_fetch = 0.0         # monotonic time before which we do not fetch
+        self.failures = 0
+        self.highwater: Optional[int] = None
+
+    def reset(self, offset: int, epoch: int) -> None:
+        self.position = self.fetch_offset = offset
+        self.chunks.clear()
+        self.idx = self.count = 0
+        self.epoch = epoch
+        self.error = None
+        self.next_fetch = 0.0
+        self.failures = 0
+
+    def take(self, n: int) -> List[ConsumerRecord]:
+        """Remove and return up to ``n`` (>= 1) buffered records; no per-record work."""
+        chunks = self.chunks
+        head = chunks[0]
+        i = self.idx
+        avail = len(head) - i
+        if avail > n:
+            out = head[i:i + n]
+            self.idx = i + n
+        else:
+            out = head[i:] if i else head
+            chunks.popleft()
+            self.idx = 0
+            need = n - avail
+            copied = bool(i)
+            while need and chunks:
+                head = chunks[0]
+                if not copied:        # never mutate a list the log handed us
+                    out = list(out)
+                    copied = True
+                if len(head) <= need:
+                    out.extend(head)
+                    chunks.popleft()
+                    need -= len(head)
+                else:
+                    out.extend(head[:need])
+                    self.idx = need
+                    need = 0
+        self.count -= len(out)
+        self.position = out[-1].offset + 1
+        return out
+
+
+class Fetcher:
+    """Prefetches records from a ``Log`` and hands them out fairly, ``max_records`` at a time.
+
+    Lifecycle: ``start()`` once (starts the prefetch thread), ``close()`` once. ``poll()``
+    works without ``start()`` too (it then reads only when starved). All public methods are
+    thread-safe; ``poll()`` is meant to be called from one thread at a time.
+    """
+
+    def __init__(self, log, max_poll_records: int = 500,
+                 max_partition_fetch_bytes: int = 1 << 20,
+                 fetch_max_bytes: int = 50 << 20,
+                 fetch_max_wait_ms: int = 100,
+                 on_error: Optional[Callable[[TopicPartition, BaseException], None]] = None):
+        for name, value in (("max_poll_records", max_poll_records),
+                            ("max_partition_fetch_bytes", max_partition_fetch_bytes),
+                            ("fetch_max_bytes", fetch_max_bytes)):
+            if not isinstance(value, int) or value < 1:
+                raise InvalidConfig(f"{name} must be a positive integer, not {value!r}")
+        if fetch_max_wait_ms < 0:
+            raise InvalidConfig(f"fetch_max_wait_ms must be >= 0, not {fetch_max_wait_ms!r}")
+        self._log = log
+        self.max_poll_records = max_poll_records
+        # One log call reads one partition, so both byte limits bound the same call.
+        self._fetch_bytes = min(max_partition_fetch_bytes, fetch_max_bytes)
+        self._chunk = max(max_poll_records, MIN_FETCH_CHUNK)
+        self._idle_wait = max(fetch_max_wait_ms, MIN_IDLE_WAIT_MS) / 1000.0  # never spin
+        self._on_error = on_error
+
+        self._lock = threading.Lock()
+        self._fetch_cv = threading.Condition(self._lock)  # the prefetch thread waits here
+        self._data_cv = threading.Condition(self._lock)   # poll() waits here
+        self._parts: Dict[TopicPartition, _Partition] = {}
+        self._order: List[TopicPartition] = []  # assignment order, for both rotations
+        self._poll_next = 0                     # index in _order where the next poll starts
+        self._fetch_next = 0                    # index in _order where the next fetch looks
+        self._epoch = 0
+        self._busy = False                      # one read in flight at a time (thread or poll)
+        # Who waits on the conditions: hot paths notify only when someone does.
+        self._thread_waiting = False
+        self._poll_waiters = 0
+        # When poll() wakes the thread: only if the application stayed away from poll() (last
+        # gap between polls) longer than a read takes (moving average).
+        self._read_s = 0.0
+        self._away_s = float("inf")
+        self._returned_at: Optional[float] = None
+        self._wakeup = False
+        self._closed = False
+        self._thread: Optional[threading.Thread] = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        with self._lock:
+            if self._closed:
+                raise IllegalStateError("fetcher is closed")
+            if self._thread is not None:
+                return
+            self._thread = threading.Thread(target=self._run, name="zkgroups-fetcher",
+                                            daemon=True)
+            self._thread.start()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the prefetch thread, drop all buffers; a blocked ``poll()`` returns ``{}``."""
+        with self._lock:
+            self._closed = True
+            self._parts.clear()
+            self._order.clear()
+            self._fetch_cv.notify_all()
+            self._data_cv.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------ assignment
+
+    def assign(self, positions: Dict[TopicPartition, int], paused: bool = False) -> None:
+        """Add partitions with their fetch positions. An already assigned partition is
+        re-positioned as by ``seek`` (its pause state is kept). With ``paused=True`` new
+        partitions start paused, atomically (no poll() can return their records in between,
+        as it could between ``assign`` and a separate ``pause``)."""
+        with self._lock:
+            self._check_open()
+            for tp, offset in positions.items():
+                tp = TopicPartition(*tp)
+                self._epoch += 1
+                st = self._parts.get(tp)
+                if st is None:
+                    st = self._parts[tp] = _Partition(tp, int(offset), self._epoch)
+                    st.paused = paused
+                    self._order.append(tp)
+                else:
+                    st.reset(int(offset), self._epoch)
+            self._fetch_cv.notify_all()
+
+    def revoke(self, tps: Iterable[TopicPartition]) -> None:
+        """Stop fetching ``tps`` and drop their buffers. Unknown partitions are ignored."""
+        with self._lock:
+            for tp in tps:
+                tp = TopicPartition(*tp)
+                if self._parts.pop(tp, None) is not None:
+                    i = self._order.index(tp)
+                    del self._order[i]
+                    if i < self._poll_next:
+                        self._poll_next -= 1
+                    if i < self._fetch_next:
+                        self._fetch_next -= 1
+            n = len(self._order)
+            if self._poll_next >= n:
+                self._poll_next = 0
+            if self._fetch_next >= n:
+                self._fetch_next = 0
+            self._fetch_cv.notify_all()  # buffer space may have been freed
+
+    def assigned(self) -> Set[TopicPartition]:
+        with self._lock:
+            return set(self._parts)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Drop ``tp``'s buffer and fetch from ``offset`` next; clears a reported error."""
+        with self._lock:
+            st = self._state(tp)
+            self._epoch += 1
+            st.reset(int(offset), self._epoch)
+            self._fetch_cv.notify_all()
+
+    def position(self, tp: TopicPartition) -> int:
+        """Offset of the next record ``poll()`` would return for ``tp``."""
+        with self._lock:
+            return self._state(tp).position
+
+    def highwater(self, tp: TopicPartition) -> Optional[int]:
+        """The partition's latest offset (next to be written) as last seen, without I/O: exact
+        after a read that reached the end, otherwise at least the offset after the last record
+        read. None before the first read. ``end_offsets`` asks the log."""
+        with self._lock:
+            return self._state(tp).highwater
+
+    def end_offsets(self, tps: Iterable[TopicPartition]) -> Dict[TopicPartition, int]:
+        """Latest offsets asked of the log now (also refreshes ``highwater``)."""
+        out = {}
+        for tp in tps:
+            tp = TopicPartition(*tp)
+            out[tp] = latest = self._log.latest_offset(tp.topic, tp.partition)
+            with self._lock:
+                st = self._parts.get(tp)
+                if st is not None and (st.highwater is None or latest > st.highwater):
+                    st.highwater = latest
+        return out
+
+    def buffered(self, tp: Optional[TopicPartition] = None) -> int:
+        """Records retained (fetched, not yet returned): for ``tp``, or for all partitions."""
+        with self._lock:
+            if tp is not None:
+                st = self._parts.get(TopicPartition(*tp))
+                return st.count if st is not None else 0
+            return sum(st.count for st in self._parts.values())
+
+    # ------------------------------------------------------------------ pause / resume
+
+    def pause(self, tps: Iterable[TopicPartition]) -> None:
+        """Neither fetch nor return ``tps``; their buffers are kept. Partitions that are not
+        assigned are ignored (a revoke may race with the caller; the consumer API checks its
+        own assignment). Pause state ends with ``revoke``."""
+        with self._lock:
+            for tp in tps:
+                st = self._parts.get(TopicPartition(*tp))
+                if st is not None:
+                    st.paused = True
+            self._fetch_cv.notify_all()  # paused buffers stop counting towards the bound
+
+    def resume(self, tps: Iterable[TopicPartition]) -> None:
+        """Fetch and return ``tps`` again, starting with their kept buffers. Partitions that
+        are not assigned are ignored."""
+        with self._lock:
+            for tp in tps:
+                st = self._parts.get(TopicPartition(*tp))
+                if st is not None:
+                    st.paused = False
+            self._fetch_cv.notify_all()
+            self._data_cv.notify_all()
+
+    def paused(self) -> Set[TopicPartition]:
+        with self._lock:
+            return {tp for tp, st in self._parts.items() if st.paused}
+
+    # ------------------------------------------------------------------ poll
+
+    def wakeup(self) -> None:
+        """Make a blocked ``poll()`` return ``{}`` at once; if none is blocked, the next
+        ``poll()`` does (so a wakeup racing with the start of a poll is never lost)."""
+        with self._lock:
+            self._wakeup = True
+            self._data_cv.notify_all()
+
+    def poll(self, max_records: Optional[int] = None,
+             timeout: Optional[float] = 0.0) -> Dict[TopicPartition, List[ConsumerRecord]]:
+        """Return up to ``max_records`` buffered records, fairly across partitions.
+
+        Waits up to ``timeout`` seconds (``None``: no limit) for records; returns ``{}`` on
+        timeout, ``wakeup()`` or ``close()``. When nothing is buffered and no read is in
+        flight, poll() reads the next chunk itself instead of waiting for the prefetch
+        thread (a thread hand-off per chunk costs more than the read); so a call may take as
+        long as one ``Log.fetch``, even with ``timeout=0``.
+        """
+        n = self.max_poll_records if max_records is None else max_records
+        if n < 1:
+            raise ValueError(f"max_records must be >= 1, not {n!r}")
+        deadline = None
+        lock = self._lock
+        lock.acquire()
+        try:
+            if self._closed:
+                raise IllegalStateError("fetcher is closed")
+            if self._returned_at is not None:
+                self._away_s = time.monotonic() - self._returned_at
+            while True:
+                if self._wakeup:
+                    self._wakeup = False
+                    return {}
+                if self._closed:
+                    return {}
+                result = self._drain(n)
+                if result:
+                    # The buffer shrank: let the thread read ahead while the application is
+                    # away, if it stays away long enough for that to pay (in a tight poll loop
+                    # a wake-up per poll costs more than it saves; poll() reads itself).
+                    if self._thread_waiting and self._away_s > self._read_s:
+                        self._fetch_cv.notify()
+                    return result
+                now = time.monotonic()
+                if timeout is None:
+                    remaining = None
+                elif deadline is None:  # first pass: one read even with timeout=0
+                    deadline = now + timeout
+                    remaining = max(timeout, 1e-9)
+                else:
+                    remaining = deadline - now
+                    if remaining <= 0:
+                        return {}
+                due = None
+                if not self._busy:
+                    job, due = self._pick(now)
+                    if job is not None:
+                        lock.release()
+                        try:
+                            self._fetch(job)
+                        finally:
+                            lock.acquire()
+                        continue
+                if due is not None and (remaining is None or due < remaining):
+                    remaining = due
+                self._poll_waiters += 1
+                try:
+                    self._data_cv.wait(remaining)
+                finally:
+                    self._poll_waiters -= 1
+        finally:
+            self._returned_at = time.monotonic()
+            lock.release()
+
+    def _drain(self, n: int) -> Dict[TopicPartition, List[ConsumerRecord]]:
+        """Greedy round-robin (under the lock): start at the rotating partition, take as much
+        as possible from each until ``n`` are taken; the next poll starts after the partition
+        where this one stopped."""
+        order, parts = self._order, self._parts
+        size = len(order)
+        result = {}
+        if not size:
+            return result
+        start = self._poll_next
+        for k in range(size):
+            i = start + k
+            if i >= size:
+                i -= size
+            st = parts[order[i]]
+            if st.count and not st.paused:
+                records = st.take(n)
+                result[st.tp] = records
+                n -= len(records)
+                if not n:
+                    break
+        else:
+            i = start  # went all the way round (all drained): rotate the start by one
+        if result:
+            self._poll_next = i + 1 if i + 1 < size else 0
+        return result
+
+    # ------------------------------------------------------------------ fetching
+
+    def _run(self) -> None:
+        """The prefetch thread: heuristic 1 of seed 004."""
+        while True:
+            try:
+                job = self._next_job()
+                if job is None:
+                    return
+                self._fetch(job)
+            except Exception:  # a bug here must not kill consumption
+                log.exception("fetcher: unexpected error in the prefetch loop; backing off")
+                with self._lock:
+                    if self._closed:
+                        return
+                    self._fetch_cv.wait(ERROR_BACKOFF_S)
+
+    def _next_job(self):
+        """Wait until the read slot is free, fewer than max_poll_records records are retained
+        for unpaused partitions and some partition is due; None when closed."""
+        with self._lock:
+            while not self._closed:
+                wait = None
+                if not self._busy:
+                    retained = 0
+                    for st in self._parts.values():
+                        if not st.paused:
+                            retained += st.count
+                    if retained < self.max_poll_records:
+                        job, wait = self._pick(time.monotonic())
+                        if job is not None:
+                            return job
+                if self._order and (wait is None or wait > self._idle_wait):
+                    # Sleep at most fetch_max_wait_ms while partitions are assigned: poll() does
+                    # not wake us after its own reads, nor when it drains the buffer in a tight
+                    # poll loop (see poll), so we look for read-ahead work on our own.
+                    wait = self._idle_wait
+                self._thread_waiting = True
+                try:
+                    self._fetch_cv.wait(wait)
+                finally:
+                    self._thread_waiting = False
+            return None
+
+    def _pick(self, now: float):
+        """Under the lock, with the read slot free: the next due partition in rotating order,
+        as a job ``(state, epoch, offset)`` with the slot taken; or ``(None, seconds until an
+        idle partition is due, or None)``."""
+        order, parts = self._order, self._parts
+        size = len(order)
+        wait = None
+        start = self._fetch_next
+        for k in range(size):
+            i = start + k
+            if i >= size:
+                i -= size
+            st = parts[order[i]]
+            if st.paused or st.error is not None:
+                continue
+            if st.next_fetch <= now:
+                self._fetch_next = i + 1 if i + 1 < size else 0
+                self._busy = True
+                return (st, st.epoch, st.fetch_offset), None
+            delay = st.next_fetch - now
+            if wait is None or delay < wait:
+                wait = delay
+        return None, wait
+
+    def _current(self, st: _Partition, epoch: int) -> bool:
+        return self._parts.get(st.tp) is st and st.epoch == epoch
+
+    def _fetch(self, job) -> None:
+        """Read one chunk outside the lock (holding the read slot), then apply it under the
+        lock, or discard it if its partition was revoked, re-assigned or seeked meanwhile."""
+        st, epoch, offset = job
+        tp = st.tp
+        records = exc = None
+        started = time.monotonic()
+        try:
+            records = self._log.fetch(tp.topic, tp.partition, offset,
+                                      max_records=self._chunk, max_bytes=self._fetch_bytes)
+            if records and records[0].offset < offset:  # defensive: never an old record
+                records = [r for r in records if r.offset >= offset]
+        except Exception as e:
+            exc = e
+        except BaseException:
+            with self._lock:
+                self._release_slot()
+            raise
+        failed_for = None
+        with self._lock:
+            self._release_slot()
+            if not self._current(st, epoch) or st.fetch_offset != offset:
+                return
+            if exc is None:
+                st.failures = 0
+                if records:
+                    took = time.monotonic() - started
+                    self._read_s += (took - self._read_s) / 8  # moving average
+                    st.chunks.append(records)
+                    st.count += len(records)
+                    st.fetch_offset = last = records[-1].offset + 1
+                    if st.highwater is None or last > st.highwater:
+                        st.highwater = last
+                else:
+                    # Nothing new: offset == latest. Look again after fetch_max_wait_ms.
+                    st.highwater = offset
+                    st.next_fetch = time.monotonic() + self._idle_wait
+                return
+            if isinstance(exc, OffsetOutOfRange):
+                st.error = exc  # not fetched again until seek/assign
+                st.highwater = exc.latest
+            else:
+                st.failures += 1
+                failed_for = min(ERROR_BACKOFF_S * 2 ** (st.failures - 1), ERROR_BACKOFF_MAX_S)
+                st.next_fetch = time.monotonic() + failed_for
+        if failed_for is not None:
+            log.error("fetcher: fetch of %s at offset %d failed; retrying in %.1fs",
+                      tp, offset, failed_for, exc_info=exc)
+        else:
+            self._report(tp, exc)
+
+    def _release_slot(self) -> None:
+        # The prefetch thread is not woken here: after its own read it loops anyway, and after
+        # a poll()'s read that poll drains the result and wakes the thread when it returns.
+        # (Waking it for every read costs a GIL hand-off each time: ~10% of poll throughput.)
+        self._busy = False
+        if self._poll_waiters:
+            self._data_cv.notify_all()  # new data, or a poll may now read itself
+
+    def _report(self, tp: TopicPartition, exc: BaseException) -> None:
+        if self._on_error is None:
+            log.warning("fetcher: %s; not fetching %s until seek", exc, tp)
+            return
+        try:
+            self._on_error(tp, exc)
+        except Exception:
+            log.exception("fetcher: on_error callback failed for %s", tp)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise IllegalStateError("fetcher is closed")
+
+    def _state(self, tp: TopicPartition) -> _Partition:
+        st = self._parts.get(TopicPartition(*tp))
+        if st is None:
+            raise IllegalStateError(f"partition {TopicPartition(*tp)} is not assigned")
+        return st
