@@ -1,0 +1,1 @@
+"""The zkgroups command-line tools; :mod:`coordinator.cli.common` holds what they share."""

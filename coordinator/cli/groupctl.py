@@ -1,0 +1,206 @@
+"""``groupctl``: administer zkgroups from the shell.
+
+    groupctl topics create NAME [--partitions N] [--if-not-exists]
+    groupctl topics list
+    groupctl topics describe NAME
+    groupctl topics add-partitions NAME --to N
+    groupctl produce TOPIC [-f FILE] [--key K | --key-separator SEP] [--partition P]
+    groupctl produce TOPIC --generate N [--size B]
+
+Global options (``--zk``, ``--data-dir``, ``--zk-timeout``, ``-v``) come from
+:mod:`coordinator.cli.common`, as does the error handling: every failure is one line on
+stderr, ``error: ...``, exit status 1 (2 for usage errors).
+
+Adding commands: decorate a function with ``@main.command()`` (or ``@main.group()`` for a
+family like ``topics``) and take the shared context with ``@pass_cli``.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from itertools import islice
+from typing import BinaryIO, Iterator, Optional, Tuple
+
+import click
+
+from consumer.log import FSYNC_POLICIES
+from consumer.producer import Producer
+from coordinator.cli import groups
+from coordinator.cli.common import CliContext, CliGroup, CliUsageError, global_options, pass_cli, print_table
+from coordinator.errors import CorruptZnode, TopicExists
+
+#: --generate shows a progress bar when stderr is a terminal, or for at least this many records.
+PROGRESS_MIN_RECORDS = 1_000_000
+_CHUNK = 10_000  # records between progress updates
+
+
+@click.group(cls=CliGroup)
+@global_options
+def main() -> None:
+    """Administer zkgroups: topics and their data."""
+
+
+# ---------------------------------------------------------------- topics
+
+@main.group()
+def topics() -> None:
+    """Create, list, describe and grow topics."""
+
+
+@topics.command("create")
+@click.argument("name")
+@click.option("--partitions", "-p", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Number of partitions.")
+@click.option("--if-not-exists", is_flag=True, help="Succeed if the topic already exists.")
+@pass_cli
+def topics_create(cli: CliContext, name: str, partitions: int, if_not_exists: bool) -> None:
+    """Create topic NAME."""
+    try:
+        cli.topics.create(name, partitions)
+    except TopicExists:
+        if not if_not_exists:
+            raise
+        click.echo(f"topic {name} already exists with {cli.topics.partitions(name)} partitions")
+        return
+    click.echo(f"created topic {name} with {partitions} partition{'s' * (partitions != 1)}")
+
+
+@topics.command("list")
+@pass_cli
+def topics_list(cli: CliContext) -> None:
+    """List topics and their partition counts."""
+    registry = cli.topics
+    names = registry.list()
+    counts = registry.all_partitions()
+    rows = []
+    for name in names:
+        if name not in counts:  # unreadable: say why, keep listing the others
+            try:
+                registry.partitions(name)
+            except CorruptZnode as e:
+                click.echo(f"warning: {e}", err=True)
+        rows.append((name, counts.get(name, "?")))
+    if rows:
+        print_table(("TOPIC", "PARTITIONS"), rows)
+    else:
+        click.echo("no topics", err=True)
+
+
+@topics.command("describe")
+@click.argument("name")
+@pass_cli
+def topics_describe(cli: CliContext, name: str) -> None:
+    """Show each partition of NAME: offsets, record count and bytes on disk."""
+    partitions = cli.topics.partitions(name)
+    log = cli.log()
+    rows = []
+    for p in range(partitions):
+        earliest, latest = log.earliest_offset(name, p), log.latest_offset(name, p)
+        rows.append((p, earliest, latest, latest - earliest, log.size_bytes(name, p)))
+    click.echo(f"topic {name}: {partitions} partition{'s' * (partitions != 1)} (data in {cli.data_dir})")
+    print_table(("PARTITION", "EARLIEST", "LATEST", "RECORDS", "BYTES"), rows)
+
+
+@topics.command("add-partitions")
+@click.argument("name")
+@click.option("--to", "total", type=click.IntRange(min=1), required=True, metavar="N",
+              help="The new total number of partitions.")
+@pass_cli
+def topics_add_partitions(cli: CliContext, name: str, total: int) -> None:
+    """Grow topic NAME to N partitions (partitions are never removed)."""
+    before = cli.topics.partitions(name)
+    cli.topics.add_partitions(name, total)
+    if total == before:
+        click.echo(f"topic {name} already has {total} partitions")
+    else:
+        click.echo(f"topic {name} now has {total} partitions (was {before})")
+
+
+# ---------------------------------------------------------------- produce
+
+@main.command()
+@click.argument("topic")
+@click.option("-f", "--file", "source", type=click.File("rb"),
+              help="Read values from FILE, one per line (default: standard input).")
+@click.option("--key", help="Key of every record (UTF-8).")
+@click.option("--key-separator", metavar="SEP", help="Lines are KEY<SEP>VALUE.")
+@click.option("--partition", type=click.IntRange(min=0),
+              help="Write to this partition (default: by key, else round robin).")
+@click.option("--generate", type=click.IntRange(min=1), metavar="N",
+              help="Produce N generated records instead of reading lines.")
+@click.option("--size", type=click.IntRange(min=1), default=100, show_default=True, metavar="B",
+              help="Bytes per generated value (zero-padded sequence numbers).")
+@click.option("--fsync", type=click.Choice(FSYNC_POLICIES), default="interval", show_default=True,
+              help="When the log syncs to disk.")
+@pass_cli
+def produce(cli: CliContext, topic: str, source: Optional[BinaryIO], key: Optional[str],
+            key_separator: Optional[str], partition: Optional[int], generate: Optional[int],
+            size: int, fsync: str) -> None:
+    """Append records to TOPIC: lines of FILE or stdin, or --generate N of them.
+
+    Prints how many records were written and how fast.
+    """
+    if generate is not None and (source is not None or key_separator is not None):
+        raise CliUsageError("--generate cannot be combined with --file or --key-separator")
+    if key is not None and key_separator is not None:
+        raise CliUsageError("--key and --key-separator are mutually exclusive")
+    cli.topics.partitions(topic)  # fail fast on an unknown or unreadable topic, before reading input
+    fixed_key = key.encode() if key is not None else None
+    if generate is not None:
+        records = ((fixed_key, b"%0*d" % (size, i)) for i in range(generate))
+    else:
+        lines = _lines(source or sys.stdin.buffer)
+        records = _split_keys(lines, key_separator.encode()) if key_separator else \
+            ((fixed_key, line) for line in lines)
+
+    started = time.perf_counter()
+    with Producer(cli.zk, log=cli.log(fsync=fsync)) as producer:
+        if generate is not None and (sys.stderr.isatty() or generate >= PROGRESS_MIN_RECORDS):
+            count = _send_with_progress(producer, topic, partition, records, generate)
+        else:
+            count = _send(producer, topic, partition, records)
+    seconds = time.perf_counter() - started
+    rate = count / seconds if seconds > 0 else 0.0
+    click.echo(f"produced {count:,} records to {topic} in {seconds:.2f} s ({rate:,.0f} records/s)")
+
+
+def _lines(stream: BinaryIO) -> Iterator[bytes]:
+    for line in stream:
+        if line.endswith(b"\n"):
+            line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+        yield line
+
+
+def _split_keys(lines: Iterator[bytes], separator: bytes) -> Iterator[Tuple[bytes, bytes]]:
+    for number, line in enumerate(lines, 1):
+        key, found, value = line.partition(separator)
+        if not found:
+            raise click.ClickException(f"line {number} has no key separator {separator.decode()!r}")
+        yield key, value
+
+
+def _send(producer: Producer, topic: str, partition: Optional[int], records) -> int:
+    count = 0
+    send = producer.send
+    for key, value in records:
+        send(topic, value, key=key, partition=partition)
+        count += 1
+    return count
+
+
+def _send_with_progress(producer: Producer, topic: str, partition: Optional[int], records, total: int) -> int:
+    count = 0
+    with click.progressbar(length=total, label=f"producing to {topic}", file=sys.stderr) as bar:
+        while count < total:
+            sent = _send(producer, topic, partition, islice(records, _CHUNK))
+            if not sent:
+                break
+            count += sent
+            bar.update(sent)
+    return count
+
+
+groups.register(main)  # coordinator, groups ..., consume
+
+if __name__ == "__main__":
+    main(prog_name="groupctl")

@@ -1,0 +1,89 @@
+"""Helpers shared by the benchmarks (run them with ``bin/bench NAME``).
+
+This machine is shared and noisy: report every figure next to a baseline measured in the same
+run, as a ratio, and print results with :func:`print_table`.
+"""
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Optional
+
+from coordinator.zkclient import close_client, start_client
+from coordinator.zkserver import provide_zookeeper
+
+
+@contextlib.contextmanager
+def zookeeper(fsync: bool = True) -> Iterator[str]:
+    """A ZooKeeper for the run (``ZK_CONNECT``, a local server or a container): its connect string."""
+    with provide_zookeeper(tick_ms=200, fsync=fsync) as provided:
+        yield provided.connect
+
+
+@contextlib.contextmanager
+def zk_client(connect: str, session_timeout_ms: int = 6000):
+    """A started kazoo client, closed on exit."""
+    client = start_client(connect, session_timeout_ms=session_timeout_ms)
+    try:
+        yield client
+    finally:
+        close_client(client)
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str = "zkgroups-bench-", keep: Optional[str] = None) -> Iterator[str]:
+    """A temporary directory removed on exit (or ``keep``, used as is and kept)."""
+    if keep:
+        yield keep
+        return
+    path = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class Timer:
+    """``with Timer() as t: ...`` then ``t.seconds`` (monotonic, high resolution)."""
+
+    def __enter__(self) -> "Timer":
+        self.seconds = 0.0
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.seconds = time.perf_counter() - self._start
+
+    def rate(self, count: int) -> float:
+        return count / self.seconds if self.seconds > 0 else float("inf")
+
+
+@dataclass
+class Row:
+    name: str
+    value: float
+    unit: str
+    ratio: Optional[float] = None   # against the run's baseline
+    note: str = ""                  # e.g. the target
+
+
+def _number(value: float) -> str:
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:,.3g}"
+
+
+def print_table(rows: Iterable[Row], title: str = "") -> None:
+    """Print rows as an aligned table: name, value, unit, ratio, note."""
+    rows = list(rows)
+    cells = [("", "value", "unit", "ratio", "")] + [
+        (r.name, _number(r.value), r.unit, "" if r.ratio is None else f"{r.ratio:.2f}", r.note) for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(5)]
+    if title:
+        print(title)
+    for c in cells:
+        print(f"  {c[0]:<{widths[0]}}  {c[1]:>{widths[1]}}  {c[2]:<{widths[2]}}  "
+              f"{c[3]:>{widths[3]}}  {c[4]}".rstrip())

@@ -1,0 +1,364 @@
+"""Consumer groups on Spark (consumer.spark) and the example pipeline (bin/pipeline).
+
+One local[2,4] SparkSession for the whole module (two task slots; a failed task is retried
+up to 3 times). A coordinator runs in-process in every test; the log is written with
+``Log.append``.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from coordinator import protocol  # noqa: E402
+from coordinator.coordinator import Coordinator, CoordinatorConfig  # noqa: E402
+from coordinator.cli.pipeline import ParquetBatchWriter, run_pipeline  # noqa: E402
+from coordinator.topics import TopicRegistry  # noqa: E402
+from consumer.consumer import Consumer  # noqa: E402
+from consumer.log import Log  # noqa: E402
+from consumer.records import TopicPartition  # noqa: E402
+from consumer.spark import GroupJob, SparkJobError, check_spark_conf, local_session, read_committed  # noqa: E402
+from tests.helpers import wait_for  # noqa: E402
+
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
+
+WORKER_CONFIG = {"session_timeout_ms": 2000}
+KEYS = 7
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = local_session("local[2,4]", "zkgroups-tests", {"spark.task.maxFailures": "4"}, log_level="ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def coordinator(zk_connect):
+    node = Coordinator(zk_connect, "n1", CoordinatorConfig(session_timeout_ms=2000, rebalance_timeout_ms=10000,
+                                                           rebalance_backoff_ms=50)).start()
+    wait_for(lambda: node.is_leader, 10, message="coordinator leads")
+    yield node
+    node.close()
+
+
+def fill(zk, data_dir, topic, partitions, per_partition, chunk=1000):
+    """``per_partition`` records in each partition; key k<offset % KEYS>, value naming the record."""
+    TopicRegistry(zk).create(topic, partitions)
+    with Log(data_dir) as lg:
+        for p in range(partitions):
+            for base in range(0, per_partition, chunk):
+                lg.append(topic, p, [(f"k{o % KEYS}".encode(), f"{topic}-{p}-{o}".encode(), 1000 + o, ())
+                                     for o in range(base, min(per_partition, base + chunk))])
+
+
+class RangeRecorder:
+    """A picklable ``process``: appends each batch's ranges to <dir>/<consumer id>.txt."""
+
+    def __init__(self, directory, append_on_first=None):
+        self.dir = str(directory)
+        self.append_on_first = append_on_first  # (data_dir, topic, partition, n): grow the log mid-job
+
+    def __call__(self, batch):
+        if self.append_on_first and batch.worker.batches == 0 and batch.worker.index == 0:
+            data_dir, topic, partition, n = self.append_on_first
+            with Log(data_dir) as lg:
+                lg.append(topic, partition, [(None, b"late", 0, ())] * n)
+        # Each record's own offset, so a test can tell a contiguous run from a claimed one.
+        with open(os.path.join(self.dir, f"{batch.worker.consumer_id}.txt"), "a") as f:
+            for tp, recs in batch.records.items():
+                assert [r.offset for r in recs] == list(range(recs[0].offset, recs[-1].offset + 1))
+                f.write(f"{tp.topic} {tp.partition} {recs[0].offset} {recs[-1].offset + 1}\n")
+
+
+def seen(directory):
+    """Counter of (topic, partition, offset) processed, from RangeRecorder files."""
+    out = Counter()
+    for path in glob.glob(os.path.join(str(directory), "*.txt")):
+        with open(path) as f:
+            for line in f:
+                t, p, a, b = line.split()
+                out.update((t, int(p), o) for o in range(int(a), int(b)))
+    return out
+
+
+def read_output(records_dir):
+    """Counter of (topic, partition, offset) in the pipeline's Parquet files, plus keys."""
+    import pyarrow.parquet as pq
+
+    offsets, keys = Counter(), Counter()
+    for path in glob.glob(os.path.join(records_dir, "*", "*.parquet")):
+        table = pq.read_table(path).to_pydict()
+        for t, p, o, k, v in zip(table["topic"], table["partition"], table["offset"], table["key"], table["value"]):
+            assert v == f"{t}-{p}-{o}".encode()
+            offsets[(t, p, o)] += 1
+            keys[k] += 1
+    return offsets, keys
+
+
+def expected(topic, partitions, per_partition):
+    return {(topic, p, o) for p in range(partitions) for o in range(per_partition)}
+
+
+def members(zk, group):
+    try:
+        return zk.get_children(protocol.ids_path(group))
+    except Exception:
+        return []
+
+
+# ---------------------------------------------------------------- drain
+
+def test_drain_processes_every_record_once_and_ends(spark, zk, zk_connect, coordinator, data_dir, tmp_path):
+    fill(zk, data_dir, "t", 4, 3000)
+    out = tmp_path / "seen"
+    out.mkdir()
+    # Worker 0 appends 500 records to t-0 in its first batch: after the snapshot, not drained.
+    job = GroupJob(spark, "g", ["t"], RangeRecorder(out, (data_dir, "t", 0, 500)), zk=zk_connect, data_dir=data_dir,
+                   workers=2, mode="drain", consumer_config={**WORKER_CONFIG, "max_poll_records": 700})
+    summary = job.run()
+    got = seen(out)
+    assert set(got) == expected("t", 4, 3000)
+    assert max(got.values()) == 1
+    assert summary.records == 12000 and summary.complete
+    assert summary.end_offsets == {f"t-{p}": 3000 for p in range(4)}
+    assert summary.committed == {f"t-{p}": 3000 for p in range(4)}  # not 3500: the snapshot bounds the drain
+    assert sorted(w.index for w in summary.workers) == [0, 1]
+    assert all(w.stop_reason == "drained" and w.attempt == 0 for w in summary.workers)
+    assert {p for w in summary.workers for p in w.partitions} == {f"t-{p}" for p in range(4)}
+    assert summary.time_to_first_record_s is not None and summary.task_failures == 0
+    assert members(zk, "g") == []  # every worker left the group
+    assert "drained: yes" in summary.table()
+    # A second drain of the same group with nothing new finds nothing to do and ends.
+    again = GroupJob(spark, "g", ["t"], RangeRecorder(out), zk=zk_connect, data_dir=data_dir, workers=2,
+                     mode="drain").run()
+    assert again.records == 500 and again.complete  # the 500 late records, now inside the snapshot
+
+
+# ---------------------------------------------------------------- failures: exactly-once output
+
+class FailOnce:
+    """after_write hook: on the first attempt of task 0, fail right after its second batch's
+    files are in place and before its offsets are committed."""
+
+    def __init__(self, how):
+        self.how = how
+
+    def __call__(self, batch):
+        ctx = batch.worker
+        if ctx.index == 0 and ctx.attempt == 0 and ctx.batches == 1:
+            if self.how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise RuntimeError("injected failure after writing a batch")
+
+
+@pytest.mark.parametrize("how", ["raise", "kill"])
+def test_failed_worker_is_retried_and_output_is_exactly_once(spark, zk, zk_connect, coordinator, data_dir, tmp_path,
+                                                             how):
+    fill(zk, data_dir, "t", 4, 4000)
+    out = tmp_path / "out"
+    result = run_pipeline(spark, zk=zk_connect, data_dir=data_dir, group="g", topic="t", out=str(out), workers=2,
+                          mode="drain", batch_size=1000, consumer_config=WORKER_CONFIG, after_write=FailOnce(how),
+                          fsync=False)
+    summary = result.summary
+    assert summary.task_failures >= 1
+    assert any(w.index == 0 and w.attempt >= 1 for w in summary.workers)  # Spark retried task 0
+    assert summary.complete
+    # (summaries come from successful attempts only: what the failed one committed is not in them)
+    offsets, keys = read_output(str(out / "records"))
+    assert set(offsets) == expected("t", 4, 4000)
+    assert max(offsets.values()) == 1  # ... but written exactly once
+    assert result.output.overlaps == 0 and result.output.records == 16000
+    assert result.output.counted == 16000 and result.output.distinct_keys == KEYS
+    assert not glob.glob(str(out / "records" / "*" / ".*.tmp"))
+    # The per-key counts written by Spark are exact.
+    import pyarrow.parquet as pq
+    counts = pq.read_table(result.output.counts_dir).to_pydict()
+    assert dict(zip(counts["key"], counts["count"])) == dict(keys)
+    assert sum(keys.values()) == 16000 and len(keys) == KEYS
+
+
+def test_redone_batch_is_cut_where_the_existing_file_ends(tmp_path):
+    writer = ParquetBatchWriter(str(tmp_path / "records"), fsync=False)
+    tp = TopicPartition("t", 3)
+    os.makedirs(writer.partition_dir(tp))
+    open(writer.path(tp, 2000, 2437), "wb").close()  # e.g. a partial batch flushed when a stream stopped
+    assert writer.existing_end(tp, 2000) == 2437
+    assert writer.existing_end(tp, 2437) is None
+    assert writer.existing_end(TopicPartition("t", 4), 0) is None
+
+
+# ---------------------------------------------------------------- stream
+
+def test_stream_stops_on_time_and_commits_what_it_processed(spark, zk, zk_connect, coordinator, data_dir, tmp_path):
+    fill(zk, data_dir, "s", 2, 1000)
+    out = tmp_path / "seen"
+    out.mkdir()
+    stop = threading.Event()
+
+    def produce():
+        with Log(data_dir) as lg:
+            while not stop.wait(0.05):
+                for p in range(2):
+                    lg.append("s", p, [(b"k", b"v", 0, ())] * 50)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    started = time.monotonic()
+    try:
+        summary = GroupJob(spark, "gs", ["s"], RangeRecorder(out), zk=zk_connect, data_dir=data_dir, workers=2,
+                           mode="stream", duration_s=4, align=300, consumer_config=WORKER_CONFIG).run()
+    finally:
+        stop.set()
+        producer.join()
+    elapsed = time.monotonic() - started
+    assert 4 <= elapsed < 4 + 6, elapsed
+    assert all(w.stop_reason == "deadline" for w in summary.workers)
+    assert all(w.duration_s <= 4 + 1 for w in summary.workers)
+    got = seen(out)
+    assert max(got.values()) == 1
+    # Processed exactly up to the committed offsets (the partial aligned batches were flushed
+    # on stop), and new records kept coming in while it ran.
+    for p in range(2):
+        committed = summary.committed[f"s-{p}"]
+        assert {o for (t, q, o) in got if q == p} == set(range(committed))
+        assert committed > 1000
+    assert members(zk, "gs") == []
+
+
+def test_stream_stops_on_request_and_on_stop_file(spark, zk, zk_connect, coordinator, data_dir, tmp_path):
+    fill(zk, data_dir, "s", 2, 500)
+    out = tmp_path / "seen"
+    out.mkdir()
+    job = GroupJob(spark, "gr", ["s"], RangeRecorder(out), zk=zk_connect, data_dir=data_dir, workers=2,
+                   mode="stream", duration_s=60, consumer_config=WORKER_CONFIG)
+    result = {}
+    runner = threading.Thread(target=lambda: result.update(summary=job.run()), daemon=True)
+    runner.start()
+    wait_for(lambda: sum(seen(out).values()) == 1000, 30, message="all records processed")
+    asked = time.monotonic()
+    job.request_stop()
+    runner.join(20)
+    assert not runner.is_alive() and time.monotonic() - asked < 5
+    assert all(w.stop_reason == "stopped" for w in result["summary"].workers)
+
+    stop_file = tmp_path / "STOP"
+    job = GroupJob(spark, "gr", ["s"], RangeRecorder(out), zk=zk_connect, data_dir=data_dir, workers=1,
+                   mode="stream", duration_s=60, stop_file=str(stop_file), consumer_config=WORKER_CONFIG)
+    runner = threading.Thread(target=lambda: result.update(summary=job.run()), daemon=True)
+    runner.start()
+    wait_for(lambda: members(zk, "gr"), 30, message="worker joined")
+    stop_file.write_text("")
+    runner.join(20)
+    assert not runner.is_alive()
+    assert [w.stop_reason for w in result["summary"].workers] == ["stopped"]
+    assert result["summary"].records == 0  # the group had committed everything already
+
+
+# ---------------------------------------------------------------- mixed group
+
+def test_spark_workers_and_a_plain_consumer_share_a_group(spark, zk, zk_connect, coordinator, data_dir, tmp_path):
+    fill(zk, data_dir, "m", 4, 4000)
+    out = tmp_path / "seen"
+    out.mkdir()
+    plain_seen, plain_partitions = Counter(), set()
+    done = threading.Event()
+    ready = threading.Event()
+
+    def plain():
+        with Consumer("gm", ["m"], zk=zk_connect, data_dir=data_dir, enable_auto_commit=False,
+                      auto_offset_reset="earliest", max_poll_records=50, session_timeout_ms=2000) as c:
+            while not done.is_set():
+                records = c.poll(100)
+                for tp, recs in records.items():
+                    plain_partitions.add(tp.partition)
+                    plain_seen.update(("m", tp.partition, r.offset) for r in recs)
+                if records:
+                    ready.set()
+                    c.commit()
+                    time.sleep(0.02)  # a slow consumer: it still holds partitions when Spark joins
+
+    thread = threading.Thread(target=plain, daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(20), "the plain consumer got nothing"
+        summary = GroupJob(spark, "gm", ["m"], RangeRecorder(out), zk=zk_connect, data_dir=data_dir, workers=2,
+                           mode="drain", consumer_config=WORKER_CONFIG).run()
+    finally:
+        done.set()
+        thread.join(20)
+    spark_seen = seen(out)
+    assert summary.complete
+    assert not set(spark_seen) & set(plain_seen)  # no record was processed by both
+    assert max((spark_seen + plain_seen).values()) == 1
+    assert set(spark_seen) | set(plain_seen) == expected("m", 4, 4000)
+    assert spark_seen and plain_seen
+    assert {p for w in summary.workers for p in w.partitions}  # the workers owned partitions
+    committed = read_committed(zk, "gm", [TopicPartition("m", p) for p in range(4)])
+    assert set(committed.values()) == {4000}
+
+
+# ---------------------------------------------------------------- guards and the CLI
+
+def test_speculation_is_refused(zk, zk_connect, coordinator, data_dir, subprocess_env, tmp_path):
+    from pyspark import SparkConf
+
+    with pytest.raises(SparkJobError, match="spark.speculation is true"):
+        check_spark_conf(SparkConf(loadDefaults=False).set("spark.speculation", "true"))
+    check_spark_conf(SparkConf(loadDefaults=False).set("spark.speculation", "false"))
+
+    class SpeculatingContext:  # what GroupJob.run reads first
+        defaultParallelism = 2
+
+        def getConf(self):
+            return {"spark.speculation": "TRUE"}
+
+    fill(zk, data_dir, "t", 1, 10)
+    job = GroupJob(SpeculatingContext(), "g", ["t"], print, zk=zk_connect, data_dir=data_dir)
+    with pytest.raises(SparkJobError) as e:
+        job.run()
+    assert "\n" not in str(e.value)
+    assert members(zk, "g") == []
+
+    proc = subprocess.run([sys.executable, "-m", "coordinator.cli.pipeline", "--zk", zk_connect, "--data-dir", data_dir,
+                           "--topic", "t", "--out", str(tmp_path / "out"), "--conf", "spark.speculation=true"],
+                          env=subprocess_env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "error: spark.speculation is true: a speculative copy of a worker task would join the group as an extra "
+        "member; set spark.speculation=false"]
+
+
+def test_cli_errors_are_one_line(zk, zk_connect, coordinator, data_dir, subprocess_env, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "coordinator.cli.pipeline", "--zk", zk_connect, "--data-dir", data_dir,
+                           "--topic", "nope", "--out", str(tmp_path / "out")],
+                          env=subprocess_env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "error: topic 'nope' does not exist"
+
+
+def test_cli_drain_writes_records_and_counts(zk, zk_connect, coordinator, data_dir, subprocess_env, tmp_path):
+    fill(zk, data_dir, "c", 3, 2500)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "coordinator.cli.pipeline", "--zk", zk_connect, "--data-dir", data_dir,
+                           "--group", "cli", "--topic", "c", "--out", str(out), "--workers", "2", "--batch-size", "1000",
+                           "--json"],
+                          env=subprocess_env, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["summary"]["complete"] and report["summary"]["records"] == 7500
+    assert report["output"]["counted"] == 7500 and report["output"]["overlaps"] == 0
+    assert report["output"]["files"] == 9  # 3 partitions x [0,1000) [1000,2000) [2000,2500)
+    offsets, keys = read_output(str(out / "records"))
+    assert set(offsets) == expected("c", 3, 2500) and max(offsets.values()) == 1
+    assert proc.stderr == ""  # Spark's own log went to <out>/_spark.log
