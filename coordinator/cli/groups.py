@@ -11,7 +11,9 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import signal
 import sys
+import threading
 import time
 from typing import Dict, List, Optional
 
@@ -220,9 +222,12 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
     count, out = 0, sys.stdout
     settings.setdefault("connect_timeout_s", cli.zk_timeout)
     # Its own ZooKeeper session, so that --session-timeout-ms applies to this member.
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # leave the group cleanly: commit, release, deregister
+        signal.signal(sig, lambda *_: stopping.set())
     with Consumer(group, list(topics) or None, pattern, zk=cli.zk_connect, data_dir=cli.data_dir, **settings) as c:
         last = time.monotonic()
-        while max_records is None or count < max_records:
+        while (max_records is None or count < max_records) and not stopping.is_set():
             batch = c.poll(timeout_ms=200, max_records=None if max_records is None else max_records - count)
             if not batch:
                 if idle_exit and time.monotonic() - last > idle_exit:
