@@ -25,7 +25,7 @@ from coordinator import protocol
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 from consumer.member import GroupMember, MemberListener
-from coordinator.zkserver import provide_zookeeper
+from tests.benchmarks.common import Row, print_table, zookeeper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -33,13 +33,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def percentile(values, q):
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
-
-
-def print_table(header, rows):
-    cells = [header] + [[f"{c:.1f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    for r in cells:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
 
 
 def coordinatord(connect: str, name: str, session_ms: int) -> subprocess.Popen:
@@ -212,27 +205,26 @@ def main():
     ap.add_argument("--session-ms", type=int, default=2000)
     args = ap.parse_args()
     rows = []
-    with provide_zookeeper(fsync=True) as zk:
+    with zookeeper(fsync=True) as connect:
         for size in args.sizes.split(","):
             n, p = map(int, size.split("x"))
-            chroot = f"{zk.connect}/bench-{n}x{p}"
+            chroot = f"{connect}/bench-{n}x{p}"
             node = coordinatord(chroot, "b1", 6000)
             try:
                 joins, leaves = bench_zkgroups(chroot, n, p, args.reps)
             finally:
                 node.terminate()
                 node.wait()
-            sj, sl = bench_set_partitioner(f"{zk.connect}/sp-{n}x{p}", n, p, args.reps, args.boundary)
+            sj, sl = bench_set_partitioner(f"{connect}/sp-{n}x{p}", n, p, args.reps, args.boundary)
             for what, ours, theirs in (("join", joins, sj), ("leave", leaves, sl)):
-                rows.append((f"N={n} P={p} {what} p50", percentile(ours, 50), "ms",
-                             f"{percentile(theirs, 50):.1f} ms", f"{percentile(theirs, 50) / percentile(ours, 50):.1f}x"))
-                rows.append((f"N={n} P={p} {what} p99", percentile(ours, 99), "ms",
-                             f"{percentile(theirs, 99):.1f} ms", f"{percentile(theirs, 99) / percentile(ours, 99):.1f}x"))
-        took = bench_failover(f"{zk.connect}/failover", args.groups, args.session_ms)
-        rows.append((f"leader SIGKILL, {args.groups} groups: verified after", took, "ms",
-                     f"session {args.session_ms} ms", f"+{took - args.session_ms:.0f} ms beyond"))
-    print_table(["measure", "zkgroups", "unit", f"SetPartitioner (tb={args.boundary}s)", "speedup"], rows)
-
+                for q in (50, 99):
+                    mine, base = percentile(ours, q), percentile(theirs, q)
+                    rows.append(Row(f"N={n} P={p} {what} p{q}", mine, "ms", base / mine,
+                                    f"SetPartitioner {base:.0f} ms (time_boundary {args.boundary}s)"))
+        took = bench_failover(f"{connect}/failover", args.groups, args.session_ms)
+        rows.append(Row(f"leader SIGKILL, {args.groups} groups verified", took - args.session_ms, "ms",
+                        note=f"beyond the {args.session_ms} ms session timeout"))
+    print_table(rows, "rebalance latency (ratio = SetPartitioner / zkgroups: how many times faster)")
 
 if __name__ == "__main__":
     main()
