@@ -19,6 +19,7 @@ last successful commit of a partition that then moved to another member.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -98,14 +99,17 @@ class Consumer:
 
     ``topics`` is a list of topic names or ``{topic: streams}``; ``pattern`` a regex of
     topics to follow (``exclude=True`` for a black list). ``zk`` is a connect string or a
-    started kazoo client (shared, not closed by us). ``consumer_id`` overrides the generated
+    started kazoo client (shared, not closed by us); ``zk`` and ``data_dir`` default to the
+    environment (``ZK_CONNECT``, ``ZKGROUPS_DATA_DIR``) as for the CLIs. ``consumer_id`` overrides the generated
     ``<group>_<host>-<ms>-<8 hex>`` (it must be unique in the group and a valid znode name).
     """
 
     def __init__(self, group_id: str, topics=None, pattern: Optional[str] = None, *, exclude: bool = False,
-                 zk=DEFAULT_CONNECT, data_dir: str = "./data", listener: Optional[ConsumerRebalanceListener] = None,
+                 zk=None, data_dir: Optional[str] = None, listener: Optional[ConsumerRebalanceListener] = None,
                  consumer_id: Optional[str] = None, log_options: Optional[dict] = None, **config):
         self.config = cfg.build(ConsumerConfig, config, "consumer config")
+        zk = zk or os.environ.get("ZK_CONNECT", DEFAULT_CONNECT)
+        data_dir = data_dir or os.environ.get("ZKGROUPS_DATA_DIR", "./data")
         if (topics is None) == (pattern is None):
             raise InvalidConfig("give either topics or pattern")
         if pattern is not None:
@@ -144,6 +148,17 @@ class Consumer:
         self.member.start()
         self._watchdog = threading.Thread(target=self._watch_poll_interval, name="poll-watchdog", daemon=True)
         self._watchdog.start()
+
+    @classmethod
+    def from_config(cls, path: str, group_id: str, topics=None, pattern: Optional[str] = None,
+                    **overrides) -> "Consumer":
+        """A consumer configured by a TOML file: ``zk``, ``data_dir`` and any config key, at the
+        top level or in a ``[consumer]`` table; keyword arguments win over the file."""
+        values = cfg.load_toml(path)
+        values = dict(values.get("consumer", values))
+        values.update(overrides)
+        zk, data_dir = values.pop("zk", None), values.pop("data_dir", values.pop("data-dir", None))
+        return cls(group_id, topics, pattern, zk=zk, data_dir=data_dir, **values)
 
     # ------------------------------------------------------------ identity
 

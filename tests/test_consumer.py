@@ -233,3 +233,21 @@ def test_close_commits_and_leaves(cluster, zk, data_dir, make_consumer):
     assert [zk.get(protocol.offsets_path("g", "t", p))[0] for p in range(2)] == [b"30", b"30"]
     assert not zk.get_children(protocol.owners_path("g", "t"))
     wait_for(lambda: read_state(zk, "g").state == protocol.EMPTY, message="group empty")
+
+
+def test_config_from_toml_and_environment(cluster, zk, zk_connect, data_dir, tmp_path, monkeypatch):
+    cluster.node("n")
+    fill(zk, data_dir, "t", 1, 10)
+    path = tmp_path / "consumer.toml"
+    path.write_text(f'[consumer]\nzk = "{zk_connect}"\ndata_dir = "{data_dir}"\nauto_offset_reset = "earliest"\n'
+                    "max_poll_records = 3\n")
+    with Consumer.from_config(str(path), "g", ["t"]) as c:
+        got = consume_until(c, 3)
+        assert len(got) == 3
+    monkeypatch.setenv("ZK_CONNECT", zk_connect)
+    monkeypatch.setenv("ZKGROUPS_DATA_DIR", data_dir)
+    with Consumer("g2", ["t"], auto_offset_reset="earliest") as c:
+        assert len(consume_until(c, 10)) == 10
+    path.write_text("[consumer]\nmax_poll_recs = 3\n")
+    with pytest.raises(InvalidConfig, match="max_poll_recs"):
+        Consumer.from_config(str(path), "g", ["t"])
