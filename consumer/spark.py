@@ -393,14 +393,17 @@ class GroupJob:
                 consumer_config=self.consumer_config, log_options=self.log_options)
             job_group = f"zkgroups-{self.group_id}-{run_id}"
             sc.setJobGroup(job_group, f"zkgroups group {self.group_id} ({self.mode}, {self.workers} workers)")
+            error = None
             try:
                 rows = sc.parallelize(range(self.workers), self.workers).mapPartitions(_task(spec)).collect()
             except Exception as e:
-                raise SparkJobError(f"the Spark job failed: {_one_line(e)}") from None
+                error = _one_line(e)
             finally:
                 failures = _task_failures(sc, job_group)
                 sc.setLocalProperty("spark.jobGroup.id", None)  # do not tag later jobs of this thread
                 sc.setLocalProperty("spark.job.description", None)
+            if error is not None:
+                raise SparkJobError(f"the Spark job failed after {failures} failed task attempts: {error}")
             duration = time.time() - started
             committed = read_committed(client, self.group_id, partitions)
             return JobSummary(
@@ -438,23 +441,23 @@ def _task_failures(sc, job_group: str) -> int:
 
 
 def _one_line(e: BaseException) -> str:
-    """A one-line account of a failed Spark job (no Java or Python stack)."""
-    text = str(e)
-    java = getattr(e, "java_exception", None)
+    """A one-line account of a failed Spark job: the last Python exception line of the last
+    failed task if there is one, else the first line of the message (no stacks)."""
+    texts = [str(e)]
+    java = getattr(e, "java_exception", None) or getattr(e, "_origin", None)
     if java is not None:
         try:
-            text = str(java.getMessage())
+            texts.append(str(java.getMessage()))
         except Exception:
             pass
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    head = lines[0] if lines else type(e).__name__
-    head = re.sub(r"^Job aborted due to stage failure:\s*", "", head)
-    head = head.split(", most recent failure")[0]
-    # The Python exception line of the last failure: "SomeError: message" before the Java frames.
+    lines = [ln.strip() for text in texts for ln in text.splitlines() if ln.strip()]
     cause = next((ln for ln in reversed(lines)
                   if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b(:|$)", ln)
-                  and not ln.startswith(("org.", "java.", "py4j."))), None)
-    return f"{head}; last error: {cause}" if cause else head
+                  and not ln.startswith(("org.", "java.", "py4j.", "scala."))), None)
+    if cause:
+        return cause
+    head = lines[0] if lines else type(e).__name__
+    return re.sub(r"^\[[A-Z_]+\]\s*", "", head)
 
 
 # ---------------------------------------------------------------- the worker (executor side)

@@ -223,6 +223,8 @@ class Coordinator:
             return
         epoch = self._bump_epoch()
         term = self._term = Leadership(epoch)
+        if self._closing.is_set():  # close() ran while we were being elected and saw no term to end
+            term.end("shutting down")
         since = protocol.now_ms()
         info = protocol.LeaderInfo(self.node_id, self.host, os.getpid(), epoch, since)
         self._publish_leader(info)

@@ -43,20 +43,25 @@ class Snapshot:
     state_version: Optional[int]       # None: no state znode yet
 
 
-def read_snapshot(client, group: str, topics: Dict[str, int]) -> Snapshot:
-    """Members (registrations decoded, bad ones rejected) and the group's last state."""
+def read_snapshot(client, group: str, topics: Dict[str, int], known: Optional[Dict[str, Registration]] = None) -> Snapshot:
+    """Members (registrations decoded, bad ones rejected) and the group's last state.
+
+    ``known`` caches registrations by consumer id (a member never rewrites its registration,
+    a re-registration after a session loss carries the same data), so a rebalance reads only
+    the registrations of members it has not seen yet."""
+    known = {} if known is None else known
+    state_async = client.get_async(protocol.state_path(group))
     try:
         ids = client.get_children(protocol.ids_path(group))
     except NoNodeError:
         ids = []
-    pending = [(cid, client.get_async(protocol.ids_path(group, cid))) for cid in ids]
-    state_async = client.get_async(protocol.state_path(group))
-    members, rejected = {}, {}
+    members, rejected = {cid: known[cid] for cid in ids if cid in known}, {}
+    pending = [(cid, client.get_async(protocol.ids_path(group, cid))) for cid in ids if cid not in known]
     for cid, a in pending:
         path = protocol.ids_path(group, cid)
         try:
             raw, _ = a.get()
-            members[cid] = Registration.decode(raw, path)
+            members[cid] = known[cid] = Registration.decode(raw, path)
         except NoNodeError:
             continue  # left while we read
         except CorruptZnode as e:
@@ -103,13 +108,13 @@ class Plan:
     assignment: Ownership
     error: str = ""
 
-    def share(self, consumer_id: str) -> Ownership:
-        mine = {}
+    def shares(self) -> Dict[str, Ownership]:
+        """Each member's part of the assignment (one pass over it)."""
+        out: Dict[str, Ownership] = {cid: {} for cid in self.members}
         for topic, parts in self.assignment.items():
-            owned = {p: s for p, s in parts.items() if protocol.consumer_of_stream(s) == consumer_id}
-            if owned:
-                mine[topic] = owned
-        return mine
+            for p, stream in parts.items():
+                out.setdefault(protocol.consumer_of_stream(stream), {}).setdefault(topic, {})[p] = stream
+        return out
 
 
 def compute_plan(snapshot: Snapshot, excluded=()) -> Plan:
@@ -195,11 +200,12 @@ def write_commands(client, epoch: int, snapshot: Snapshot, plan: Plan, generatio
     for path in stale:
         t.delete(path)
     order = sorted(plan.members)
+    shares = plan.shares()
     for cid in order:
         prefix = protocol.command_prefix(group, cid)
         t.create(prefix, protocol.Command(protocol.STOP_FETCHER, generation, epoch, consumer_id=cid).encode(),
                  sequence=True)
-        t.create(prefix, protocol.Command(protocol.START_FETCHER, generation, epoch, plan.share(cid),
+        t.create(prefix, protocol.Command(protocol.START_FETCHER, generation, epoch, shares[cid],
                                           consumer_id=cid).encode(), sequence=True)
     results = fenced_commit(t, epoch)
     first = 2 + len(stale)
@@ -301,6 +307,7 @@ class GroupRebalancer:
 
     def __init__(self, client, epoch: int, settings: RebalanceSettings, abort: Callable[[], bool]):
         self.client, self.epoch, self.settings, self.abort = client, epoch, settings, abort
+        self.registrations: Dict[str, Dict[str, Registration]] = {}  # group -> consumer id -> registration
 
     def run(self, group: str, topics: Dict[str, int], observe=None) -> Outcome:
         """Rebalance ``group`` if needed. ``observe(group, registrations)`` sees every snapshot."""
@@ -308,7 +315,10 @@ class GroupRebalancer:
         excluded: Set[str] = set()
         attempts = self.settings.max_rebalance_retries + 1
         for attempt in range(attempts):
-            snapshot = read_snapshot(self.client, group, topics)
+            known = self.registrations.setdefault(group, {})
+            snapshot = read_snapshot(self.client, group, topics, known)
+            for gone in set(known) - set(snapshot.members):
+                del known[gone]
             if observe:
                 observe(group, snapshot.members.values())
             for cid, why in snapshot.rejected.items():

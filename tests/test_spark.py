@@ -45,7 +45,7 @@ def spark():
 
 @pytest.fixture
 def coordinator(zk_connect):
-    node = Coordinator(zk_connect, "n1", CoordinatorConfig(session_timeout_ms=2000, rebalance_timeout_ms=10000,
+    node = Coordinator(zk_connect, "n1", CoordinatorConfig(session_timeout_ms=2000, rebalance_timeout_ms=3000,
                                                            rebalance_backoff_ms=50)).start()
     wait_for(lambda: node.is_leader, 10, message="coordinator leads")
     yield node
@@ -192,6 +192,24 @@ def test_failed_worker_is_retried_and_output_is_exactly_once(spark, zk, zk_conne
     counts = pq.read_table(result.output.counts_dir).to_pydict()
     assert dict(zip(counts["key"], counts["count"])) == dict(keys)
     assert sum(keys.values()) == 16000 and len(keys) == KEYS
+
+
+def always_fail(batch):
+    raise ValueError(f"bad record at {batch!r}")
+
+
+def test_a_job_that_keeps_failing_reports_one_line(spark, zk, zk_connect, coordinator, data_dir):
+    fill(zk, data_dir, "t", 1, 100)
+    job = GroupJob(spark, "gf", ["t"], always_fail, zk=zk_connect, data_dir=data_dir, workers=1,
+                   consumer_config=WORKER_CONFIG)
+    with pytest.raises(SparkJobError) as e:
+        job.run()
+    message = str(e.value)
+    assert "\n" not in message
+    assert message == ("the Spark job failed after 4 failed task attempts: "
+                       "ValueError: bad record at Batch(t-0[0:100))")
+    assert read_committed(zk, "gf", [TopicPartition("t", 0)]) == {TopicPartition("t", 0): None}
+    wait_for(lambda: members(zk, "gf") == [], 10, message="failed attempts left the group")
 
 
 def test_redone_batch_is_cut_where_the_existing_file_ends(tmp_path):
