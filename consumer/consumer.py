@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -142,6 +143,7 @@ class Consumer:
         self._wakeup = False
         self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000.0
         self._async_commits = ThreadPoolExecutor(1, thread_name_prefix="commit-async")
+        self._streams: Optional[Streams] = None
         self.fetcher.start()
         self.member = GroupMember(self.client, group_id, subscription, kind, self.config.assignment_strategy,
                                   self.config.client_id, _Bridge(self), consumer_id)
@@ -211,6 +213,18 @@ class Consumer:
         self._wakeup = True
         self.fetcher.wakeup()
 
+    def streams(self) -> List["Stream"]:
+        """For a ``{topic: n}`` subscription: n iterators, each over the partitions assigned to
+        its stream id (``<consumer-id>-<i>``), for n threads to consume (the legacy high-level
+        consumer's model). A background thread polls for them, so do not call ``poll()`` too.
+
+        A record counts as consumed once its stream hands it out: ``commit()`` and auto-commit
+        commit those positions, so a record is redelivered after a rebalance only if its
+        stream's thread had not asked for the next one yet (at-least-once)."""
+        if self._streams is None:
+            self._streams = Streams(self, max(self._subscription.values()))
+        return self._streams.iterators
+
     # ------------------------------------------------------------ callbacks on the poll thread
 
     def _run_callbacks(self) -> None:
@@ -243,6 +257,10 @@ class Consumer:
             r.done.set()
 
     def _positions_of(self, partitions) -> Dict[TopicPartition, int]:
+        """What a commit of ``partitions`` means: the positions of returned records, or in
+        streams mode the positions of records the streams handed out."""
+        if self._streams is not None:
+            return self._streams.consumed(partitions)
         out = {}
         for tp in partitions:
             try:
@@ -439,6 +457,8 @@ class Consumer:
         if self._closed:
             return
         self._closing = True
+        if self._streams is not None:
+            self._streams.stop()
         try:
             owned = set(self.member.owned())
             if owned:
@@ -481,3 +501,93 @@ class _Bridge(MemberListener):
 
     def lost(self, partitions):
         self.consumer._lost(partitions)
+
+
+class Streams:
+    """The dispatcher behind :meth:`Consumer.streams`: polls and hands batches to per-stream
+    queues. A stream whose queue is full has its partitions paused, so polling (and with it
+    liveness and rebalancing) never waits for a slow stream."""
+
+    QUEUE_BATCHES = 4
+
+    def __init__(self, consumer: Consumer, count: int):
+        self.consumer = consumer
+        self.queues = [queue.Queue() for _ in range(count)]
+        self.iterators = [Stream(self, i) for i in range(count)]
+        self._consumed: Dict[TopicPartition, int] = {}
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._throttled: Set[TopicPartition] = set()
+        self._thread = threading.Thread(target=self._run, name="streams", daemon=True)
+        self._thread.start()
+
+    def consumed(self, partitions) -> Dict[TopicPartition, int]:
+        with self._lock:
+            return {tp: self._consumed[tp] for tp in partitions if tp in self._consumed}
+
+    def handed_out(self, tp: TopicPartition, offset: int) -> bool:
+        """Record that a stream returns this record; False if the partition is gone."""
+        if tp not in self.consumer.member.owned():
+            return False
+        with self._lock:
+            self._consumed[tp] = offset + 1
+        return True
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=10)
+        for q in self.queues:
+            q.put(None)  # wake the iterators: the consumer is closing
+
+    def _run(self) -> None:
+        c = self.consumer
+        while not self._stopped.is_set():
+            owned = c.member.owned()
+            full = {tp for tp, stream in owned.items()
+                    if self.queues[_stream_index(stream) % len(self.queues)].qsize() >= self.QUEUE_BATCHES}
+            if full != self._throttled:
+                c.fetcher.pause(c._known(full - self._throttled))
+                c.fetcher.resume(c._known((self._throttled - full) - c._user_paused))
+                self._throttled = full
+            try:
+                batch = c.poll(timeout_ms=200)
+            except Exception as e:  # surface to the stream threads' logs; keep the group alive
+                log.error("consumer %s streams: %s", c.consumer_id, e)
+                continue
+            for tp, records in batch.items():
+                stream = owned.get(tp) or c.member.owned().get(tp)
+                if stream is not None:
+                    self.queues[_stream_index(stream) % len(self.queues)].put((tp, records))
+
+
+class Stream:
+    """One stream's records, in order per partition; iteration ends when the consumer closes."""
+
+    def __init__(self, streams: Streams, index: int):
+        self._streams, self.index = streams, index
+        self._batch: List[ConsumerRecord] = []
+        self._tp: Optional[TopicPartition] = None
+        self._pos = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        while True:
+            while self._pos < len(self._batch):
+                record = self._batch[self._pos]
+                self._pos += 1
+                if self._streams.handed_out(self._tp, record.offset):
+                    return record
+                self._pos = len(self._batch)  # the partition moved: drop the rest
+            item = self._streams.queues[self.index].get()
+            if item is None:
+                self._streams.queues[self.index].put(None)
+                raise StopIteration
+            self._tp, self._batch = item
+            self._pos = 0
+
+
+def _stream_index(stream: str) -> int:
+    return int(stream.rsplit("-", 1)[1])

@@ -192,9 +192,10 @@ def count_keys(spark, records_dir: str, counts_dir: str) -> Tuple[int, int]:
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StructField, StructType, BinaryType, StringType
 
-    files = glob.glob(os.path.join(records_dir, "*", "*.parquet"))
-    if files:
-        df = spark.read.parquet(os.path.join(records_dir, "*", "*.parquet"))
+    dirs = sorted(d for d in glob.glob(os.path.join(records_dir, "*"))
+                  if any(_FILE.match(n) for n in _names(d)))
+    if dirs:
+        df = spark.read.parquet(*dirs)  # one directory per partition (hidden .tmp files are skipped)
         counts = df.groupBy("key").count().withColumn("key_text", F.col("key").cast("string")) \
             .select("key", "key_text", "count")
     else:
