@@ -30,7 +30,8 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from coordinator import config as cfg
 from coordinator import protocol
-from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode
+from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode, InvalidName
+from coordinator.topics import TopicRegistry
 from coordinator.rebalance import Abandoned, Deposed, GroupRebalancer, RebalanceSettings
 from coordinator.zkclient import close_client, start_client
 
@@ -146,6 +147,7 @@ class Leadership:
         self.epoch = epoch
         self.ended = threading.Event()
         self.suspended = False
+        self.reconnected = False  # set on CONNECTED after SUSPENDED: re-read everything
         self.reason = ""
 
     def end(self, reason: str) -> None:
@@ -306,9 +308,9 @@ class LeaderSession:
         self.group_watches: Set[str] = set()
         self.retry_at: Dict[str, float] = {}
         self.unverified: Set[str] = set()
+        self.ignored_groups: Set[str] = set()
         self.handlers = []
         self.lock = threading.Lock()
-        term.reconnected = False
 
     # ------------------------------------------------------------ main loop (the leader's own thread)
 
@@ -316,7 +318,6 @@ class LeaderSession:
         client = self.client
         client.ensure_path(protocol.BROKER_TOPICS)
         client.ensure_path(protocol.GROUPS)
-        from coordinator.topics import TopicRegistry
         self.topics = TopicRegistry(client).all_partitions()
         groups = client.get_children(protocol.GROUPS)
         self.unverified = set(groups)
@@ -336,7 +337,7 @@ class LeaderSession:
             except queue.Empty:
                 pass
             now = time.monotonic()
-            if getattr(self.term, "reconnected", False):
+            if self.term.reconnected:
                 # Watches are hints: after a reconnect re-read what we depend on.
                 self.term.reconnected = False
                 self._request_all()
@@ -412,10 +413,11 @@ class LeaderSession:
                 if group not in self.group_watches:
                     try:
                         protocol.validate_name(group, "group")
-                    except Exception as e:
-                        log.error("ignoring group znode %r: %s", group, e)
-                        self.group_watches.add(group)
-                        self.unverified.discard(group)
+                    except InvalidName as e:
+                        if group not in self.ignored_groups:
+                            log.error("ignoring group znode %r: %s", group, e)
+                            self.ignored_groups.add(group)
+                            self._verified(group)
                         continue
                     self.group_watches.add(group)
                     self.client.ensure_path(protocol.ids_path(group))

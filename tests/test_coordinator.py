@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import time
 
@@ -135,7 +134,7 @@ def test_member_that_never_acks_is_excluded_then_group_fails_then_recovers(clust
     mute.ensure_path(protocol.channel_path("g", "g_mute-1-0"))
     mute.create(protocol.ids_path("g", "g_mute-1-0"), reg.encode(), ephemeral=True)
     # First attempt times out; the retry leaves the mute member out: the group works.
-    s = wait_for(lambda: (lambda s: s if s.state == protocol.STABLE and s.members == [good.consumer_id]
+    wait_for(lambda: (lambda s: s if s.state == protocol.STABLE and s.members == [good.consumer_id]
                           and s.generation >= 3 else None)(read_state(zk, "g")), 20, message="stable without mute")
     assert len(good.recorder.owned) == 4
     assert not zk.get_children(protocol.channel_path("g", "g_mute-1-0")), "stale commands removed"

@@ -5,7 +5,6 @@ the protocol allows: after the last commit of a partition whose owner was killed
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

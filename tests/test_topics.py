@@ -1,6 +1,5 @@
 import pytest
 
-from coordinator import protocol
 from coordinator.errors import CorruptZnode, InvalidName, InvalidPartitions, TopicExists, UnknownTopic
 from coordinator.topics import TopicRegistry
 

@@ -209,7 +209,7 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
             idle_exit: Optional[float], from_beginning: bool, session_timeout_ms: int,
             config_file: Optional[str]) -> None:
     """Consume as a member of GROUP; print records as JSON lines and commit as it goes."""
-    from consumer.consumer import Consumer, ConsumerConfig
+    from consumer.consumer import Consumer
     from coordinator.config import load_toml
     if bool(topics) == bool(pattern):
         raise CliUsageError("give TOPICS or --pattern (one of them)")

@@ -356,8 +356,9 @@ def main(zk, data_dir, group, topic, out, workers, mode, duration, batch_size, m
                    f" (overlapping offsets: {o.overlaps})")
         click.echo(f"per-key counts: {o.distinct_keys:,} keys in {o.counts_dir}")
     if mode == "drain" and not result.summary.complete:
-        _fail(f"the drain did not finish within --duration {duration:g}s; records up to the committed "
-              "offsets are written, run again to continue", code=2)
+        why = f"within --duration {duration:g}s" if duration and not stop.is_set() else "(stopped)"
+        _fail(f"the drain did not finish {why}; records up to the committed offsets are written, "
+              "run again to continue", code=2)
 
 
 def _preflight(zk: str, data_dir: str, topic: str) -> None:

@@ -13,7 +13,6 @@ import argparse
 import itertools
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import threading
