@@ -277,7 +277,8 @@ class Consumer:
         if not self._closing:  # close() has already committed and called the listener
             with self._lock:
                 self._revocations.append(r)
-            self.fetcher.wakeup() if self._in_poll else None
+            if self._in_poll:
+                self.fetcher.wakeup()  # a poll() waiting for records handles it now
             while not r.done.wait(0.05):
                 if self._closing or self._closed:
                     break
