@@ -556,8 +556,10 @@ class _Worker:
 
     def _close(self, failed: bool) -> None:
         try:
-            self._commit(force=True)  # what process() returned for (never a failed batch)
-            self.consumer.close(autocommit=False)
+            try:
+                self._commit(force=True)  # what process() returned for (never a failed batch)
+            finally:
+                self.consumer.close(autocommit=False)
         except Exception as e:
             if not failed:
                 raise

@@ -70,10 +70,15 @@ class RangeRecorder:
         self.append_on_first = append_on_first  # (data_dir, topic, partition, n): grow the log mid-job
 
     def __call__(self, batch):
-        if self.append_on_first and batch.worker.batches == 0 and batch.worker.index == 0:
-            data_dir, topic, partition, n = self.append_on_first
-            with Log(data_dir) as lg:
-                lg.append(topic, partition, [(None, b"late", 0, ())] * n)
+        if self.append_on_first:  # in the job's first batch, whichever worker processes it
+            try:
+                os.close(os.open(os.path.join(self.dir, "appended"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                pass
+            else:
+                data_dir, topic, partition, n = self.append_on_first
+                with Log(data_dir) as lg:
+                    lg.append(topic, partition, [(None, b"late", 0, ())] * n)
         # Each record's own offset, so a test can tell a contiguous run from a claimed one.
         with open(os.path.join(self.dir, f"{batch.worker.consumer_id}.txt"), "a") as f:
             for tp, recs in batch.records.items():
@@ -123,7 +128,7 @@ def test_drain_processes_every_record_once_and_ends(spark, zk, zk_connect, coord
     fill(zk, data_dir, "t", 4, 3000)
     out = tmp_path / "seen"
     out.mkdir()
-    # Worker 0 appends 500 records to t-0 in its first batch: after the snapshot, not drained.
+    # The first batch appends 500 records to t-0: after the snapshot, so not drained.
     job = GroupJob(spark, "g", ["t"], RangeRecorder(out, (data_dir, "t", 0, 500)), zk=zk_connect, data_dir=data_dir,
                    workers=2, mode="drain", consumer_config={**WORKER_CONFIG, "max_poll_records": 700})
     summary = job.run()

@@ -122,8 +122,12 @@ def groups_describe(cli: CliContext, group: str) -> None:
     rows = []
     for topic in sorted(s.assignment):
         for p in sorted(s.assignment[topic]):
-            committed = _committed(zk, group, topic, p)
             end = log.latest_offset(topic, p)
+            try:
+                committed = _committed(zk, group, topic, p)
+            except CorruptZnode as e:
+                rows.append((topic, p, s.assignment[topic][p], f"unreadable ({e.problem})", end, "-"))
+                continue
             lag = end - committed if committed is not None else "-"
             rows.append((topic, p, s.assignment[topic][p], committed if committed is not None else "-", end, lag))
     if rows:
@@ -230,7 +234,9 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
         while (max_records is None or count < max_records) and not stopping.is_set():
             batch = c.poll(timeout_ms=200, max_records=None if max_records is None else max_records - count)
             if not batch:
-                if idle_exit and time.monotonic() - last > idle_exit:
+                if c.member.generation < 0:
+                    last = time.monotonic()  # idle time counts from the first assignment
+                elif idle_exit and time.monotonic() - last > idle_exit:
                     break
                 continue
             lines = []

@@ -101,7 +101,7 @@ def main(argv=None) -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--workers", type=int, default=2, help="group members (Spark tasks)")
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--data-dir", help="keep the log here (default: a temporary directory)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
