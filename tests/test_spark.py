@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,9 @@ from collections import Counter
 import pytest
 
 pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+if shutil.which("java") is None:
+    pytest.skip("pyspark needs a Java runtime", allow_module_level=True)
 
 from coordinator import protocol  # noqa: E402
 from coordinator.coordinator import Coordinator, CoordinatorConfig  # noqa: E402
@@ -225,6 +229,33 @@ def test_redone_batch_is_cut_where_the_existing_file_ends(tmp_path):
     assert writer.existing_end(tp, 2000) == 2437
     assert writer.existing_end(tp, 2437) is None
     assert writer.existing_end(TopicPartition("t", 4), 0) is None
+
+
+def test_pipeline_runs_continue_exactly_once_after_a_lost_commit(spark, zk, zk_connect, coordinator, data_dir,
+                                                                 tmp_path):
+    fill(zk, data_dir, "r", 2, 2500)
+    out = str(tmp_path / "out")
+    opts = dict(zk=zk_connect, data_dir=data_dir, group="gp", topic="r", out=out, workers=2, batch_size=1000,
+                consumer_config=WORKER_CONFIG, fsync=False)
+    first = run_pipeline(spark, mode="stream", duration_s=2, **opts)
+    assert first.summary.committed == {"r-0": 2500, "r-1": 2500}  # the partial batches were flushed on stop
+    assert sorted(os.listdir(os.path.join(out, "records", "r-0")))[-1] == \
+        "00000000000000002000-00000000000000002500.parquet"
+    # As if the worker had died after writing [2000, 2500) but before committing it.
+    for p in range(2):
+        zk.set(protocol.offsets_path("gp", "r", p), b"2000")
+    with Log(data_dir) as lg:
+        for p in range(2):
+            lg.append("r", p, [(b"k0", f"r-{p}-{o}".encode(), 0, ()) for o in range(2500, 3600)])
+    second = run_pipeline(spark, mode="drain", **opts)
+    assert second.summary.complete and second.summary.records == 2 * 1600
+    offsets, _ = read_output(os.path.join(out, "records"))
+    assert set(offsets) == {("r", p, o) for p in range(2) for o in range(3600)} and max(offsets.values()) == 1
+    assert second.output.overlaps == 0 and second.output.counted == 7200
+    # [2000, 2500) was redone as it was first cut, then the multiples of 1000 again.
+    assert sorted(os.listdir(os.path.join(out, "records", "r-1")))[-3:] == [
+        "00000000000000002000-00000000000000002500.parquet", "00000000000000002500-00000000000000003000.parquet",
+        "00000000000000003000-00000000000000003600.parquet"]
 
 
 # ---------------------------------------------------------------- stream
