@@ -351,40 +351,49 @@ class GroupMember:
 
         free = dict(waiting)
         while True:
-            if free:
+            last = len(free) == len(waiting)  # also when there is nothing to claim: just ack
+            if free or last:
                 t = self.client.transaction()
                 for tp, stream in free.items():
                     t.create(protocol.owners_path(self.group, tp.topic, tp.partition), stream.encode(), ephemeral=True)
-                last = len(free) == len(waiting)
                 for path in acks if last else ():
                     t.delete(path)
                 try:
-                    commit(t)
+                    if t.operations:
+                        commit(t)
                     self._record_owned(free, session)
                     for tp in free:
                         del waiting[tp]
                     if last:
                         return True
-                except TransactionFailed:
-                    pass  # someone still holds one of them: look again
+                except TransactionFailed as e:
+                    if isinstance(e.error, NoNodeError):  # an ack already gone: keep the others
+                        acks = [p for p in acks if self.client.exists(p)]
+                    # else someone still holds one of them: look again
             if self._pending("channel") or self._pending("leave") or self._pending("lost"):
                 return False  # a newer decision or shutdown supersedes this claim
+            # One listing per topic (not a read per partition) says which are still held, and
+            # its watch wakes us when an owner node goes away.
             released.clear()
-            checks = [(tp, self.client.exists_async(protocol.owners_path(self.group, tp.topic, tp.partition),
-                                                    watch=watch)) for tp in waiting]
-            free = {}
-            for tp, a in checks:
-                stat = a.get()
-                if stat is None:
-                    free[tp] = waiting[tp]
-                elif stat.ephemeralOwner == session:  # ours already (kept from this session)
-                    self._record_owned({tp: waiting.pop(tp)}, session)
-            if not waiting:
-                for path in acks:
-                    self._delete_quietly(path)
-                return True
-            if not free:
-                released.wait(0.25)
+            topics = {tp.topic for tp in waiting}
+            listings = [(t, self.client.get_children_async(protocol.owners_path(self.group, t), watch=watch))
+                        for t in topics]
+            held = {TopicPartition(t, int(p)) for t, a in listings for p in a.get()}
+            free = {tp: s for tp, s in waiting.items() if tp not in held}
+            if not free and not released.wait(0.25):
+                self._adopt_own(waiting, session)  # quiet for a while: is one of them ours?
+
+    def _adopt_own(self, waiting: Dict[TopicPartition, str], session: int) -> None:
+        """Record owner nodes this session holds but did not know of (a claim whose answer
+        was lost to a connection error); without this we would wait for ourselves."""
+        checks = [(tp, self.client.exists_async(protocol.owners_path(self.group, tp.topic, tp.partition)))
+                  for tp in waiting]
+        for tp, a in checks:
+            stat = a.get()
+            if stat is not None and stat.ephemeralOwner == session:
+                stream = waiting.pop(tp)
+                self.client.set(protocol.owners_path(self.group, tp.topic, tp.partition), stream.encode())
+                self._record_owned({tp: stream}, session)
 
     def _record_owned(self, added: Dict[TopicPartition, str], session: int) -> None:
         with self._lock:
