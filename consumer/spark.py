@@ -68,8 +68,6 @@ from consumer.records import ConsumerRecord, TopicPartition
 log = logging.getLogger("zkgroups.spark")
 
 MODES = ("drain", "stream")
-#: Stop znodes of running jobs: ``<STOP_ROOT>/<run id>`` is created to stop a run.
-STOP_ROOT = "/zkgroups-spark/stop"
 #: Worker defaults (any ConsumerConfig key can be overridden through ``consumer_config``).
 WORKER_DEFAULTS = dict(auto_offset_reset="earliest", max_poll_records=10000, session_timeout_ms=6000)
 GROUP_CHECK_INTERVAL_S = 0.1
@@ -203,8 +201,6 @@ def worker_consumer_id(group_id: str, app_id: str, run_id: str, index: int, atte
     return sanitize_id(f"{group_id}_spark-{app_id}-{run_id}-p{index}-a{attempt}")
 
 
-def stop_path(run_id: str) -> str:
-    return f"{STOP_ROOT}/{run_id}"
 
 
 def check_spark_conf(conf) -> None:
@@ -351,7 +347,7 @@ class GroupJob:
             client, run_id = self._client, self.run_id
         if client is not None and run_id is not None:
             try:
-                client.create(stop_path(run_id), b"", makepath=True)
+                client.create(protocol.spark_stop_path(run_id), b"", makepath=True)
             except Exception as e:  # NodeExistsError, or ZooKeeper trouble: the workers' deadline still holds
                 if type(e).__name__ != "NodeExistsError":
                     log.warning("could not create the stop znode of run %s: %s", run_id, e)
@@ -377,7 +373,7 @@ class GroupJob:
                 from consumer.log import Log
                 with Log(self.data_dir, **(self.log_options or {})) as lg:
                     end_offsets = {tp: lg.latest_offset(tp.topic, tp.partition) for tp in partitions}
-            client.ensure_path(STOP_ROOT)
+            client.ensure_path(protocol.SPARK_STOP)
             with self._lock:
                 self._client, self.run_id = client, run_id
             if self._stop_requested.is_set():
@@ -415,7 +411,7 @@ class GroupJob:
             with self._lock:
                 self._client = None
             try:
-                client.delete(stop_path(run_id))
+                client.delete(protocol.spark_stop_path(run_id))
             except Exception:
                 pass
             close_client(client)
@@ -532,7 +528,7 @@ class _Worker:
         client = start_client(spec.zk, spec.consumer_config.get("session_timeout_ms", 6000))
         reason = None
         try:
-            DataWatch(client, stop_path(spec.run_id), self._on_stop_node)
+            DataWatch(client, protocol.spark_stop_path(spec.run_id), self._on_stop_node)
             if spec.mode == "drain" and self._group_drained(client):
                 reason = "drained"  # nothing left: do not join (and rebalance) the group at all
             else:

@@ -16,6 +16,7 @@ Layout (documented in the README)::
     /consumers/groups/<group>/owners/<topic>/<partition>        ephemeral, data: stream id
     /consumers/groups/<group>/offsets/<topic>/<partition>       next offset, decimal string
     /consumers/groups/<group>/state                 GroupState, written by the leader
+    /zkgroups-spark/stop/<run id>                   created to stop a streaming Spark job
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ ELECTION = COORDINATOR + "/election"
 LEADER = COORDINATOR + "/leader"
 EPOCH = COORDINATOR + "/epoch"
 GROUPS = "/consumers/groups"
+SPARK_STOP = "/zkgroups-spark/stop"   # <run id>: created to stop a streaming Spark group job
 
 COMMAND_PREFIX = "cmd-"
 STOP_FETCHER = "stop-fetcher"
@@ -113,6 +115,10 @@ def offsets_path(group: str, topic: Optional[str] = None, partition: Optional[in
 
 def state_path(group: str) -> str:
     return f"{GROUPS}/{group}/state"
+
+
+def spark_stop_path(run_id: str) -> str:
+    return f"{SPARK_STOP}/{run_id}"
 
 
 # ---------------------------------------------------------------- JSON helpers

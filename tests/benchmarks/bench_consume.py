@@ -35,11 +35,10 @@ from kazoo.exceptions import NoNodeError
 
 from consumer.consumer import Consumer, ConsumerRebalanceListener
 from consumer.log import Log
-from consumer.producer import Producer
 from coordinator import protocol
 from coordinator.errors import ZkGroupsError
 from coordinator.topics import TopicRegistry
-from tests.benchmarks.common import Row, Timer, print_table, scratch_dir, zk_client, zookeeper
+from tests.benchmarks.common import Row, Timer, print_table, produce, scratch_dir, zk_client, zookeeper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOPIC = "bench-consume"
@@ -47,15 +46,6 @@ FETCH_CHUNK = 500  # what the fetcher asks of Log.fetch with the default max_pol
 
 
 # ---------------------------------------------------------------- data and baseline
-
-def produce(zk, data_dir: str, records: int, payload: bytes) -> float:
-    with Producer(zk, data_dir) as producer, Timer() as t:
-        send = producer.send
-        for _ in range(records):
-            send(TOPIC, payload)
-        producer.flush()
-    return t.rate(records)
-
 
 def end_offsets(data_dir: str, partitions: int):
     with Log(data_dir) as log:
@@ -247,7 +237,7 @@ def main(argv=None) -> None:
         coordinator = coordinatord(connect)
         try:
             TopicRegistry(zk).create(TOPIC, args.partitions)
-            produce_rate = produce(zk, data_dir, records, payload)
+            produce_rate = produce(zk, data_dir, TOPIC, records, payload)
             ends = end_offsets(data_dir, args.partitions)
             check(sum(ends.values()), records, "the producer")
             deadline = time.monotonic() + 30

@@ -15,20 +15,10 @@ import os
 import sys
 
 from consumer.log import Log
-from consumer.producer import Producer
 from coordinator.topics import TopicRegistry
-from tests.benchmarks.common import Row, Timer, print_table, scratch_dir, zk_client, zookeeper
+from tests.benchmarks.common import Row, Timer, print_table, produce, scratch_dir, zk_client, zookeeper
 
 TOPIC = "bench-log"
-
-
-def produce(zk, data_dir: str, records: int, payload: bytes) -> float:
-    with Producer(zk, data_dir) as producer, Timer() as t:
-        send = producer.send
-        for _ in range(records):
-            send(TOPIC, payload)
-        producer.flush()
-    return t.rate(records)
 
 
 def read(data_dir: str, partitions: int, expected: int) -> float:
@@ -75,7 +65,7 @@ def main(argv=None) -> None:
 
     with zookeeper() as connect, zk_client(connect) as zk, scratch_dir(keep=args.data_dir) as data_dir:
         TopicRegistry(zk).create(TOPIC, args.partitions)
-        produce_rate = produce(zk, data_dir, records, payload)
+        produce_rate = produce(zk, data_dir, TOPIC, records, payload)
         baseline_file = os.path.join(data_dir, "baseline.txt")
         write_baseline_file(baseline_file, records, args.size)
         read_rate = base_rate = 0.0

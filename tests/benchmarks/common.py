@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional
 
+from consumer.producer import Producer
 from coordinator.zkclient import close_client, start_client
 from coordinator.zkserver import provide_zookeeper
 
@@ -59,6 +60,16 @@ class Timer:
 
     def rate(self, count: int) -> float:
         return count / self.seconds if self.seconds > 0 else float("inf")
+
+
+def produce(zk, data_dir: str, topic: str, records: int, payload: bytes) -> float:
+    """Write ``records`` copies of ``payload`` to ``topic`` through a Producer; records/s."""
+    with Producer(zk, data_dir) as producer, Timer() as t:
+        send = producer.send
+        for _ in range(records):
+            send(topic, payload)
+        producer.flush()
+    return t.rate(records)
 
 
 @dataclass
