@@ -25,6 +25,7 @@ from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 from coordinator.zkserver import provide_zookeeper
 from consumer.log import Log
+from consumer.member import new_consumer_id
 from consumer.producer import Producer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -49,15 +50,16 @@ class Processes:
             env=self.env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.workdir, f"{name}.log"), "w"))
 
     def consumer(self, name: str, client, names) -> None:
-        """Start consumer ``name`` and learn its consumer id when it registers."""
-        before = set(members(client))
+        """Start consumer ``name`` and wait until it registered."""
+        consumer_id = new_consumer_id(GROUP)
+        names[consumer_id] = name
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "coordinator.cli.groupctl", "--zk", self.connect, "--data-dir", self.data_dir,
-             "consume", GROUP, TOPIC, "--idle-exit", "4", "--session-timeout-ms", str(SESSION_MS)],
+             "consume", GROUP, TOPIC, "--idle-exit", "4", "--session-timeout-ms", str(SESSION_MS),
+             "--consumer-id", consumer_id],
             env=self.env, stdout=open(os.path.join(self.workdir, f"{name}.jsonl"), "w"),
             stderr=open(os.path.join(self.workdir, f"{name}.log"), "w"))
-        wait_until(lambda: set(members(client)) - before, 30, f"{name} to register")
-        names[(set(members(client)) - before).pop()] = name
+        wait_until(lambda: consumer_id in members(client), 30, f"{name} to register")
 
     def kill(self, name: str) -> None:
         self.procs[name].send_signal(signal.SIGKILL)
@@ -122,10 +124,28 @@ def members(client):
         return []
 
 
+def run_pipeline(procs: Processes, workdir: str) -> None:
+    """Last step: the same topic through a consumer group on Spark (bin/pipeline), written
+    exactly once as Parquet."""
+    out = os.path.join(workdir, "pipeline")
+    say("Spark: bin/pipeline reads the topic through group demo-pipeline (2 foreachPartition workers)")
+    result = subprocess.run(
+        [sys.executable, "-m", "coordinator.cli.pipeline", "--zk", procs.connect, "--data-dir", procs.data_dir,
+         "--group", "demo-pipeline", "--topic", TOPIC, "--out", out, "--workers", "2"],
+        env=procs.env, capture_output=True, text=True, timeout=600)
+    for line in result.stdout.strip().splitlines():
+        click.echo(f"    {line}")
+    if result.returncode != 0:
+        raise click.ClickException(f"the Spark pipeline failed: {result.stderr.strip().splitlines()[-1:]}")
+    say(f"Spark pipeline done: Parquet records and per-key counts under {out}")
+
+
 @click.command()
 @click.option("--rate", default=500, show_default=True, help="Records produced per second.")
-@click.option("--keep", is_flag=True, help="Keep the work directory (logs, consumed records).")
-def main(rate, keep):
+@click.option("--keep", is_flag=True, help="Keep the work directory (logs, consumed records, Parquet output).")
+@click.option("--spark/--no-spark", default=True, show_default=True,
+              help="End with the Spark pipeline over the same topic.")
+def main(rate, keep, spark):
     """Run the zkgroups live demo."""
     import logging
     logging.basicConfig(level=logging.ERROR)
@@ -200,6 +220,8 @@ def main(rate, keep):
             if missing or committed != [ends[p] for p in range(PARTITIONS)]:
                 raise click.ClickException("not every record was consumed")
             say("OK: every produced record was consumed")
+            if spark:
+                run_pipeline(procs, workdir)
         finally:
             stop_producing.set()
             procs.close()

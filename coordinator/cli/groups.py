@@ -208,10 +208,11 @@ def groups_reset_offsets(cli: CliContext, group: str, topic: str, to_earliest: b
               help="Where to start when the group has no committed offset.")
 @click.option("--session-timeout-ms", type=click.IntRange(min=100), default=6000, show_default=True)
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file of consumer settings.")
+@click.option("--consumer-id", help="This member's id (default: <group>_<host>-<ms>-<8 hex>).")
 @pass_cli
 def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_records: Optional[int],
             idle_exit: Optional[float], from_beginning: bool, session_timeout_ms: int,
-            config_file: Optional[str]) -> None:
+            config_file: Optional[str], consumer_id: Optional[str]) -> None:
     """Consume as a member of GROUP; print records as JSON lines and commit as it goes."""
     from consumer.consumer import Consumer
     from coordinator.config import load_toml
@@ -229,7 +230,10 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # leave the group cleanly: commit, release, deregister
         signal.signal(sig, lambda *_: stopping.set())
-    with Consumer(group, list(topics) or None, pattern, zk=cli.zk_connect, data_dir=cli.data_dir, **settings) as c:
+    if consumer_id:
+        protocol.validate_name(consumer_id, "consumer id")
+    with Consumer(group, list(topics) or None, pattern, zk=cli.zk_connect, data_dir=cli.data_dir,
+                  consumer_id=consumer_id, **settings) as c:
         last = time.monotonic()
         while (max_records is None or count < max_records) and not stopping.is_set():
             batch = c.poll(timeout_ms=200, max_records=None if max_records is None else max_records - count)
