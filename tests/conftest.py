@@ -48,6 +48,15 @@ def data_dir(tmp_path):
 
 
 @pytest.fixture
+def cluster(zk_connect):
+    """Coordinators and members in this test's chroot (tests/groups.py), closed at the end."""
+    from tests.groups import Cluster
+    c = Cluster(zk_connect)
+    yield c
+    c.close()
+
+
+@pytest.fixture
 def subprocess_env():
     """Environment for child processes that import the project."""
     env = dict(os.environ)

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 
-import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
@@ -149,13 +148,6 @@ def command_count(zk, group) -> int:
     except NoNodeError:
         pass
     return total
-
-
-@pytest.fixture
-def cluster(zk_connect):
-    c = Cluster(zk_connect)
-    yield c
-    c.close()
 
 
 def read_json_lines(proc, until, timeout=15.0):

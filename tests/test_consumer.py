@@ -11,7 +11,7 @@ from coordinator.errors import CommitFailedError, InvalidConfig, NoOffsetForPart
 from coordinator.topics import TopicRegistry
 from consumer import Consumer, ConsumerRebalanceListener, Producer, TopicPartition, WakeupException
 from consumer.log import Log
-from tests.groups import cluster, read_state  # noqa: F401
+from tests.groups import read_state
 from tests.helpers import wait_for
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from coordinator import protocol
 from coordinator.topics import TopicRegistry
-from tests.groups import (Cluster, assert_exclusive_and_complete, cluster, command_count, expire_session,  # noqa: F401
-                          leader_info, read_state, wait_stable)
+from tests.groups import (Cluster, assert_exclusive_and_complete, command_count, expire_session, leader_info,
+                          read_state, wait_stable)
 from tests.helpers import wait_for
 
 

@@ -21,7 +21,7 @@ from consumer.log import Log
 from coordinator import protocol
 from coordinator.cli.groupctl import main
 from coordinator.topics import TopicRegistry
-from tests.groups import cluster, leader_info, read_state, wait_stable  # noqa: F401
+from tests.groups import leader_info, read_state, wait_stable
 from tests.helpers import wait_for
 
 # 2026-01-01T00:00:00Z; record i of a partition is stamped BASE_TS + i seconds
