@@ -1,6 +1,7 @@
 """The Consumer API against a real ZooKeeper, a running coordinator and the embedded log."""
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -30,6 +31,19 @@ def consume_until(consumer, count, timeout=20.0, **poll):
         for recs in consumer.poll(timeout_ms=100, **poll).values():
             got.extend(recs)
     return got
+
+
+@contextlib.contextmanager
+def polling(consumer):
+    """Keep ``consumer`` polling on a thread of its own (so it takes part in rebalances)."""
+    stop = threading.Event()
+    thread = threading.Thread(target=lambda: [consumer.poll(50) for _ in iter(stop.is_set, True)])
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 @pytest.fixture
@@ -96,15 +110,9 @@ def test_listener_order_revoked_before_assigned(cluster, zk, data_dir, make_cons
     a = make_consumer(listener=L("a"))
     wait_for(lambda: a.poll(50) is not None and len(a.assignment()) == 4, message="a owns all")
     b = make_consumer(listener=L("b"))
-    stop = threading.Event()
-    t = threading.Thread(target=lambda: [b.poll(50) for _ in iter(stop.is_set, True)])
-    t.start()
-    try:
+    with polling(b):
         wait_for(lambda: a.poll(50) is not None and len(a.assignment()) == 2 and len(b.assignment()) == 2,
                  message="split 2/2")
-    finally:
-        stop.set()
-        t.join()
     a_calls = [(kind, parts) for name, kind, parts in calls if name == "a"]
     assert a_calls[0][0] == "assigned" and len(a_calls[0][1]) == 4
     assert a_calls[1][0] == "revoked" and len(a_calls[1][1]) == 2  # only what moved
@@ -119,15 +127,9 @@ def test_commit_after_losing_partition_fails_and_never_overwrites(cluster, zk, d
     consume_until(a, 200)
     a.commit()
     b = make_consumer()
-    stop = threading.Event()
-    t = threading.Thread(target=lambda: [b.poll(50) for _ in iter(stop.is_set, True)])
-    t.start()
-    try:
+    with polling(b):
         wait_for(lambda: a.poll(50) is not None and len(a.assignment()) == 1 and len(b.assignment()) == 1,
                  message="split")
-    finally:
-        stop.set()
-        t.join()
     lost = next(iter(b.assignment()))
     before = zk.get(protocol.offsets_path("g", lost.topic, lost.partition))[0]
     with pytest.raises(CommitFailedError):
@@ -141,18 +143,12 @@ def test_max_poll_interval_evicts_and_rejoins(cluster, zk, data_dir, make_consum
     slow = make_consumer(max_poll_interval_ms=800)
     consume_until(slow, 20)
     other = make_consumer()
-    stop = threading.Event()
-    t = threading.Thread(target=lambda: [other.poll(50) for _ in iter(stop.is_set, True)])
-    t.start()
-    try:
+    with polling(other):
         # slow stops polling: it leaves the group, other takes everything.
         wait_for(lambda: len(other.assignment()) == 2, 15, message="other owns all after eviction")
         assert not zk.exists(protocol.ids_path("g", slow.consumer_id))
         slow.poll(100)  # rejoins
         wait_for(lambda: slow.poll(50) is not None and len(slow.assignment()) == 1, 15, message="slow rejoined")
-    finally:
-        stop.set()
-        t.join()
 
 
 def test_pause_resume_and_seek(cluster, zk, data_dir, make_consumer):
