@@ -301,6 +301,8 @@ class LeaderSession:
         self.node, self.term, self.info = node, term, info
         self.client, self.config = node.client, node.config
         self.requests = RebalanceRequests()
+        # Shared by the handler threads (a group is never handled by two at once).
+        self.rebalancer = GroupRebalancer(self.client, term.epoch, self.config.rebalance_settings(), self._abort)
         self.index = GroupIndex()
         self.events: "queue.Queue[tuple]" = queue.Queue()
         self.topics: Dict[str, int] = {}
@@ -429,7 +431,6 @@ class LeaderSession:
         return not self.term.active
 
     def _handle(self) -> None:
-        rebalancer = GroupRebalancer(self.client, self.term.epoch, self.config.rebalance_settings(), self._abort)
         while True:
             group = self.requests.take(timeout=0.5)
             if group is None:
@@ -440,15 +441,15 @@ class LeaderSession:
                 time.sleep(self.config.settle_ms / 1000.0)  # let a burst of changes land in one request
             self.requests.begin(group)
             try:
-                self._rebalance(rebalancer, group)
+                self._rebalance(group)
             finally:
                 self.requests.done(group)
 
-    def _rebalance(self, rebalancer: GroupRebalancer, group: str) -> None:
+    def _rebalance(self, group: str) -> None:
         if not self.term.active:
             return
         try:
-            outcome = rebalancer.run(group, dict(self.topics), observe=self.index.update)
+            outcome = self.rebalancer.run(group, dict(self.topics), observe=self.index.update)
             if outcome.state != "unchanged":
                 log.info("group %s generation %d %s: reason=%s members=%d moved=%d duration=%.1fms%s",
                          group, outcome.generation, outcome.state, ", ".join(outcome.reasons) or "-",

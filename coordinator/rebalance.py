@@ -43,25 +43,20 @@ class Snapshot:
     state_version: Optional[int]       # None: no state znode yet
 
 
-def read_snapshot(client, group: str, topics: Dict[str, int], known: Optional[Dict[str, Registration]] = None) -> Snapshot:
-    """Members (registrations decoded, bad ones rejected) and the group's last state.
-
-    ``known`` caches registrations by consumer id (a member never rewrites its registration,
-    a re-registration after a session loss carries the same data), so a rebalance reads only
-    the registrations of members it has not seen yet."""
-    known = {} if known is None else known
+def read_snapshot(client, group: str, topics: Dict[str, int]) -> Snapshot:
+    """Members (registrations decoded, bad ones rejected) and the group's last state."""
     state_async = client.get_async(protocol.state_path(group))
     try:
         ids = client.get_children(protocol.ids_path(group))
     except NoNodeError:
         ids = []
-    members, rejected = {cid: known[cid] for cid in ids if cid in known}, {}
-    pending = [(cid, client.get_async(protocol.ids_path(group, cid))) for cid in ids if cid not in known]
+    members, rejected = {}, {}
+    pending = [(cid, client.get_async(protocol.ids_path(group, cid))) for cid in ids]
     for cid, a in pending:
         path = protocol.ids_path(group, cid)
         try:
             raw, _ = a.get()
-            members[cid] = known[cid] = Registration.decode(raw, path)
+            members[cid] = Registration.decode(raw, path)
         except NoNodeError:
             continue  # left while we read
         except CorruptZnode as e:
@@ -72,10 +67,11 @@ def read_snapshot(client, group: str, topics: Dict[str, int], known: Optional[Di
     except NoNodeError:
         state, version = GroupState(), None
     except CorruptZnode as e:
-        # Our own znode, damaged by someone: overwrite it with a fresh decision.
+        # Our own znode, damaged by someone: overwrite it with a fresh decision. Every
+        # generation was written at least once, so the znode version bounds the last one.
         log.error("group %s: %s; it will be rewritten", group, e)
         _, stat = client.get(protocol.state_path(group))
-        state, version = GroupState(), stat.version
+        state, version = GroupState(generation=stat.version), stat.version
     return Snapshot(group, members, rejected, topics, state, version)
 
 
@@ -298,7 +294,8 @@ class Outcome:
 
 
 class GroupRebalancer:
-    """Runs the pipeline for one group with bounded retries.
+    """Runs the pipeline for a group with bounded retries (one instance per leader term;
+    callers never run it for the same group twice at once).
 
     A failed attempt (members did not ack in time) is retried after a backoff with the
     non-acking members left out; after ``max_rebalance_retries`` the group is ``Failed`` and
@@ -307,7 +304,9 @@ class GroupRebalancer:
 
     def __init__(self, client, epoch: int, settings: RebalanceSettings, abort: Callable[[], bool]):
         self.client, self.epoch, self.settings, self.abort = client, epoch, settings, abort
-        self.registrations: Dict[str, Dict[str, Registration]] = {}  # group -> consumer id -> registration
+        # The last generation this leader wrote per group: generations only grow, even if
+        # someone deletes or damages the state znode (members ignore older generations).
+        self.generations: Dict[str, int] = {}
 
     def run(self, group: str, topics: Dict[str, int], observe=None) -> Outcome:
         """Rebalance ``group`` if needed. ``observe(group, registrations)`` sees every snapshot."""
@@ -315,10 +314,7 @@ class GroupRebalancer:
         excluded: Set[str] = set()
         attempts = self.settings.max_rebalance_retries + 1
         for attempt in range(attempts):
-            known = self.registrations.setdefault(group, {})
-            snapshot = read_snapshot(self.client, group, topics, known)
-            for gone in set(known) - set(snapshot.members):
-                del known[gone]
+            snapshot = read_snapshot(self.client, group, topics)
             if observe:
                 observe(group, snapshot.members.values())
             for cid, why in snapshot.rejected.items():
@@ -342,7 +338,8 @@ class GroupRebalancer:
                 return Outcome(group, "unchanged", snapshot.state.generation, duration_ms=_ms(started))
             if self.abort():
                 raise Abandoned("leadership is ending")
-            generation = snapshot.state.generation + 1
+            generation = max(snapshot.state.generation, self.generations.get(group, 0)) + 1
+            self.generations[group] = generation
             stale = stale_commands(self.client, group, excluded) if excluded else []
             commands = write_commands(self.client, self.epoch, snapshot, plan, generation, stale)
             late = wait_for_acks(self.client, commands, self.settings.rebalance_timeout_ms / 1000.0, self.abort)

@@ -259,3 +259,17 @@ def test_zookeeper_restart_leader_resumes_and_group_stays_consistent(zk_server, 
             close_client(zk)
     finally:
         ens.close()
+
+
+def test_corrupt_state_znode_is_rewritten(cluster, zk, caplog):
+    TopicRegistry(zk).create("t", 2)
+    cluster.node("n")
+    m = cluster.member("g", ["t"])
+    s = wait_stable(zk, "g", 1)
+    zk.set(protocol.state_path("g"), b"\x00garbage")
+    with caplog.at_level(logging.ERROR):
+        cluster.member("g", ["t"])
+        wait_stable(zk, "g", 2)
+    assert any("group state is not JSON" in r.getMessage() for r in caplog.records)
+    wait_for(lambda: len(m.recorder.owned) == 1, message="split after the rewrite")
+    assert read_state(zk, "g").generation > s.generation  # members never see a generation go back
