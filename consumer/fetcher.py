@@ -397,21 +397,26 @@ class Fetcher:
             self._returned_at = time.monotonic()
             lock.release()
 
-    def _drain(self, n: int) -> Dict[TopicPartition, List[ConsumerRecord]]:
-        """Greedy round-robin (under the lock): start at the rotating partition, take as much
-        as possible from each until ``n`` are taken; the next poll starts after the partition
-        where this one stopped."""
+    def _rotation(self, start: int):
+        """(index, state) of every assigned partition, from ``start`` round to ``start - 1``."""
         order, parts = self._order, self._parts
         size = len(order)
-        result = {}
-        if not size:
-            return result
-        start = self._poll_next
         for k in range(size):
             i = start + k
             if i >= size:
                 i -= size
-            st = parts[order[i]]
+            yield i, parts[order[i]]
+
+    def _drain(self, n: int) -> Dict[TopicPartition, List[ConsumerRecord]]:
+        """Greedy round-robin (under the lock): start at the rotating partition, take as much
+        as possible from each until ``n`` are taken; the next poll starts after the partition
+        where this one stopped."""
+        size = len(self._order)
+        result = {}
+        if not size:
+            return result
+        start = i = self._poll_next
+        for i, st in self._rotation(start):
             if st.count and not st.paused:
                 records = st.take(n)
                 result[st.tp] = records
@@ -472,15 +477,9 @@ class Fetcher:
         """Under the lock, with the read slot free: the next due partition in rotating order,
         as a job ``(state, epoch, offset)`` with the slot taken; or ``(None, seconds until an
         idle partition is due, or None)``."""
-        order, parts = self._order, self._parts
-        size = len(order)
+        size = len(self._order)
         wait = None
-        start = self._fetch_next
-        for k in range(size):
-            i = start + k
-            if i >= size:
-                i -= size
-            st = parts[order[i]]
+        for i, st in self._rotation(self._fetch_next):
             if st.paused or st.error is not None:
                 continue
             if st.next_fetch <= now:
