@@ -78,6 +78,7 @@ class GroupMember:
         self._lock = threading.RLock()
         self._thread: Optional[threading.Thread] = None
         self._registered = False
+        self._evicted = False  # left for not polling; rejoins only when asked (rejoin())
         self._closed = threading.Event()
         self.generation = -1
         self.rebalances = 0
@@ -168,8 +169,6 @@ class GroupMember:
                     self._events.put(("channel", None))
             except Exception:
                 log.exception("member %s: unexpected error handling %s", self.consumer_id, kind)
-
-    _evicted = False
 
     def _pending(self, kind: str) -> bool:
         with self._events.mutex:
