@@ -43,7 +43,7 @@ class TopicRegistry:
     def partitions(self, topic: str) -> int:
         path = protocol.topic_path(topic)
         try:
-            raw, _ = self.client.get(path)
+            raw, _ = self.client.retry(self.client.get, path)
         except NoNodeError:
             raise UnknownTopic(topic) from None
         return protocol.decode_topic(raw, path)
@@ -62,8 +62,13 @@ class TopicRegistry:
         return result
 
     def add_partitions(self, topic: str, total: int) -> None:
-        """Grow ``topic`` to ``total`` partitions (compare-and-set on the znode version)."""
+        """Grow ``topic`` to ``total`` partitions (compare-and-set on the znode version).
+
+        Idempotent, so a connection lost mid-call (a ZooKeeper server failing over) is retried."""
         _check_count(total)
+        self.client.retry(self._grow, topic, total)
+
+    def _grow(self, topic: str, total: int) -> None:
         path = protocol.topic_path(topic)
         try:
             raw, stat = self.client.get(path)

@@ -42,7 +42,9 @@ def make_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = 6000,
         hosts=connect,
         timeout=session_timeout_ms / 1000.0,
         connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
-        command_retry=KazooRetry(max_tries=5, delay=0.05, backoff=2, max_delay=1.0, deadline=30),
+        # client.retry(...) rides out a server failover (a new ZooKeeper leader takes
+        # seconds to elect), bounded by its deadline rather than a try count.
+        command_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, deadline=30),
         read_only=read_only,
         handler=PollHandler(),
     )
