@@ -299,11 +299,14 @@ class GroupMember:
         with self._lock:
             owned = dict(self._owned)
         revoked = {tp for tp, s in owned.items() if target.get(tp) != s}
+        added = {tp: s for tp, s in target.items() if tp not in owned or tp in revoked}
         if revoked:
             offsets = self.listener.revoke(revoked)
             if offsets is None:  # the application stopped polling: leave without committing
                 self._leave(commit_offsets=False)
                 return True
+            if not added and start_path:  # nothing to claim: ack the start in the same write
+                acks, start_path = acks + [start_path], None
             t = self.client.transaction()
             self._add_commit(t, offsets)
             for tp in revoked:
@@ -315,7 +318,6 @@ class GroupMember:
                 for tp in revoked:
                     self._owned.pop(tp, None)
             acks = []
-        added = {tp: s for tp, s in target.items() if tp not in owned or tp in revoked}
         if not self._claim(added, acks + ([start_path] if start_path else [])):
             return False
         if added:

@@ -125,7 +125,8 @@ def compute_plan(snapshot: Snapshot, excluded=()) -> Plan:
         return Plan(members, "", {}, error=str(e))
     subscribed = {t for subs in members.values() for t in subs}
     partitions = {t: n for t, n in snapshot.topics.items() if t in subscribed}
-    return Plan(members, strategy, assignors.assign(strategy, members, partitions))
+    # The last assignment lets the sticky strategy keep partitions where they are.
+    return Plan(members, strategy, assignors.assign(strategy, members, partitions, snapshot.state.assignment))
 
 
 def reasons_to_rebalance(snapshot: Snapshot, plan: Plan, owners: Optional[Ownership]) -> List[str]:

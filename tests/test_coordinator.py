@@ -10,7 +10,7 @@ import pytest
 from coordinator import protocol
 from coordinator.topics import TopicRegistry
 from tests.groups import (Cluster, assert_exclusive_and_complete, command_count, expire_session, leader_info,
-                          read_state, wait_stable)
+                          owned_by, read_state, wait_stable)
 from tests.helpers import wait_for
 
 
@@ -59,6 +59,35 @@ def test_members_join_and_leave_get_exclusive_complete_ownership(cluster, zk):
     # Owner nodes match what members believe.
     owners = {int(p) for p in zk.get_children(protocol.owners_path("g", "t"))}
     assert owners == set(range(6))
+
+
+def test_sticky_group_moves_only_what_it_must(cluster, zk):
+    """With ``sticky`` a joining member takes one partition from each of the others, which
+    keep the rest without a revoke; a leaving member's partitions are all that move."""
+    TopicRegistry(zk).create("t", 12)
+    cluster.node("n")
+    old = [cluster.member("g", ["t"], strategies=("sticky", "range")) for _ in range(3)]
+    s = wait_stable(zk, "g", 3)
+    assert s.strategy == "sticky"
+    wait_for(lambda: [len(m.recorder.owned) for m in old] == [4, 4, 4], message="4 each")
+    before = owned_by(old)
+    for m in old:
+        m.recorder.events.clear()
+    new = cluster.member("g", ["t"], strategies=("sticky",))
+    s = wait_stable(zk, "g", 4, after_generation=s.generation)
+    wait_for(lambda: len(new.recorder.owned) == 3, message="the newcomer owns 3")
+    assert_exclusive_and_complete(old + [new], "t", 12)
+    for m, had in zip(old, before):
+        assert m.recorder.owned <= had and len(m.recorder.owned) == 3
+        assert m.recorder.events == [("revoked", had - m.recorder.owned)]  # nothing else moved
+    staying = owned_by(old)
+    new.close()
+    cluster.members.remove(new)
+    wait_stable(zk, "g", 3, after_generation=s.generation)
+    wait_for(lambda: [len(m.recorder.owned) for m in old] == [4, 4, 4], message="4 each again")
+    for m, kept in zip(old, staying):
+        assert kept <= m.recorder.owned
+    assert_exclusive_and_complete(old, "t", 12)
 
 
 def test_member_killed_its_partitions_move_after_session_expiry(cluster, zk, zk_connect, subprocess_env):

@@ -3,11 +3,12 @@
 The coordinator calls::
 
     strategy = choose_strategy({cid: registration.strategies for cid, registration in ...})
-    ownership = assign(strategy, members, partitions)
+    ownership = assign(strategy, members, partitions, previous)
 
 ``members`` maps consumer id -> {topic: number of streams}, subscriptions already resolved to
 existing topics (:meth:`coordinator.protocol.Registration.topics`); ``partitions`` maps topic
--> partition count. The result maps topic -> partition -> stream id
+-> partition count; ``previous`` is the group's last assignment (an ``Ownership`` as returned
+here, e.g. the group state's) or None. The result maps topic -> partition -> stream id
 (:func:`coordinator.protocol.stream_id`, ``f"{consumer_id}-{n}"``).
 
 Guarantees of every strategy here:
@@ -17,23 +18,27 @@ Guarantees of every strategy here:
   partitions;
 * topics nobody subscribes to are absent; topics a member names that are missing from
   ``partitions`` are ignored;
-* deterministic (same input, same output, whatever the dict order — the output's own key order
-  is sorted too), no I/O, no randomness, no state between calls;
+* deterministic (same input, ``previous`` included, same output, whatever the dict order —
+  the output's own key order is sorted too), no I/O, no randomness, no state between calls;
 * streams are ordered by consumer id (string order) then stream index (numeric order), so
   ``c-2`` precedes ``c-10``.
 
-They do not try to keep partitions where they were (no stickiness): a membership change may
-move partitions that did not need to move.
+``range`` and ``roundrobin`` do not try to keep partitions where they were: they ignore
+``previous``, and a membership change may move partitions that did not need to move. ``sticky``
+(:mod:`coordinator.assignors.sticky`) balances each topic like ``range`` and keeps as many
+partitions as possible with the stream that held them in ``previous``; malformed entries of
+``previous`` are ignored, never an error.
 
-Adding a strategy: a module with ``NAME`` and ``assign(members, partitions) -> Ownership``,
-registered in :data:`STRATEGIES`.
+Adding a strategy: a module with ``NAME`` and
+``assign(members, partitions, previous=None) -> Ownership``, registered in :data:`STRATEGIES`.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Mapping, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from coordinator.assignors import range as range_assignor
 from coordinator.assignors import roundrobin as roundrobin_assignor
+from coordinator.assignors import sticky as sticky_assignor
 from coordinator.errors import NoCommonStrategy
 from coordinator.protocol import Ownership
 
@@ -44,26 +49,30 @@ from coordinator.protocol import Ownership
 __all__ = ["Ownership", "Assignor", "STRATEGIES", "DEFAULT_STRATEGY", "assign", "choose_strategy",
            "NoCommonStrategy"]
 
-Assignor = Callable[[Mapping[str, Mapping[str, int]], Mapping[str, int]], Ownership]
+# assign(members, partitions, previous=None) -> Ownership
+Assignor = Callable[[Mapping[str, Mapping[str, int]], Mapping[str, int], Optional[Ownership]], Ownership]
 
 DEFAULT_STRATEGY = range_assignor.NAME
 
 STRATEGIES: Dict[str, Assignor] = {
     range_assignor.NAME: range_assignor.assign,
     roundrobin_assignor.NAME: roundrobin_assignor.assign,
+    sticky_assignor.NAME: sticky_assignor.assign,
 }
 
 
 def assign(strategy: str, members: Mapping[str, Mapping[str, int]],
-           partitions: Mapping[str, int]) -> Ownership:
-    """Run the named strategy. Raises :class:`NoCommonStrategy` for an unknown name and
-    ValueError for malformed input (stream counts < 1, negative partition counts)."""
+           partitions: Mapping[str, int], previous: Optional[Ownership] = None) -> Ownership:
+    """Run the named strategy with the group's ``previous`` assignment (None: none known; only
+    ``sticky`` uses it). Raises :class:`NoCommonStrategy` for an unknown name and ValueError for
+    malformed ``members``/``partitions`` (stream counts < 1, negative partition counts); a
+    malformed ``previous`` is never an error."""
     try:
         assignor = STRATEGIES[strategy]
     except (KeyError, TypeError):
         raise NoCommonStrategy(f"unknown assignment strategy {strategy!r} "
                                f"(known: {', '.join(sorted(STRATEGIES))})") from None
-    return assignor(members, partitions)
+    return assignor(members, partitions, previous)
 
 
 def choose_strategy(member_strategies: Mapping[str, Sequence[str]]) -> str:

@@ -8,7 +8,7 @@ topics the first streams in the order are favoured every time, which is what ``r
 avoids.
 
 This module also holds the input checks and the stream bookkeeping shared with
-:mod:`coordinator.assignors.roundrobin`.
+:mod:`coordinator.assignors.roundrobin` and :mod:`coordinator.assignors.sticky`.
 
 Stream order: by consumer id (plain string order), then by stream index as a *number*, so
 ``c-2`` comes before ``c-10``. Kafka 0.8 compared the thread-id strings and put ``c-10``
@@ -16,7 +16,7 @@ before ``c-2``; the numeric order keeps a member's streams in the order it creat
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from coordinator.protocol import Ownership, stream_id
 
@@ -59,9 +59,10 @@ def streams_by_topic(members: Members, partitions: Partitions) -> Dict[str, List
     return {topic: sorted(out[topic]) for topic in sorted(out)}
 
 
-def assign(members: Members, partitions: Partitions) -> Ownership:
+def assign(members: Members, partitions: Partitions, previous: Optional[Ownership] = None) -> Ownership:
     """Range assignment; see the module docstring. Pure and deterministic: the result does not
-    depend on the iteration order of either mapping. O(P + S log S)."""
+    depend on the iteration order of either mapping. O(P + S log S). ``previous`` (the group's
+    last assignment) is accepted for the common strategy signature and ignored."""
     check_input(members, partitions)
     result: Ownership = {}
     for topic, streams in streams_by_topic(members, partitions).items():

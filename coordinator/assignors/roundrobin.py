@@ -23,7 +23,7 @@ is identical to the step-by-step walk in O(P log S + S log S).
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from coordinator.assignors.range import Members, Partitions, check_input, stream_key, streams_by_topic
 from coordinator.protocol import Ownership, stream_id
@@ -31,8 +31,9 @@ from coordinator.protocol import Ownership, stream_id
 NAME = "roundrobin"
 
 
-def assign(members: Members, partitions: Partitions) -> Ownership:
-    """Round-robin assignment; see the module docstring. Pure and deterministic."""
+def assign(members: Members, partitions: Partitions, previous: Optional[Ownership] = None) -> Ownership:
+    """Round-robin assignment; see the module docstring. Pure and deterministic. ``previous``
+    (the group's last assignment) is accepted for the common strategy signature and ignored."""
     check_input(members, partitions)
     by_topic = streams_by_topic(members, partitions)
     ring = sorted(stream_key(cid, i)

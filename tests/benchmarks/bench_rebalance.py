@@ -4,7 +4,8 @@ One ZooKeeper (fsync on), one run. For N members on P partitions: the time from 
 member's registration (and from a member's clean close) until every member fetches under the
 new assignment (the coordinator has every ack and writes Stable), 20 repetitions, p50/p99.
 Beside it, measured the same way in the same run: kazoo's SetPartitioner recipe with the same
-N and P and the smallest time_boundary it works with. Last: SIGKILL of the leader with 100
+N and P and the smallest time_boundary it works with. Each assignment strategy is measured
+(range, the default, moves most partitions on a change; sticky moves the fewest). Last: SIGKILL of the leader with 100
 groups → time until a new leader has verified every group, beyond the session timeout.
 """
 from __future__ import annotations
@@ -65,19 +66,22 @@ def stable_with(n, after):
     return lambda s: s.state == protocol.STABLE and len(s.members) == n and s.generation > after
 
 
-def bench_zkgroups(connect: str, n: int, p: int, reps: int):
+def bench_zkgroups(connect: str, n: int, p: int, reps: int, strategy: str):
     admin = start_client(connect)
     TopicRegistry(admin).create("t", p)
     clients = [start_client(connect) for _ in range(min(n + 1, 10))]
     watch = StateWatch(admin, "g")
-    members = [GroupMember(clients[i % len(clients)], "g", {"t": 1}, listener=MemberListener()).start()
-               for i in range(n)]
+    def member(i):
+        return GroupMember(clients[i % len(clients)], "g", {"t": 1}, strategies=(strategy,),
+                           listener=MemberListener()).start()
+
+    members = [member(i) for i in range(n)]
     watch.wait(stable_with(n, 0))
     joins, leaves = [], []
     for i in range(reps):
         gen = watch.state.generation
         t0 = time.perf_counter()
-        extra = GroupMember(clients[i % len(clients)], "g", {"t": 1}, listener=MemberListener()).start()
+        extra = member(i)
         watch.wait(stable_with(n + 1, gen))
         joins.append((time.perf_counter() - t0) * 1000)
         gen = watch.state.generation
@@ -201,6 +205,7 @@ def main():
     ap.add_argument("--sizes", default="10x100,50x500", help="NxP pairs")
     ap.add_argument("--boundary", type=float, default=0.02,
                     help="SetPartitioner time_boundary (s); 0.01 and 0.05 measured no faster")
+    ap.add_argument("--strategies", default="range,sticky", help="assignment strategies to measure")
     ap.add_argument("--groups", type=int, default=100)
     ap.add_argument("--session-ms", type=int, default=2000)
     args = ap.parse_args()
@@ -208,19 +213,20 @@ def main():
     with zookeeper(fsync=True) as connect:
         for size in args.sizes.split(","):
             n, p = map(int, size.split("x"))
-            chroot = f"{connect}/bench-{n}x{p}"
-            node = coordinatord(chroot, "b1", 6000)
-            try:
-                joins, leaves = bench_zkgroups(chroot, n, p, args.reps)
-            finally:
-                node.terminate()
-                node.wait()
             sj, sl = bench_set_partitioner(f"{connect}/sp-{n}x{p}", n, p, args.reps, args.boundary)
-            for what, ours, theirs in (("join", joins, sj), ("leave", leaves, sl)):
-                for q in (50, 99):
-                    mine, base = percentile(ours, q), percentile(theirs, q)
-                    rows.append(Row(f"N={n} P={p} {what} p{q}", mine, "ms", base / mine,
-                                    f"SetPartitioner {base:.0f} ms (time_boundary {args.boundary}s)"))
+            for strategy in args.strategies.split(","):
+                chroot = f"{connect}/bench-{n}x{p}-{strategy}"
+                node = coordinatord(chroot, "b1", 6000)
+                try:
+                    joins, leaves = bench_zkgroups(chroot, n, p, args.reps, strategy)
+                finally:
+                    node.terminate()
+                    node.wait()
+                for what, ours, theirs in (("join", joins, sj), ("leave", leaves, sl)):
+                    for q in (50, 99):
+                        mine, base = percentile(ours, q), percentile(theirs, q)
+                        rows.append(Row(f"N={n} P={p} {strategy} {what} p{q}", mine, "ms", base / mine,
+                                        f"SetPartitioner {base:.0f} ms (time_boundary {args.boundary}s)"))
         took = bench_failover(f"{connect}/failover", args.groups, args.session_ms)
         rows.append(Row(f"leader SIGKILL, {args.groups} groups verified", took - args.session_ms, "ms",
                         note=f"beyond the {args.session_ms} ms session timeout"))
