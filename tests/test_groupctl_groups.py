@@ -157,7 +157,7 @@ def test_describe_shows_members_of_a_groupctl_consume_process(groupctl, cluster,
     cluster.node("n")
     fill(zk, data_dir, "t", [3, 3])
     proc = cluster.spawn("-m", "coordinator.cli.groupctl", "--zk", zk_connect, "--data-dir", data_dir,
-                         "consume", "g", "t", env=subprocess_env)
+                         "consume", "g", "t", "--strategy", "sticky", "--strategy", "range", env=subprocess_env)
     wait_for(lambda: committed(zk, "g", "t", 2) == {0: 3, 1: 3}, 20, message="consume committed everything")
     state = wait_stable(zk, "g", 1)
     cid = members(zk, "g")[0]
@@ -165,6 +165,7 @@ def test_describe_shows_members_of_a_groupctl_consume_process(groupctl, cluster,
     assert f"  {cid}  static " in out
     assert table(out, "TOPIC") == [["t", "0", f"{cid}-0", "3", "3", "0"], ["t", "1", f"{cid}-0", "3", "3", "0"]]
     assert f"generation: {state.generation}" in out
+    assert "strategy: sticky" in out and "strategies=sticky,range" in out
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(10) == 0
 
@@ -341,6 +342,7 @@ def test_consume_pattern(groupctl, cluster, zk, data_dir):
     (["consume", "g", "bad topic"], "illegal", 1),
     (["consume", "g", "t", "--max-records", "0"], "0 is not in the range x>=1", 2),
     (["consume"], "Missing argument 'GROUP'", 2),
+    (["consume", "g", "t", "--strategy", "fastest"], "'fastest' is not one of 'range', 'roundrobin', 'sticky'", 2),
 ])
 def test_consume_usage_errors(groupctl, args, match, code):
     assert_failed(groupctl(*args), match, code)

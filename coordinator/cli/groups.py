@@ -21,6 +21,7 @@ import click
 from kazoo.exceptions import NoNodeError
 
 from coordinator import protocol
+from coordinator.assignors import STRATEGIES
 from coordinator.cli.common import CliContext, CliUsageError, pass_cli, print_table
 from coordinator.errors import CorruptZnode, ZkGroupsError
 from coordinator.zkclient import TransactionFailed, commit
@@ -209,10 +210,12 @@ def groups_reset_offsets(cli: CliContext, group: str, topic: str, to_earliest: b
 @click.option("--session-timeout-ms", type=click.IntRange(min=100), default=6000, show_default=True)
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file of consumer settings.")
 @click.option("--consumer-id", help="This member's id (default: <group>_<host>-<ms>-<8 hex>).")
+@click.option("--strategy", "strategies", multiple=True, type=click.Choice(sorted(STRATEGIES)),
+              help="Assignment strategy this member supports; repeat in order of preference (default: range).")
 @pass_cli
 def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_records: Optional[int],
             idle_exit: Optional[float], from_beginning: bool, session_timeout_ms: int,
-            config_file: Optional[str], consumer_id: Optional[str]) -> None:
+            config_file: Optional[str], consumer_id: Optional[str], strategies) -> None:
     """Consume as a member of GROUP; print records as JSON lines and commit as it goes."""
     from consumer.consumer import Consumer
     from coordinator.config import load_toml
@@ -224,6 +227,8 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
     settings.setdefault("auto_offset_reset", "earliest" if from_beginning else "latest")
     settings.setdefault("session_timeout_ms", session_timeout_ms)
     settings.setdefault("enable_auto_commit", False)
+    if strategies:
+        settings["assignment_strategy"] = strategies
     count, out = 0, sys.stdout
     settings.setdefault("connect_timeout_s", cli.zk_timeout)
     # Its own ZooKeeper session, so that --session-timeout-ms applies to this member.
