@@ -371,8 +371,8 @@ class GroupMember:
                     if isinstance(e.error, NoNodeError):  # an ack already gone: keep the others
                         acks = [p for p in acks if self.client.exists(p)]
                     # else someone still holds one of them: look again
-            if self._pending("channel") or self._pending("leave") or self._pending("lost"):
-                return False  # a newer decision or shutdown supersedes this claim
+            if self._superseded(acks):
+                return False
             # One listing per topic (not a read per partition) says which are still held, and
             # its watch wakes us when an owner node goes away.
             released.clear()
@@ -383,6 +383,14 @@ class GroupMember:
             free = {tp: s for tp, s in waiting.items() if tp not in held}
             if not free and not released.wait(0.25):
                 self._adopt_own(waiting, session)  # quiet for a while: is one of them ours?
+
+    def _superseded(self, acks: List[str]) -> bool:
+        """Whether a newer decision or a shutdown waits, so the claim should give way. Our own
+        acks fire the channel watch too: a channel event counts only if the channel holds a
+        command beyond the ones being applied."""
+        if self._pending("leave") or self._pending("lost"):
+            return True
+        return self._pending("channel") and bool(set(self._channel_commands()) - set(acks))
 
     def _adopt_own(self, waiting: Dict[TopicPartition, str], session: int) -> None:
         """Record owner nodes this session holds but did not know of (a claim whose answer

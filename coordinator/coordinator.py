@@ -32,7 +32,7 @@ from coordinator import config as cfg
 from coordinator import protocol
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode, InvalidName
 from coordinator.topics import TopicRegistry
-from coordinator.rebalance import Abandoned, Deposed, GroupRebalancer, RebalanceSettings
+from coordinator.rebalance import Abandoned, Deposed, GroupRebalancer, RebalanceSettings, Superseded
 from coordinator.zkclient import close_client, start_client
 
 log = logging.getLogger("zkgroups.coordinator")
@@ -66,7 +66,9 @@ class RebalanceRequests:
     """The blocking queue of groups to rebalance (seed: rebalanceRequestQ + groupsBeingRebalanced).
 
     A group is queued at most once; a request for a group that is being handled marks it
-    dirty, and it is queued again when the handler is done.
+    dirty: it is queued again when the handler is done, and a handler still waiting for the
+    members' acks drops that generation at once (:class:`Superseded`) instead of waiting for
+    members that may have left.
     """
 
     def __init__(self):
@@ -77,12 +79,15 @@ class RebalanceRequests:
         self._dirty: Set[str] = set()
         self._closed = False
 
-    def request(self, group: str) -> None:
+    def request(self, group: str, changed: bool = True) -> None:
+        """Queue ``group``. ``changed=False`` is a routine check: a group being handled is
+        being checked already, so it is not marked dirty (which would supersede its run)."""
         with self._lock:
             if self._closed or group in self._queued:
                 return
             if group in self._running:
-                self._dirty.add(group)
+                if changed:
+                    self._dirty.add(group)
                 return
             self._queued.add(group)
         self._queue.put(group)
@@ -98,6 +103,11 @@ class RebalanceRequests:
             self._queued.discard(group)
             self._running.add(group)
             self._dirty.discard(group)
+
+    def changed(self, group: str) -> bool:
+        """Whether ``group`` was requested again since its handling began."""
+        with self._lock:
+            return group in self._dirty
 
     def done(self, group: str) -> None:
         with self._lock:
@@ -349,7 +359,7 @@ class LeaderSession:
                     self.requests.request(group)
             if now >= next_check:
                 next_check = now + self.config.check_interval_ms / 1000.0
-                self._request_all()
+                self._request_all(changed=False)
 
     def stop(self) -> None:
         self.term.end(self.term.reason or "stopping")
@@ -357,9 +367,9 @@ class LeaderSession:
         for t in self.handlers:
             t.join(timeout=5)
 
-    def _request_all(self) -> None:
+    def _request_all(self, changed: bool = True) -> None:
         for group in list(self.group_watches):
-            self.requests.request(group)
+            self.requests.request(group, changed)
 
     # ------------------------------------------------------------ watch callbacks (kazoo thread: record only)
 
@@ -449,7 +459,8 @@ class LeaderSession:
         if not self.term.active:
             return
         try:
-            outcome = self.rebalancer.run(group, dict(self.topics), observe=self.index.update)
+            outcome = self.rebalancer.run(group, dict(self.topics), observe=self.index.update,
+                                          changed=lambda: self.requests.changed(group))
             if outcome.state != "unchanged":
                 log.info("group %s generation %d %s: reason=%s members=%d moved=%d duration=%.1fms%s",
                          group, outcome.generation, outcome.state, ", ".join(outcome.reasons) or "-",
@@ -467,6 +478,8 @@ class LeaderSession:
             self.term.end(f"deposed: {e}")
         except Abandoned:
             self.requests.request(group)  # for whoever leads next in this process, if we resume
+        except Superseded:
+            log.info("group %s: changed during the rebalance; computing it again", group)  # queued again by done()
         except KazooException as e:
             if self.term.active:
                 log.warning("group %s: ZooKeeper error during rebalance (%s); retrying", group, type(e).__name__)

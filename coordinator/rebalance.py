@@ -31,6 +31,12 @@ class Abandoned(Exception):
     """The attempt was abandoned because leadership is ending (suspension, shutdown)."""
 
 
+class Superseded(Exception):
+    """The group changed while its members were applying a generation (a member joined or
+    left, partitions were added): that generation is dropped for one computed afresh, as
+    Kafka's coordinator goes back to PreparingRebalance when a member joins during a sync."""
+
+
 # ---------------------------------------------------------------- read
 
 @dataclass
@@ -216,7 +222,7 @@ def _rejected_error(snapshot: Snapshot) -> str:
 # ---------------------------------------------------------------- wait
 
 def wait_for_acks(client, commands: Dict[str, List[str]], timeout: float,
-                  abort: Callable[[], bool]) -> Set[str]:
+                  abort: Callable[[], bool], changed: Callable[[], bool] = lambda: False) -> Set[str]:
     """Wait until every member deleted its start-fetcher command (its ack); return the members
     to leave out of the next attempt. A watch per command reports its deletion; every 250 ms
     all pending commands are checked again, in case a watch was lost to a reconnect.
@@ -238,6 +244,8 @@ def wait_for_acks(client, commands: Dict[str, List[str]], timeout: float,
     while pending:
         if abort():
             raise Abandoned("leadership is ending")
+        if changed():
+            raise Superseded("the group changed")
         now = time.monotonic()
         if now >= recheck:
             recheck = now + 0.25
@@ -309,8 +317,11 @@ class GroupRebalancer:
         # someone deletes or damages the state znode (members ignore older generations).
         self.generations: Dict[str, int] = {}
 
-    def run(self, group: str, topics: Dict[str, int], observe=None) -> Outcome:
-        """Rebalance ``group`` if needed. ``observe(group, registrations)`` sees every snapshot."""
+    def run(self, group: str, topics: Dict[str, int], observe=None,
+            changed: Callable[[], bool] = lambda: False) -> Outcome:
+        """Rebalance ``group`` if needed. ``observe(group, registrations)`` sees every snapshot;
+        ``changed()`` says the group changed since this run began (raises :class:`Superseded`
+        while waiting for acks, rather than waiting out members that may be gone)."""
         started = time.monotonic()
         excluded: Set[str] = set()
         attempts = self.settings.max_rebalance_retries + 1
@@ -343,7 +354,8 @@ class GroupRebalancer:
             self.generations[group] = generation
             stale = stale_commands(self.client, group, excluded) if excluded else []
             commands = write_commands(self.client, self.epoch, snapshot, plan, generation, stale)
-            late = wait_for_acks(self.client, commands, self.settings.rebalance_timeout_ms / 1000.0, self.abort)
+            late = wait_for_acks(self.client, commands, self.settings.rebalance_timeout_ms / 1000.0, self.abort,
+                                 changed)
             if not late:
                 state = protocol.STABLE if plan.members else protocol.EMPTY
                 write_state(self.client, self.epoch, group,

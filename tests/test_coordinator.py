@@ -8,7 +8,9 @@ import time
 import pytest
 
 from coordinator import protocol
+from consumer.records import TopicPartition
 from coordinator.topics import TopicRegistry
+from coordinator.zkclient import close_client
 from tests.groups import (Cluster, assert_exclusive_and_complete, command_count, expire_session, leader_info,
                           owned_by, read_state, wait_stable)
 from tests.helpers import wait_for
@@ -88,6 +90,31 @@ def test_sticky_group_moves_only_what_it_must(cluster, zk):
     for m, kept in zip(old, staying):
         assert kept <= m.recorder.owned
     assert_exclusive_and_complete(old, "t", 12)
+
+
+def test_new_owner_waits_for_a_held_partition_and_gives_way_to_newer_commands(zk_connect, zk):
+    """An owner node still held (a previous owner whose session has not ended) blocks only that
+    partition; a newer command interrupts the wait, and the partition is claimed once freed."""
+    cluster = Cluster(zk_connect, rebalance_timeout_ms=30000)  # waiting must not count as not acking
+    try:
+        TopicRegistry(zk).create("t", 2)
+        holder = cluster.client()
+        holder.create(protocol.owners_path("g", "t", 0), b"previous-owner", ephemeral=True, makepath=True)
+        cluster.node("n")
+        m1 = cluster.member("g", ["t"])
+        t0, t1 = TopicPartition("t", 0), TopicPartition("t", 1)
+        wait_for(lambda: set(m1.owned()) == {t1}, message="m1 holds the free partition, waits for the other")
+        assert read_state(zk, "g").state == protocol.REBALANCING
+        m2 = cluster.member("g", ["t"])  # range: t-0 stays with m1, t-1 moves to m2
+        # m2 can only get t-1 if m1 stopped waiting for t-0 and applied the newer command.
+        wait_for(lambda: set(m2.owned()) == {t1}, message="m2 owns t-1 while t-0 is still held")
+        assert t0 not in m1.owned()
+        close_client(holder)
+        cluster.clients.remove(holder)
+        wait_stable(zk, "g", 2)
+        wait_for(lambda: m1.recorder.owned == {t0} and m2.recorder.owned == {t1}, message="t-0 claimed once free")
+    finally:
+        cluster.close()
 
 
 def test_member_killed_its_partitions_move_after_session_expiry(cluster, zk, zk_connect, subprocess_env):
