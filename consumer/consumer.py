@@ -189,12 +189,17 @@ class Consumer:
                 self.member.rejoin()
             while True:
                 self._run_callbacks()
+                remaining = deadline - time.monotonic()
+                if not self.member.wait_connected(max(0.0, min(remaining, 0.5))):
+                    # Suspended: another member may own our partitions by now; hand out nothing.
+                    self._check_wakeup()
+                    if time.monotonic() >= deadline:
+                        return {}
+                    continue
                 self._maybe_auto_commit()
                 remaining = deadline - time.monotonic()
                 records = self.fetcher.poll(max_records, timeout=max(0.0, min(remaining, 0.5)))
-                if self._wakeup:
-                    self._wakeup = False
-                    raise WakeupException("poll() was woken up")
+                self._check_wakeup()
                 if records:
                     return records
                 if remaining <= 0:
@@ -207,6 +212,11 @@ class Consumer:
         while not self._closed:
             for records in self.poll(timeout_ms=500).values():
                 yield from records
+
+    def _check_wakeup(self) -> None:
+        if self._wakeup:
+            self._wakeup = False
+            raise WakeupException("poll() was woken up")
 
     def wakeup(self) -> None:
         """Interrupt a blocking ``poll()`` (raises WakeupException there). Thread-safe."""
@@ -461,14 +471,21 @@ class Consumer:
         if self._streams is not None:
             self._streams.stop()
         try:
+            # A clean leave needs ZooKeeper: wait for a suspended connection at most one
+            # session timeout, after which the session is gone anyway.
+            reachable = self.member.wait_connected(self.config.session_timeout_ms / 1000.0)
             owned = set(self.member.owned())
-            if owned:
+            if owned and reachable:
                 r = _Revocation(owned)
                 if not autocommit:
                     self.config.enable_auto_commit = False
                 self.fetcher.pause(self._known(owned))
                 self._finish_revocation(r)
-            self.member.close()
+            elif owned:
+                log.warning("consumer %s: ZooKeeper unreachable; closing without committing, its partitions "
+                            "move when the session ends", self.consumer_id)
+                self.listener.on_partitions_lost(owned)
+            self.member.close(timeout=30.0 if reachable else 1.0)
         finally:
             self._closed = True
             self.fetcher.close()

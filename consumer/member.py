@@ -14,6 +14,9 @@ Guarantees:
 - Commands are applied strictly in channel order; when a stop-fetcher and a start-fetcher are
   both waiting, only partitions that really move are released (the others keep fetching).
   Commands of an older epoch or generation than one already applied are acked and ignored.
+- While the connection is suspended the member cannot tell whether its owner nodes still
+  exist (kazoo reports LOST only after it reconnects), so :meth:`wait_connected` tells the
+  consumer to hand out nothing until the connection is back.
 - After a session expiry the member reports its partitions lost and registers again, coping
   with its own registration still held by the dead session (KAFKA-1387).
 """
@@ -27,7 +30,7 @@ import threading
 import time
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import ConnectionClosedError, KazooException, NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
 from coordinator import protocol
@@ -80,6 +83,10 @@ class GroupMember:
         self._registered = False
         self._evicted = False  # left for not polling; rejoins only when asked (rejoin())
         self._closed = threading.Event()
+        # Cleared while the connection is suspended: the session, and with it the owner
+        # nodes, may already be gone, so the consumer hands out no records until it is back.
+        self._connected = threading.Event()
+        self._connected.set()
         self.generation = -1
         self.rebalances = 0
 
@@ -118,6 +125,10 @@ class GroupMember:
     def registered(self) -> bool:
         return self._registered
 
+    def wait_connected(self, timeout: float) -> bool:
+        """True once the connection to ZooKeeper is not suspended (at once if it is not)."""
+        return self._connected.wait(timeout)
+
     def owned(self) -> Dict[TopicPartition, str]:
         with self._lock:
             return dict(self._owned)
@@ -130,9 +141,12 @@ class GroupMember:
             self._events.put(("channel", None))
 
     def _on_connection_state(self, state):
-        if state == KazooState.LOST:
+        if state == KazooState.SUSPENDED:
+            self._connected.clear()
+        elif state == KazooState.LOST:
             self._events.put(("lost", None))
         elif state == KazooState.CONNECTED:
+            self._connected.set()
             self._events.put(("connected", None))
 
     # ------------------------------------------------------------ the state machine
@@ -162,6 +176,8 @@ class GroupMember:
                 elif kind == "channel":
                     self._process_channel()
             except KazooException as e:
+                if isinstance(e, ConnectionClosedError) or self._closed.is_set():
+                    return  # the client was stopped under us (close() gave up waiting for ZooKeeper)
                 log.warning("member %s: ZooKeeper error handling %s (%s); will retry", self.consumer_id, kind,
                             type(e).__name__)
                 time.sleep(0.1)

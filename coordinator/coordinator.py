@@ -202,7 +202,9 @@ class Coordinator:
         if self._election:
             self._election.cancel()
         if self._thread:
-            self._thread.join(timeout=15)
+            # Disconnected, the leader's last writes would wait for a reconnect: closing the
+            # client fails them instead.
+            self._thread.join(timeout=15 if self.client and self.client.connected else 1)
         if self.client:
             close_client(self.client)
 

@@ -11,6 +11,7 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from coordinator import protocol
 from coordinator.errors import CorruptZnode, InvalidPartitions, TopicExists, UnknownTopic
+from coordinator.zkclient import riding_out_failover
 
 
 class TopicRegistry:
@@ -40,10 +41,11 @@ class TopicRegistry:
         except NoNodeError:
             return []
 
+    @riding_out_failover()
     def partitions(self, topic: str) -> int:
         path = protocol.topic_path(topic)
         try:
-            raw, _ = self.client.retry(self.client.get, path)
+            raw, _ = self.client.get(path)
         except NoNodeError:
             raise UnknownTopic(topic) from None
         return protocol.decode_topic(raw, path)
@@ -61,14 +63,11 @@ class TopicRegistry:
                 continue
         return result
 
+    @riding_out_failover()
     def add_partitions(self, topic: str, total: int) -> None:
         """Grow ``topic`` to ``total`` partitions (compare-and-set on the znode version).
-
-        Idempotent, so a connection lost mid-call (a ZooKeeper server failing over) is retried."""
+        Idempotent, so a connection lost mid-call is retried."""
         _check_count(total)
-        self.client.retry(self._grow, topic, total)
-
-    def _grow(self, topic: str, total: int) -> None:
         path = protocol.topic_path(topic)
         try:
             raw, stat = self.client.get(path)

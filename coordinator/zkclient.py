@@ -1,7 +1,9 @@
 """Creating kazoo clients the way zkgroups wants them.
 
-kazoo's default ``KazooRetry`` retries forever; every client here has bounded connection
-and command retries (ENGINEERING.md §2.8), and connecting waits at most ``connect_timeout``.
+kazoo's default ``KazooRetry`` retries forever; here ``client.retry`` (used by kazoo's
+recipes) gives up after five tries, reconnecting backs off to at most 1 s between attempts
+for as long as the client is open, and connecting waits at most ``connect_timeout``
+(ENGINEERING.md §2.8). Our own retries are explicit: :func:`riding_out_failover`.
 A connect string may carry a chroot (``127.0.0.1:2181/app``); it is created if missing.
 """
 from __future__ import annotations
@@ -10,7 +12,9 @@ import logging
 import selectors
 import types
 
+import tenacity
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
 from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 from kazoo.handlers.utils import selector_select
 from kazoo.retry import KazooRetry
@@ -35,6 +39,17 @@ class PollHandler(SequentialThreadingHandler):
         return selector_select(*args, selectors_module=_POLL, **kwargs)
 
 
+def riding_out_failover(deadline_s: float = 15.0):
+    """Decorate an idempotent ZooKeeper call to retry a lost connection (a server failing
+    over: electing a new ZooKeeper leader takes seconds) with backoff, for ``deadline_s``."""
+    return tenacity.retry(
+        retry=tenacity.retry_if_exception_type((ConnectionLoss, OperationTimeoutError)),
+        wait=tenacity.wait_exponential(multiplier=0.05, max=1.0),
+        stop=tenacity.stop_after_delay(deadline_s),
+        before_sleep=tenacity.before_sleep_log(log, logging.WARNING),
+        reraise=True)
+
+
 def make_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = 6000,
                 read_only: bool = False) -> KazooClient:
     """A started-later client with bounded retries (call :func:`start_client`)."""
@@ -42,9 +57,7 @@ def make_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = 6000,
         hosts=connect,
         timeout=session_timeout_ms / 1000.0,
         connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
-        # client.retry(...) rides out a server failover (a new ZooKeeper leader takes
-        # seconds to elect), bounded by its deadline rather than a try count.
-        command_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0, deadline=30),
+        command_retry=KazooRetry(max_tries=5, delay=0.05, backoff=2, max_delay=1.0, deadline=30),
         read_only=read_only,
         handler=PollHandler(),
     )

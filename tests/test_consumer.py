@@ -274,3 +274,69 @@ def test_streams_split_partitions_across_threads(cluster, zk, data_dir, make_con
     for t in threads:
         t.join(5)
         assert not t.is_alive()
+
+
+class LostRecorder(ConsumerRebalanceListener):
+    def __init__(self):
+        self.lost = []
+
+    def on_partitions_lost(self, partitions):
+        self.lost.append(partitions)
+
+
+@pytest.fixture
+def own_zookeeper(zk_server, tmp_path):
+    """A ZooKeeper of this test's own to kill and restart, a client and a coordinator on it."""
+    if not zk_server.local:
+        pytest.skip("needs a local ZooKeeper to kill and restart")
+    from coordinator.zkclient import close_client, start_client
+    from coordinator.zkserver import Ensemble
+    from tests.groups import Cluster
+    ens = Ensemble(1, tick_ms=200, fsync=False, workdir=str(tmp_path / "zk")).start()
+    zk = start_client(ens.connect, 2000)
+    cluster = Cluster(ens.connect, session_timeout_ms=2000)
+    cluster.node("a")
+    try:
+        yield ens, zk, cluster
+    finally:
+        if not ens.servers[0].running:
+            ens.restart(0)  # so that the clean-up does not wait for a dead server
+        cluster.close()
+        close_client(zk)
+        ens.close()
+
+
+def test_no_records_are_handed_out_while_zookeeper_is_away(own_zookeeper, data_dir):
+    """Cut off from ZooKeeper, a consumer cannot know whether its session (and so its
+    partitions) survives: poll() hands out nothing until the connection is back."""
+    ens, zk, _ = own_zookeeper
+    fill(zk, data_dir, "t", 1, 15)
+    listener = LostRecorder()
+    with Consumer("g", ["t"], zk=ens.connect, data_dir=data_dir, session_timeout_ms=6000,
+                  auto_offset_reset="earliest", listener=listener) as consumer:
+        assert len(consume_until(consumer, 10, max_records=10)) == 10
+        ens.servers[0].kill()
+        wait_for(lambda: not consumer.member.wait_connected(0), message="the consumer notices")
+        assert consumer.poll(timeout_ms=600) == {}  # five records are there, but not handed out
+        ens.restart(0)
+        rest = consume_until(consumer, 5)
+        assert [r.offset for r in rest] == [10, 11, 12, 13, 14]
+        assert not listener.lost  # the same session came back: the partition was never lost
+
+
+def test_close_with_zookeeper_gone_does_not_hang(own_zookeeper, data_dir):
+    """A consumer and a coordinator closed while ZooKeeper is down finish closing: the consumer
+    waits one session timeout for it, reports its partitions lost, and leaves by session end."""
+    ens, zk, cluster = own_zookeeper
+    fill(zk, data_dir, "t", 2, 5)
+    listener = LostRecorder()
+    consumer = Consumer("g", ["t"], zk=ens.connect, data_dir=data_dir, session_timeout_ms=2000,
+                        auto_offset_reset="earliest", listener=listener)
+    assert len(consume_until(consumer, 10)) == 10
+    ens.servers[0].kill()
+    wait_for(lambda: not consumer.member.wait_connected(0), message="the consumer notices")
+    closing = threading.Thread(target=lambda: (consumer.close(), cluster.close()), daemon=True)
+    closing.start()
+    closing.join(30)
+    assert not closing.is_alive(), "close() hangs while ZooKeeper is down"
+    assert listener.lost == [{TopicPartition("t", 0), TopicPartition("t", 1)}]
