@@ -1,4 +1,5 @@
-"""coordinatord processes under real failures: SIGKILL, SIGSTOP/SIGCONT, SIGTERM."""
+"""coordinatord processes under real failures: SIGKILL, SIGSTOP/SIGCONT, SIGTERM; and the
+ZooKeeper leader of a 3-server ensemble killed under a running group."""
 from __future__ import annotations
 
 import signal
@@ -10,6 +11,7 @@ import pytest
 
 from coordinator import protocol
 from coordinator.topics import TopicRegistry
+from coordinator.zkserver import Ensemble, four_letter, local_classpath
 from tests.groups import Cluster, leader_info, read_state, wait_stable
 from tests.helpers import wait_for
 
@@ -93,3 +95,55 @@ def test_sigterm_leader_resigns_and_another_leads_at_once(zk, nodes):
     wait_for(lambda: (lambda i: i if i and i.node_id == "c2" else None)(current_leader(zk)), 10, message="c2 leads")
     assert time.monotonic() - t0 < SESSION_MS / 1000, "handover waited for a session timeout"
     assert procs["c1"].wait(10) == 0
+
+
+@pytest.mark.skipif(local_classpath() is None, reason="needs a local ZooKeeper install")
+def test_zookeeper_leader_killed_in_a_3_server_ensemble_nothing_rebalances(tmp_path, data_dir):
+    """Losing the ZooKeeper leader of a 3-server ensemble: every client reconnects to a
+    survivor within its session, so consumers keep their partitions (no new generation) and
+    consume what is produced meanwhile; offsets end at the log's end."""
+    from consumer import Consumer, TopicPartition
+    from consumer.log import Log
+    from coordinator.zkclient import close_client, start_client
+    with Ensemble(3, tick_ms=200, fsync=False, workdir=str(tmp_path / "zk")) as ens:
+        zk = start_client(ens.connect, 6000)
+        TopicRegistry(zk).create("t", 4)
+        log = Log(data_dir)
+
+        def produce(n):
+            for p in range(4):
+                log.append("t", p, [(None, b"v", 0, ()) for _ in range(n)])
+
+        cluster = Cluster(ens.connect, session_timeout_ms=6000)
+        consumers = []
+        try:
+            cluster.node("a"), cluster.node("b")
+            consumers = [Consumer("g", ["t"], zk=ens.connect, data_dir=data_dir, session_timeout_ms=6000,
+                                  auto_offset_reset="earliest", enable_auto_commit=False) for _ in range(2)]
+            seen = []
+
+            def consume_all(total):
+                def step():
+                    for c in consumers:
+                        for records in c.poll(timeout_ms=50).values():
+                            seen.extend((r.partition, r.offset) for r in records)
+                        c.commit()
+                    return len(set(seen)) >= total
+                wait_for(step, 30, interval=0, message=f"{total} records consumed")
+
+            produce(10)
+            consume_all(40)
+            state = wait_stable(zk, "g", 2)
+            zk_leader = next(s for s in ens.servers if "Mode: leader" in four_letter("127.0.0.1", s.client_port, "srvr"))
+            zk_leader.kill()
+            produce(10)
+            consume_all(80)
+            committed = {p: consumers[0].committed(TopicPartition("t", p)) for p in range(4)}
+            assert committed == {p: 20 for p in range(4)}
+            assert read_state(zk, "g").generation == state.generation  # no rebalance was needed
+        finally:
+            for c in consumers:
+                c.close()
+            cluster.close()
+            close_client(zk)
+            log.close()
