@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Dict, Optional, Set
+from typing import Callable, Dict, Optional, Set
 
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, BadVersionError
 from kazoo.protocol.states import KazooState
@@ -319,7 +319,8 @@ class LeaderSession:
         self.events: "queue.Queue[tuple]" = queue.Queue()
         self.topics: Dict[str, int] = {}
         self.topic_watches: Set[str] = set()
-        self.group_watches: Set[str] = set()
+        # group -> the one watcher of its ids znode (one object per group, so kazoo holds it once)
+        self.group_watches: Dict[str, Callable] = {}
         self.retry_at: Dict[str, float] = {}
         self.unverified: Set[str] = set()
         self.ignored_groups: Set[str] = set()
@@ -393,11 +394,10 @@ class LeaderSession:
         return callback
 
     def _watch_members(self, group):
-        def callback(children):
-            if self.term.ended.is_set():
-                return False
-            self.requests.request(group)
-        return callback
+        def watch(_event):
+            if not self.term.ended.is_set():
+                self.events.put(("ids", group))
+        return watch
 
     # ------------------------------------------------------------ events (leader thread: may call ZK)
 
@@ -423,6 +423,9 @@ class LeaderSession:
                 for group in self.index.groups_for(topic):
                     self.requests.request(group)
         elif kind == "groups":
+            for group in set(self.group_watches) - set(arg):
+                del self.group_watches[group]  # deleted: watched afresh if it comes back
+                self.index.update(group, [])
             for group in arg:
                 if group not in self.group_watches:
                     try:
@@ -433,9 +436,26 @@ class LeaderSession:
                             self.ignored_groups.add(group)
                             self._verified(group)
                         continue
-                    self.group_watches.add(group)
-                    self.client.ensure_path(protocol.ids_path(group))
-                    ChildrenWatch(self.client, protocol.ids_path(group), self._watch_members(group))
+                    self.group_watches[group] = self._watch_members(group)
+                    self._read_members(group)
+        elif kind == "ids":
+            if arg in self.group_watches:
+                self._read_members(arg)
+
+    def _read_members(self, group: str) -> None:
+        """Re-arm the one-shot watch on the group's members and queue the group. A missing ids
+        znode (the group is being created, or was deleted) gets an exists watch instead, which
+        fires when it appears; there is nothing to rebalance until then."""
+        path, watch = protocol.ids_path(group), self.group_watches[group]
+        try:
+            self.client.get_children(path, watch=watch)
+        except NoNodeError:
+            if self.client.exists(path, watch=watch) is not None:
+                self.events.put(("ids", group))  # created in between: read it
+            else:
+                self._verified(group)
+            return
+        self.requests.request(group)
 
     # ------------------------------------------------------------ handlers
 

@@ -329,3 +329,23 @@ def test_corrupt_state_znode_is_rewritten(cluster, zk, caplog):
     assert any("group state is not JSON" in r.getMessage() for r in caplog.records)
     wait_for(lambda: len(m.recorder.owned) == 1, message="split after the rewrite")
     assert read_state(zk, "g").generation > s.generation  # members never see a generation go back
+
+
+def test_a_deleted_group_that_comes_back_is_watched_again(cluster, zk):
+    """An admin deletes an empty group's znodes; a member later joins under the same name and
+    the leader assigns it at once (its watches follow the group, not the first znode)."""
+    TopicRegistry(zk).create("t", 2)
+    cluster.node("n")
+    m = cluster.member("g", ["t"])
+    wait_stable(zk, "g", 1)
+    m.close()
+    cluster.members.remove(m)
+    wait_for(lambda: read_state(zk, "g").state == protocol.EMPTY, message="group Empty")
+    zk.delete(protocol.group_path("g"), recursive=True)
+    wait_for(lambda: not zk.exists(protocol.group_path("g")), message="deleted")
+    again = cluster.member("g", ["t"])
+    wait_stable(zk, "g", 1, timeout=10)
+    wait_for(lambda: len(again.recorder.owned) == 2, message="the new member owns both partitions")
+    third = cluster.member("g", ["t"])
+    wait_stable(zk, "g", 2, timeout=10)
+    wait_for(lambda: len(third.recorder.owned) == 1, message="later joins are seen too")

@@ -1,4 +1,4 @@
-"""groupctl coordinator / groups list|describe|reset-offsets / consume, against a real ZooKeeper.
+"""groupctl coordinator / groups list|describe|reset-offsets|delete / consume, against a real ZooKeeper.
 
 Commands run in-process through click's CliRunner; the SIGTERM test runs ``groupctl consume``
 as a real process. Errors must be one line ``error: ...`` (exit 1, usage errors 2), never a
@@ -280,6 +280,31 @@ def test_reset_offsets_errors(groupctl, zk, data_dir):
 
 def json_lines(text: str):
     return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def test_delete_removes_an_idle_group_and_a_new_member_starts_over(groupctl, cluster, zk, data_dir):
+    cluster.node("n")
+    fill(zk, data_dir, "t", [3, 3])
+    assert len(json_lines(ok(groupctl("consume", "g", "t", "--max-records", "6")))) == 6
+    assert committed(zk, "g", "t", 2) == {0: 3, 1: 3}
+    wait_for(lambda: read_state(zk, "g").state == protocol.EMPTY, message="the group is Empty")
+    assert ok(groupctl("groups", "delete", "g")).strip() == "deleted group g"
+    assert not zk.exists(protocol.group_path("g"))
+    assert "g" not in [line.split()[0] for line in ok(groupctl("groups", "list")).splitlines()[1:]]
+    # The name is free again: a new member starts from the beginning and is assigned at once.
+    again = json_lines(ok(groupctl("consume", "g", "t", "--max-records", "6")))
+    assert sorted((r["partition"], r["offset"]) for r in again) == [(p, o) for p in (0, 1) for o in range(3)]
+
+
+def test_delete_is_refused_while_members_are_live_and_for_unknown_groups(groupctl, cluster, zk):
+    TopicRegistry(zk).create("t", 1)
+    cluster.node("n")
+    cluster.member("g", ["t"])
+    wait_stable(zk, "g", 1)
+    assert_failed(groupctl("groups", "delete", "g"), "group 'g' has 1 live members; stop them before deleting it")
+    assert zk.exists(protocol.state_path("g"))
+    assert_failed(groupctl("groups", "delete", "nope"), "group 'nope' does not exist")
+    assert_failed(groupctl("groups", "delete", "bad name"), "illegal")
 
 
 def test_consume_max_records_prints_json_and_commits(groupctl, cluster, zk, data_dir):

@@ -34,6 +34,14 @@ def _children(zk, path: str) -> List[str]:
         return []
 
 
+def _existing_group(cli: CliContext, group: str):
+    """The ZooKeeper client, once ``group`` is known to be a valid name that exists."""
+    protocol.validate_name(group, "group")
+    if not cli.zk.exists(protocol.group_path(group)):
+        raise ZkGroupsError(f"group {group!r} does not exist")
+    return cli.zk
+
+
 def _state(zk, group: str) -> protocol.GroupState:
     try:
         return protocol.GroupState.decode(zk.get(protocol.state_path(group))[0], protocol.state_path(group))
@@ -102,10 +110,7 @@ def groups_list(cli: CliContext) -> None:
 @pass_cli
 def groups_describe(cli: CliContext, group: str) -> None:
     """State, members with streams, assignment, committed offset, end offset and lag."""
-    zk = cli.zk
-    protocol.validate_name(group, "group")
-    if not zk.exists(protocol.group_path(group)):
-        raise ZkGroupsError(f"group {group!r} does not exist")
+    zk = _existing_group(cli, group)
     s = _state(zk, group)
     click.echo(f"group: {group}\nstate: {s.state}\ngeneration: {s.generation}\nstrategy: {s.strategy or '-'}")
     if s.error:
@@ -194,6 +199,36 @@ def groups_reset_offsets(cli: CliContext, group: str, topic: str, to_earliest: b
     except TransactionFailed:
         raise ZkGroupsError(f"offsets of group {group!r} changed while resetting; nothing was written") from None
     click.echo(f"reset {len(targets)} partitions of {topic}")
+
+
+@groups.command("delete")
+@click.argument("group")
+@pass_cli
+def groups_delete(cli: CliContext, group: str) -> None:
+    """Delete GROUP: committed offsets, state and channels (refused while it has live members)."""
+    zk = _existing_group(cli, group)
+    live = _children(zk, protocol.ids_path(group))
+    if live:
+        raise ZkGroupsError(f"group {group!r} has {len(live)} live members; stop them before deleting it")
+    # One transaction, children before parents: a member registering meanwhile makes the delete
+    # of ids (or of any other parent) fail, and then nothing is deleted.
+    t = zk.transaction()
+    for path in _subtree(zk, protocol.group_path(group)):
+        t.delete(path)
+    try:
+        commit(t)
+    except TransactionFailed:
+        raise ZkGroupsError(f"group {group!r} changed while deleting it; nothing was deleted") from None
+    click.echo(f"deleted group {group}")
+
+
+def _subtree(zk, path: str) -> List[str]:
+    """``path`` and everything under it, each node after its children."""
+    out = []
+    for child in _children(zk, path):
+        out.extend(_subtree(zk, f"{path}/{child}"))
+    out.append(path)
+    return out
 
 
 # ---------------------------------------------------------------- consume
