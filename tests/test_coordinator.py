@@ -349,3 +349,23 @@ def test_a_deleted_group_that_comes_back_is_watched_again(cluster, zk):
     third = cluster.member("g", ["t"])
     wait_stable(zk, "g", 2, timeout=10)
     wait_for(lambda: len(third.recorder.owned) == 1, message="later joins are seen too")
+
+
+def test_a_member_gone_mid_rebalance_is_not_waited_for(zk_connect, zk):
+    """A member whose session ends while the others apply a generation: the leader drops that
+    generation at once for one without it, instead of waiting out the rebalance timeout."""
+    cluster = Cluster(zk_connect, rebalance_timeout_ms=60000)
+    try:
+        TopicRegistry(zk).create("t", 4)
+        cluster.node("n")
+        good = cluster.member("g", ["t"])
+        s = wait_stable(zk, "g", 1)
+        mute = cluster.client()  # registers, never reads its channel, then its session expires
+        mute.ensure_path(protocol.channel_path("g", "g_mute-1-0"))
+        mute.create(protocol.ids_path("g", "g_mute-1-0"), protocol.Registration({"t": 1}).encode(), ephemeral=True)
+        wait_for(lambda: read_state(zk, "g").state == protocol.REBALANCING, message="waiting for the mute member")
+        expire_session(mute, zk_connect)
+        wait_stable(zk, "g", 1, after_generation=s.generation, timeout=15)
+        wait_for(lambda: len(good.recorder.owned) == 4, message="the live member owns everything")
+    finally:
+        cluster.close()
