@@ -487,7 +487,7 @@ def test_range_and_roundrobin_ignore_previous(strategy, seed):
 
 
 def test_sticky_large_group_member_joins():
-    """100k partitions, 4000 streams, one member joins: fast, and only its share moves."""
+    """100k partitions, 4000 streams, one member joins: only its share moves."""
     members = {f"m{i:04d}": {"big": 4} for i in range(1000)}
     partitions = {"big": 100_000}
     previous = assign("sticky", members, partitions)
