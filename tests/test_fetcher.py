@@ -90,6 +90,16 @@ def make_fetcher(flog):
         f.close()
 
 
+def fetching_all(flog, make_fetcher, per_partition: int, **config):
+    """A started fetcher assigned every partition from 0, each holding ``per_partition`` records."""
+    for tp in ALL:
+        flog.append(T, tp.partition, per_partition)
+    f = make_fetcher(**config)
+    f.assign({tp: 0 for tp in ALL})
+    f.start()
+    return f
+
+
 def poll_until(fetcher, count, max_records=None, timeout=5.0):
     """Poll until ``count`` records were returned in total; return the list of poll results."""
     results, got = [], 0
@@ -162,11 +172,7 @@ def test_invalid_config_is_rejected(flog):
 # --------------------------------------------------------------------------- fairness
 
 def test_rotating_start_partition(flog, make_fetcher):
-    for tp in ALL:
-        flog.append(T, tp.partition, 1000)
-    f = make_fetcher(max_poll_records=5000)  # prefetch everything
-    f.assign({tp: 0 for tp in ALL})
-    f.start()
+    f = fetching_all(flog, make_fetcher, 1000, max_poll_records=5000)  # prefetch everything
     wait_for(lambda: f.buffered() == 4000, timeout=5, message="everything buffered")
     # each poll takes as much as it can from one partition, then the next poll starts at the
     # partition after the one where the previous poll stopped
@@ -295,11 +301,7 @@ def test_retained_records_stay_bounded(flog, make_fetcher):
 # --------------------------------------------------------------------------- revoke / seek
 
 def test_revoke_drops_buffer_and_stops_fetching(flog, make_fetcher):
-    for tp in ALL:
-        flog.append(T, tp.partition, 300)
-    f = make_fetcher(max_poll_records=5000)
-    f.assign({tp: 0 for tp in ALL})
-    f.start()
+    f = fetching_all(flog, make_fetcher, 300, max_poll_records=5000)
     wait_for(lambda: f.buffered() == 1200, timeout=5)
     f.revoke([P0, P2])
     assert f.assigned() == {P1, P3}
@@ -319,11 +321,7 @@ def test_revoke_drops_buffer_and_stops_fetching(flog, make_fetcher):
 
 
 def test_no_revoked_record_is_returned_under_concurrency(flog, make_fetcher):
-    for tp in ALL:
-        flog.append(T, tp.partition, 10_000_000)
-    f = make_fetcher(max_poll_records=50)
-    f.assign({tp: 0 for tp in ALL})
-    f.start()
+    f = fetching_all(flog, make_fetcher, 10_000_000, max_poll_records=50)
     gen = [0]  # odd: P0/P1 revoked (set after revoke returned, cleared before assign starts)
     stop = threading.Event()
     errors = []

@@ -15,6 +15,7 @@ import pytest
 from consumer.log import Log
 from coordinator.errors import (IllegalStateError, InvalidConfig, InvalidName, InvalidPartitions,
                                 LogCorrupted, OffsetOutOfRange)
+from tests.helpers import start_together
 
 T = "t"
 
@@ -319,17 +320,7 @@ with Log(data_dir, fsync="never", segment_bytes=200_000) as log:
 
 def test_two_writer_processes_share_a_partition(data_dir, subprocess_env):
     batches = 300
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER, data_dir, name, str(batches)], env=subprocess_env,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for name in ("a", "b")]
-    for w in writers:
-        assert w.stdout.readline().strip() == "ready", w.stderr.read()
-    for w in writers:
-        w.stdin.write("go\n")
-        w.stdin.flush()
-    for w in writers:
-        _, err = w.communicate(timeout=60)
-        assert w.returncode == 0, err
+    start_together(WRITER, [(data_dir, name, str(batches)) for name in ("a", "b")], subprocess_env)
     with Log(data_dir) as log:
         got = read_all(log)
     assert [r.offset for r in got] == list(range(2 * batches * 50))  # dense, nothing lost

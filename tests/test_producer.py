@@ -13,7 +13,7 @@ from consumer.log import Log
 from consumer.producer import Producer
 from coordinator.errors import IllegalStateError, InvalidConfig, InvalidPartitions, UnknownTopic
 from coordinator.topics import TopicRegistry
-from tests.helpers import wait_for
+from tests.helpers import start_together, wait_for
 
 
 def read_partition(data_dir: str, topic: str, partition: int):
@@ -239,20 +239,6 @@ with Producer(zk, data_dir, batch_size=500) as producer:
         producer.send("shared", b"%s-%d" % (name.encode(), i))
 close_client(zk)
 """
-
-
-def start_together(script: str, argvs, env):
-    """Start one process per argv; release them at once when all have said 'ready'."""
-    procs = [subprocess.Popen([sys.executable, "-c", script, *argv], env=env, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for argv in argvs]
-    for proc in procs:
-        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
-    for proc in procs:
-        proc.stdin.write("go\n")
-        proc.stdin.flush()
-    for proc in procs:
-        _, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err
 
 
 def test_two_producer_processes_on_one_topic(zk, zk_connect, data_dir, subprocess_env):

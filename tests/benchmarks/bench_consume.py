@@ -23,7 +23,6 @@ Producer. Measured in one run:
 """
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
@@ -38,7 +37,7 @@ from consumer.log import Log
 from coordinator import protocol
 from coordinator.errors import ZkGroupsError
 from coordinator.topics import TopicRegistry
-from tests.benchmarks.common import Row, Timer, print_table, produce, scratch_dir, zk_client, zookeeper
+from tests.benchmarks.common import Row, Timer, print_table, produce, scratch_dir, zk_client, workload_parser, zookeeper
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOPIC = "bench-consume"
@@ -221,11 +220,7 @@ def coordinatord(connect: str) -> subprocess.Popen:
 # ---------------------------------------------------------------- main
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="bin/bench consume", description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=int, default=2_000_000)
-    parser.add_argument("--size", type=int, default=100, help="value bytes")
-    parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of each measurement (best is reported)")
+    parser = workload_parser("consume", __doc__, rounds=5, data_dir=False)
     parser.add_argument("--processes", type=int, default=4, help="consumer processes in the group run")
     parser.add_argument("--commit-interval-ms", type=int, default=100,
                         help="how often the consumer processes commit")

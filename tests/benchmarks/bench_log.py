@@ -10,13 +10,12 @@ Targets: produce >= 300k records/s, read >= 1M records/s and >= 0.25 x baseline.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 from consumer.log import Log
 from coordinator.topics import TopicRegistry
-from tests.benchmarks.common import Row, Timer, print_table, produce, scratch_dir, zk_client, zookeeper
+from tests.benchmarks.common import Row, Timer, print_table, produce, scratch_dir, zk_client, workload_parser, zookeeper
 
 TOPIC = "bench-log"
 
@@ -53,13 +52,7 @@ def baseline(path: str) -> float:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="bin/bench log", description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=int, default=2_000_000)
-    parser.add_argument("--size", type=int, default=100, help="value bytes")
-    parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=3, help="read/baseline rounds (best is reported)")
-    parser.add_argument("--data-dir", help="keep the log here instead of a temporary directory")
-    args = parser.parse_args(argv)
+    args = workload_parser("log", __doc__, rounds=3).parse_args(argv)
     records = args.records - args.records % 10_000 or 10_000
     payload = os.urandom(args.size)
 

@@ -17,7 +17,6 @@ neither pays for starting Python workers.
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -27,7 +26,7 @@ from consumer.log import Log
 from consumer.spark import GroupJob, local_session
 from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.topics import TopicRegistry
-from tests.benchmarks.common import Row, Timer, print_table, scratch_dir, zk_client, zookeeper
+from tests.benchmarks.common import Row, Timer, print_table, scratch_dir, zk_client, workload_parser, zookeeper
 
 TOPIC = "bench-spark"
 TARGET_RATIO = 0.5
@@ -95,14 +94,9 @@ def group(spark, zk_connect: str, data_dir: str, workers: int, name: str):
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="bin/bench spark", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--records", type=int, default=2_000_000)
-    ap.add_argument("--size", type=int, default=100, help="value bytes")
-    ap.add_argument("--partitions", type=int, default=4)
+    ap = workload_parser("spark", __doc__, rounds=3)
     ap.add_argument("--workers", type=int, default=2, help="group members (Spark tasks)")
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--data-dir", help="keep the log here (default: a temporary directory)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("kazoo").setLevel(logging.ERROR)

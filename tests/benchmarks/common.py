@@ -5,6 +5,7 @@ run, as a ratio, and print results with :func:`print_table`.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import shutil
 import tempfile
@@ -15,6 +16,19 @@ from typing import Iterable, Iterator, Optional
 from consumer.producer import Producer
 from coordinator.zkclient import close_client, start_client
 from coordinator.zkserver import provide_zookeeper
+
+
+def workload_parser(name: str, doc: str, rounds: int, data_dir: bool = True) -> argparse.ArgumentParser:
+    """``bin/bench NAME``'s options for the shared workload: records of --size bytes on
+    --partitions partitions, best of --rounds; --data-dir keeps the log."""
+    parser = argparse.ArgumentParser(prog=f"bin/bench {name}", description=doc.split("\n")[0])
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--size", type=int, default=100, help="value bytes")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=rounds, help="rounds of each measurement (best is reported)")
+    if data_dir:
+        parser.add_argument("--data-dir", help="keep the log here instead of a temporary directory")
+    return parser
 
 
 @contextlib.contextmanager
