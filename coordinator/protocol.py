@@ -14,7 +14,8 @@ Layout (documented in the README)::
     /consumers/groups/<group>/ids/<consumer-id>     ephemeral Registration
     /consumers/groups/<group>/channel/<consumer-id>/cmd-<seq>   persistent sequential Command
     /consumers/groups/<group>/owners/<topic>/<partition>        ephemeral, data: stream id
-    /consumers/groups/<group>/offsets/<topic>/<partition>       next offset, decimal string
+    /consumers/groups/<group>/offsets/<topic>/<partition>       next offset, decimal (empty: none yet);
+                                                    its znode version is the fencing token of claims
     /consumers/groups/<group>/state                 GroupState, written by the leader
     /zkgroups-spark/stop/<run id>                   created to stop a streaming Spark job
 """
@@ -333,11 +334,18 @@ class LeaderInfo:
 
 # ---------------------------------------------------------------- offsets
 
-def encode_offset(offset: int) -> bytes:
-    return str(int(offset)).encode()
+NO_OFFSET = b""  # an offsets znode created by a claim before anything was committed (the fence exists)
 
 
-def decode_offset(raw: bytes, path: str) -> int:
+def encode_offset(offset: Optional[int]) -> bytes:
+    return NO_OFFSET if offset is None else str(int(offset)).encode()
+
+
+def decode_offset(raw: bytes, path: str) -> Optional[int]:
+    """The committed offset (next to consume), or None: the znode exists (a claim created it
+    to carry the fencing token, its version) but nothing was committed yet."""
+    if not raw.strip():
+        return None
     try:
         value = int(raw.decode("ascii").strip())
     except (UnicodeDecodeError, ValueError):

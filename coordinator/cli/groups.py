@@ -247,10 +247,13 @@ def _subtree(zk, path: str) -> List[str]:
 @click.option("--consumer-id", help="This member's id (default: <group>_<host>-<ms>-<8 hex>).")
 @click.option("--strategy", "strategies", multiple=True, type=click.Choice(sorted(STRATEGIES)),
               help="Assignment strategy this member supports; repeat in order of preference (default: range).")
+@click.option("--with-metadata", is_flag=True,
+              help="Add to each line this member's id, its generation and when poll() returned the record "
+                   "(wall clock, seconds).")
 @pass_cli
 def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_records: Optional[int],
             idle_exit: Optional[float], from_beginning: bool, session_timeout_ms: int,
-            config_file: Optional[str], consumer_id: Optional[str], strategies) -> None:
+            config_file: Optional[str], consumer_id: Optional[str], strategies, with_metadata: bool) -> None:
     """Consume as a member of GROUP; print records as JSON lines and commit as it goes."""
     from consumer.consumer import Consumer
     from coordinator.config import load_toml
@@ -283,11 +286,13 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
                 elif idle_exit and time.monotonic() - last > idle_exit:
                     break
                 continue
+            meta = {"member": c.consumer_id, "generation": c.member.generation, "at": time.time()} \
+                if with_metadata else {}
             lines = []
             for tp, records in batch.items():
                 for r in records:
                     lines.append(json.dumps({"topic": r.topic, "partition": r.partition, "offset": r.offset,
-                                             "key": _text(r.key), "value": _text(r.value)}))
+                                             "key": _text(r.key), "value": _text(r.value), **meta}))
             out.write("\n".join(lines) + "\n")
             out.flush()
             count += len(lines)
