@@ -29,6 +29,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Set
 
 from coordinator import config as cfg
 from coordinator import protocol
+from coordinator.assignors import STRATEGIES
 from coordinator.errors import (CommitFailedError, IllegalStateError, InvalidConfig, NoOffsetForPartition,
                                 OffsetOutOfRange, ZkGroupsError)
 from coordinator.zkclient import DEFAULT_CONNECT, close_client, start_client
@@ -40,6 +41,8 @@ from consumer.records import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 log = logging.getLogger("zkgroups.consumer")
 
 START_POSITIONS = ("committed", "earliest", "latest", "timestamp")
+#: poll(0) still waits this long for a lease renewal's round trip (only when the lease lapsed).
+LEASE_RENEWAL_MIN_WAIT_S = 0.05
 
 
 class WakeupException(ZkGroupsError):
@@ -73,6 +76,11 @@ class ConsumerConfig:
         if isinstance(self.assignment_strategy, str):
             self.assignment_strategy = (self.assignment_strategy,)
         self.assignment_strategy = tuple(self.assignment_strategy)
+        unknown = [s for s in self.assignment_strategy if s not in STRATEGIES]
+        if unknown or not self.assignment_strategy:
+            raise InvalidConfig(f"assignment_strategy: unknown strategy {unknown[0]!r} (known: "
+                                f"{', '.join(sorted(STRATEGIES))})" if unknown else
+                                "assignment_strategy must name at least one strategy")
 
 
 class ConsumerRebalanceListener:
@@ -117,6 +125,8 @@ class Consumer:
             subscription = {pattern: 1}
             kind = protocol.PATTERN_BLACK_LIST if exclude else protocol.PATTERN_WHITE_LIST
         else:
+            if isinstance(topics, str):  # Consumer("billing", "orders"): one topic, not five letters
+                topics = [topics]
             subscription = dict(topics) if isinstance(topics, dict) else {t: 1 for t in topics}
             kind = protocol.PATTERN_STATIC
         self.group_id = group_id
@@ -146,7 +156,8 @@ class Consumer:
         self._streams: Optional[Streams] = None
         self.fetcher.start()
         self.member = GroupMember(self.client, group_id, subscription, kind, self.config.assignment_strategy,
-                                  self.config.client_id, _Bridge(self), consumer_id)
+                                  self.config.client_id, _Bridge(self), consumer_id,
+                                  session_timeout_ms=self.config.session_timeout_ms)
         self.member.start()
         self._watchdog = threading.Thread(target=self._watch_poll_interval, name="poll-watchdog", daemon=True)
         self._watchdog.start()
@@ -190,8 +201,8 @@ class Consumer:
             while True:
                 self._run_callbacks()
                 remaining = deadline - time.monotonic()
-                if not self.member.wait_connected(max(0.0, min(remaining, 0.5))):
-                    # Suspended: another member may own our partitions by now; hand out nothing.
+                if not self._may_hand_out(remaining):
+                    # Another member may own our partitions by now: hand out nothing.
                     self._check_wakeup()
                     if time.monotonic() >= deadline:
                         return {}
@@ -199,9 +210,14 @@ class Consumer:
                 self._maybe_auto_commit()
                 remaining = deadline - time.monotonic()
                 records = self.fetcher.poll(max_records, timeout=max(0.0, min(remaining, 0.5)))
-                self._check_wakeup()
                 if records:
-                    return records
+                    if self.member.holds_lease():
+                        return records
+                    # The lease lapsed while we waited (the process may have been frozen): keep
+                    # them until a round trip confirms the session that owns them.
+                    self.fetcher.give_back(records)
+                    continue
+                self._check_wakeup()
                 if remaining <= 0:
                     return {}
         finally:
@@ -212,6 +228,13 @@ class Consumer:
         while not self._closed:
             for records in self.poll(timeout_ms=500).values():
                 yield from records
+
+    def _may_hand_out(self, remaining: float) -> bool:
+        """Whether records of owned partitions may be returned now: connected, and the session
+        that owns them proved alive recently (the member's lease; renewed here if it lapsed)."""
+        if not self.member.wait_connected(max(0.0, min(remaining, 0.5))):
+            return False
+        return self.member.holds_lease() or self.member.renew_lease(max(LEASE_RENEWAL_MIN_WAIT_S, min(remaining, 0.5)))
 
     def _check_wakeup(self) -> None:
         if self._wakeup:
@@ -239,7 +262,7 @@ class Consumer:
 
     def _run_callbacks(self) -> None:
         with self._lock:
-            errors, self._errors = self._errors, []
+            error = self._errors.pop(0) if self._errors else None
             lost, self._lost_pending = self._lost_pending, set()
             revocations, self._revocations = self._revocations, []
             assigned, self._assigned_pending = self._assigned_pending, set()
@@ -252,15 +275,15 @@ class Consumer:
             if assigned:
                 self.listener.on_partitions_assigned(assigned)
                 self.fetcher.resume(self._known(assigned - self._user_paused))
-        if errors:
-            raise errors[0]
+        if error is not None:
+            raise error
 
     def _finish_revocation(self, r: _Revocation) -> None:
         try:
             if self.config.enable_auto_commit:
                 try:
                     self.commit(self._positions_of(r.partitions))
-                except CommitFailedError as e:
+                except ZkGroupsError as e:  # refused, or ZooKeeper unreachable: the next owner redelivers
                     log.warning("consumer %s: commit before revocation failed: %s", self.consumer_id, e)
             self.listener.on_partitions_revoked(set(r.partitions))
         finally:

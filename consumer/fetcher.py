@@ -397,6 +397,23 @@ class Fetcher:
             self._returned_at = time.monotonic()
             lock.release()
 
+    def give_back(self, records: Dict[TopicPartition, List[ConsumerRecord]]) -> None:
+        """Undo a ``poll()`` whose records the caller could not hand out: put them back in front
+        of their partitions' buffers and move the positions back. Partitions revoked, seeked or
+        polled again since are left alone (their records are dropped)."""
+        with self._lock:
+            for tp, recs in records.items():
+                st = self._parts.get(tp)
+                if st is None or not recs or st.position != recs[-1].offset + 1:
+                    continue
+                if st.idx:  # the head chunk was partly taken: keep only its untaken part
+                    st.chunks[0] = st.chunks[0][st.idx:]
+                    st.idx = 0
+                st.chunks.appendleft(recs)
+                st.count += len(recs)
+                st.position = recs[0].offset
+            self._data_cv.notify_all()
+
     def _rotation(self, start: int):
         """(index, state) of every assigned partition, from ``start`` round to ``start - 1``."""
         order, parts = self._order, self._parts

@@ -1,45 +1,89 @@
 """The member side of the protocol: registration, the command channel, owners and offsets.
 
-One thread per member applies everything in order (the state machine): channel commands,
-session loss and reconnects, eviction and leaving. Watch and connection callbacks only queue
-events for it.
+States (:class:`MemberState`); only the member thread changes them, through ``_set_state``::
 
-Guarantees:
-- A partition is fetched only after this member created its ephemeral owner node; a member
-  that finds the node held by someone else waits until it is released or the holder's
-  session ends. Owner nodes are released only after the application is between batches and
-  the positions are committed (the listener's ``revoke`` decides what to commit).
-- Commits are one transaction that checks this member's owner node of every partition, so a
-  member that lost a partition can never overwrite the new owner's offset.
-- Commands are applied strictly in channel order; when a stop-fetcher and a start-fetcher are
-  both waiting, only partitions that really move are released (the others keep fetching).
-  Commands of an older epoch or generation than one already applied are acked and ignored.
-- While the connection is suspended the member cannot tell whether its owner nodes still
-  exist (kazoo reports LOST only after it reconnects), so :meth:`wait_connected` tells the
-  consumer to hand out nothing until the connection is back.
-- After a session expiry the member reports its partitions lost and registers again, coping
+    NEW ──start()──▶ JOINED ──evict──▶ EVICTED ──rejoin──▶ JOINED
+                     JOINED ──session lost──▶ SESSION_LOST ──connected──▶ JOINED
+    NEW, JOINED, EVICTED, SESSION_LOST ──leave──▶ CLOSED
+
+JOINED: registered under ``ids/``, applying commands. EVICTED: left without committing
+(the application stopped polling); registers again only when asked. SESSION_LOST: the
+session expired; its partitions were reported lost; it registers again once connected.
+
+Threads and locks
+-----------------
+* The **member thread** handles every :class:`Event` in order (commands, connection changes,
+  eviction, rejoining, leaving). It alone writes ``_state``, ``_applied``, ``generation`` and
+  ``rebalances``, and it alone adds or removes owned partitions.
+* **kazoo's threads** (watches, the connection listener, async completions) only queue events
+  or record: ``_connected`` (an Event) and the lease deadline.
+* **Any thread** may call :meth:`commit` (the application, the consumer's commit-async thread,
+  the member thread when it revokes or leaves). ``_commit_lock`` makes whole commits (read a
+  token, write, record the new token) one at a time, so two writes never race with one token.
+* ``_lock`` guards ``_owned``, ``_tokens``, ``_uncertain``, ``_owned_session`` and
+  ``_lease_until``. Lock order: ``_commit_lock`` before ``_lock``; no ZooKeeper call under ``_lock``.
+
+Guarantees
+----------
+* A partition is fetched only after this member created its ephemeral owner node; a node still
+  held by someone else is waited for. Owner nodes are released only once the application is
+  between batches and the positions are committed (the listener's ``revoke``).
+* **Fencing token.** Claiming a partition also rewrites its ``offsets/<topic>/<partition>``
+  znode (creating it, empty, if absent) in the same transaction, compare-and-set on the
+  version read just before; the member remembers the new version. Every commit is a
+  ``set_data`` at exactly that version. So once another member has claimed the partition,
+  no commit of this one can land, whatever it was doing (paused, cut off, late), and the new
+  owner starts from the last offset committed before its claim.
+* **Lease.** Records of owned partitions may be handed out (:meth:`holds_lease`) only within
+  ``LEASE_FRACTION`` of the session timeout after a round trip that proved the session that
+  owns them alive (the registration znode's ephemeral owner is that session, or a claim
+  succeeded on it). The ZooKeeper server cannot expire that session, and so no other member
+  can own those partitions, before a full session timeout after that round trip. A process
+  that was frozen (GC, SIGSTOP, a VM pause) finds its lease lapsed and hands out nothing until
+  a new round trip confirms the same session. While the connection is suspended nothing is
+  handed out either (:meth:`wait_connected`).
+* Commands are applied in channel order; which apply is :func:`consumer.commands.decide`.
+  When a stop-fetcher and a start-fetcher are both waiting, only partitions that really move
+  are released. Commands that do not apply are acked and change nothing.
+* After a session expiry the member reports its partitions lost and registers again, coping
   with its own registration still held by the dead session (KAFKA-1387).
+* Calls that need ZooKeeper while it is unreachable raise :class:`ZooKeeperUnavailable`
+  (within a session timeout), never anything else.
+
+Not provided: protection against a process paused between the lease check and the moment
+``poll()`` returns to the application (a few microseconds); commits stay fenced in that case.
 """
 from __future__ import annotations
 
+import enum
 import logging
 import os
-import queue
 import socket
 import threading
 import time
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from collections import deque
+from typing import Deque, Dict, Iterable, List, Optional, Set, Tuple
 
-from kazoo.exceptions import ConnectionClosedError, KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import (ConnectionClosedError, ConnectionLoss, KazooException, NodeExistsError,
+                              NoNodeError)
 from kazoo.protocol.states import KazooState
 
 from coordinator import protocol
-from coordinator.errors import CommitFailedError, CorruptZnode, ZooKeeperUnavailable
+from coordinator.errors import CommitFailedError, CorruptZnode, InvalidConfig, ZooKeeperUnavailable
 from coordinator.protocol import Command, Registration
-from coordinator.zkclient import TransactionFailed, commit
+from coordinator.zkclient import UNREACHABLE, TransactionFailed, commit, session_id
+from consumer import commands as channel
 from consumer.records import TopicPartition
 
 log = logging.getLogger("zkgroups.member")
+
+#: Records are handed out only this fraction of the session timeout after the session was last
+#: proved alive (the server expires it no sooner than a whole session timeout after that).
+LEASE_FRACTION = 0.5
+#: A member with no assignment this long after joining checks whether any coordinator runs.
+NO_COORDINATOR_WARNING_S = 5.0
+#: The member thread's housekeeping interval while nothing happens.
+HOUSEKEEPING_S = 1.0
 
 
 def new_consumer_id(group: str) -> str:
@@ -62,26 +106,86 @@ class MemberListener:
         """The partitions are gone without a chance to commit (session lost, eviction)."""
 
 
+class MemberState(enum.Enum):
+    NEW = "new"
+    JOINED = "joined"
+    EVICTED = "evicted"
+    SESSION_LOST = "session lost"
+    CLOSED = "closed"
+
+
+_TRANSITIONS = {
+    MemberState.NEW: {MemberState.JOINED, MemberState.CLOSED},
+    MemberState.JOINED: {MemberState.EVICTED, MemberState.SESSION_LOST, MemberState.CLOSED},
+    MemberState.EVICTED: {MemberState.JOINED, MemberState.CLOSED},
+    MemberState.SESSION_LOST: {MemberState.JOINED, MemberState.CLOSED},
+    MemberState.CLOSED: set(),
+}
+
+
+class Event(enum.Enum):
+    CHANNEL = "channel"        # the channel changed (a watch fired) or must be read again
+    CONNECTED = "connected"    # the connection is back (same or new session)
+    LOST = "lost"              # the session expired
+    EVICT = "evict"            # leave without committing: the application stopped polling
+    REJOIN = "rejoin"          # register again after an eviction
+    LEAVE = "leave"            # leave the group for good
+
+
+class _Events:
+    """The member thread's queue; :meth:`pending` tells whether an event kind is waiting."""
+
+    def __init__(self):
+        self._items: Deque[Event] = deque()
+        self._cv = threading.Condition()
+
+    def put(self, event: Event) -> None:
+        with self._cv:
+            self._items.append(event)
+            self._cv.notify()
+
+    def get(self, timeout: float) -> Optional[Event]:
+        with self._cv:
+            if not self._items and not self._cv.wait(timeout):
+                return None
+            return self._items.popleft() if self._items else None
+
+    def pending(self, event: Event) -> bool:
+        with self._cv:
+            return event in self._items
+
+
 class GroupMember:
     def __init__(self, client, group: str, subscription: Dict[str, int], pattern: str = protocol.PATTERN_STATIC,
                  strategies: Iterable[str] = ("range",), client_id: str = "", listener: Optional[MemberListener] = None,
-                 consumer_id: Optional[str] = None):
+                 consumer_id: Optional[str] = None, session_timeout_ms: Optional[int] = None):
         protocol.validate_name(group, "group")
         self.client, self.group = client, group
         self.registration = Registration(dict(subscription), pattern, list(strategies), socket.gethostname(), client_id)
-        Registration.decode(self.registration.encode(), "(this consumer's subscription)")  # validate early
+        try:  # validate early, with the coordinator's own rules
+            Registration.decode(self.registration.encode(), "subscription")
+        except CorruptZnode as e:
+            raise InvalidConfig(f"subscription of group {group}: {e.problem}") from None
         self.consumer_id = consumer_id or new_consumer_id(group)
         self.listener = listener or MemberListener()
-        self._events: "queue.Queue[Tuple[str, object]]" = queue.Queue()
-        self._owned: Dict[TopicPartition, str] = {}          # partition -> stream id
-        self._owned_session: Optional[int] = None
-        self._offset_exists: Set[TopicPartition] = set()
+        timeout_ms = session_timeout_ms or getattr(client, "_session_timeout", 10000)
+        self._session_timeout_s = timeout_ms / 1000.0
+        self._lease_s = self._session_timeout_s * LEASE_FRACTION
+        self._events = _Events()
+        self._state = MemberState.NEW
+        self._lock = threading.Lock()
+        self._commit_lock = threading.Lock()
+        self._owned: Dict[TopicPartition, str] = {}             # partition -> stream id
+        self._owned_session: Optional[int] = None               # the session that holds their owner nodes
+        self._tokens: Dict[TopicPartition, int] = {}            # offsets znode version after our last write
+        self._uncertain: Dict[TopicPartition, Tuple[bytes, int]] = {}  # (data, version) of a write with no answer
+        self._lease_until = 0.0                                 # monotonic
+        self._renewing = False
         self._known_offset_dirs: Set[str] = set()
-        self._applied = (-1, -1)                              # (epoch, generation)
-        self._lock = threading.RLock()
+        self._applied = channel.NOTHING_APPLIED
         self._thread: Optional[threading.Thread] = None
-        self._registered = False
-        self._evicted = False  # left for not polling; rejoins only when asked (rejoin())
+        self._joined_at = 0.0
+        self._warned_no_coordinator = False
         self._closed = threading.Event()
         # Cleared while the connection is suspended: the session, and with it the owner
         # nodes, may already be gone, so the consumer hands out no records until it is back.
@@ -93,22 +197,28 @@ class GroupMember:
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> "GroupMember":
+        """Register and start the member thread (once; ZooKeeperUnavailable if ZooKeeper is not reachable)."""
+        if self._state is not MemberState.NEW:
+            raise RuntimeError("a GroupMember starts once")
         c, g, cid = self.client, self.group, self.consumer_id
-        c.ensure_path(protocol.ids_path(g))
-        c.ensure_path(protocol.channel_path(g, cid))
-        c.ensure_path(protocol.owners_path(g))
-        c.ensure_path(protocol.offsets_path(g))
-        self._register()
+        try:
+            c.ensure_path(protocol.ids_path(g))
+            c.ensure_path(protocol.channel_path(g, cid))
+            c.ensure_path(protocol.owners_path(g))
+            c.ensure_path(protocol.offsets_path(g))
+            self._register()
+        except KazooException as e:
+            raise ZooKeeperUnavailable(f"cannot join group {g}: {type(e).__name__}") from None
         c.add_listener(self._on_connection_state)
         self._thread = threading.Thread(target=self._run, name=f"member-{cid[-8:]}", daemon=True)
         self._thread.start()
         return self
 
     def close(self, timeout: float = 30.0) -> None:
-        """Leave the group: revoke (commit), release owners, deregister — one transaction."""
+        """Leave the group: revoke (commit), release owners, deregister — one transaction. Once."""
         if self._closed.is_set():
             return
-        self._events.put(("leave", None))
+        self._events.put(Event.LEAVE)
         if self._thread:
             self._thread.join(timeout)
         self._closed.set()
@@ -116,14 +226,18 @@ class GroupMember:
 
     def evict(self) -> None:
         """Leave the group without committing (the application stopped polling)."""
-        self._events.put(("evict", None))
+        self._events.put(Event.EVICT)
 
     def rejoin(self) -> None:
-        self._events.put(("rejoin", None))
+        self._events.put(Event.REJOIN)
+
+    @property
+    def state(self) -> MemberState:
+        return self._state
 
     @property
     def registered(self) -> bool:
-        return self._registered
+        return self._state is MemberState.JOINED
 
     def wait_connected(self, timeout: float) -> bool:
         """True once the connection to ZooKeeper is not suspended (at once if it is not)."""
@@ -133,67 +247,162 @@ class GroupMember:
         with self._lock:
             return dict(self._owned)
 
+    def _set_state(self, new: MemberState) -> None:
+        old = self._state
+        if new is old:
+            return
+        if new not in _TRANSITIONS[old]:
+            raise AssertionError(f"member {self.consumer_id}: illegal transition {old.value} -> {new.value}")
+        self._state = new
+        log.debug("member %s: %s -> %s", self.consumer_id, old.value, new.value)
+
+    # ------------------------------------------------------------ the lease (any thread)
+
+    def holds_lease(self) -> bool:
+        """Whether records of owned partitions may be handed out now (no I/O). Past half the
+        lease a renewal is sent in the background, so a polling member rarely waits for one."""
+        current = session_id(self.client)  # None while not connected
+        with self._lock:
+            if not self._owned:
+                return True
+            if current != self._owned_session:
+                return False
+            left = self._lease_until - time.monotonic()
+            if left > 0 and left < self._lease_s / 2 and not self._renewing:
+                self._renewing = True
+                renew = True
+            else:
+                renew = False
+        if renew:
+            self._send_renewal(background=True)
+        return left > 0
+
+    def renew_lease(self, timeout: float) -> bool:
+        """One round trip (at most ``timeout`` seconds) proving the session that owns our
+        partitions alive; True if the lease holds afterwards."""
+        if self.holds_lease():
+            return True
+        return self._send_renewal(background=False, timeout=timeout)
+
+    def _send_renewal(self, background: bool, timeout: float = 0.0) -> bool:
+        with self._lock:
+            session = self._owned_session
+        sent = time.monotonic()
+        try:
+            pending = self.client.exists_async(protocol.ids_path(self.group, self.consumer_id))
+        except Exception:  # the client is closed or closing
+            with self._lock:
+                self._renewing = False
+            return False
+        if background:
+            pending.rawlink(lambda result: self._renewed(sent, session, result))  # kazoo thread: record only
+            return False
+        try:
+            stat = pending.get(timeout=max(timeout, 0.001))
+        except Exception:  # no answer in time, connection lost, session expired
+            return False
+        return self._record_lease(sent, session, stat)
+
+    def _renewed(self, sent: float, session: Optional[int], result) -> None:
+        stat = result.value if result.successful() else None
+        self._record_lease(sent, session, stat)
+
+    def _record_lease(self, sent: float, session: Optional[int], stat) -> bool:
+        with self._lock:
+            self._renewing = False
+            if session is None or session != self._owned_session or stat is None or stat.ephemeralOwner != session:
+                return False
+            self._lease_until = max(self._lease_until, sent + self._lease_s)
+            return True
+
     # ------------------------------------------------------------ callbacks (kazoo thread: queue only)
 
     def _watch_channel(self, _event):
         # A one-shot watch, re-armed by every read of the channel (and after reconnects).
         if not self._closed.is_set():
-            self._events.put(("channel", None))
+            self._events.put(Event.CHANNEL)
 
     def _on_connection_state(self, state):
         if state == KazooState.SUSPENDED:
             self._connected.clear()
         elif state == KazooState.LOST:
-            self._events.put(("lost", None))
+            self._events.put(Event.LOST)
         elif state == KazooState.CONNECTED:
             self._connected.set()
-            self._events.put(("connected", None))
+            self._events.put(Event.CONNECTED)
 
-    # ------------------------------------------------------------ the state machine
+    # ------------------------------------------------------------ the member thread
 
     def _run(self) -> None:
-        self._events.put(("channel", None))
+        self._events.put(Event.CHANNEL)
         while True:
-            kind, _ = self._events.get()
-            if kind == "channel" and self._pending("channel"):
-                continue  # coalesce: a later channel event will read everything
+            event = self._events.get(HOUSEKEEPING_S)
+            if event is None:
+                self._housekeeping()
+                continue
+            if event is Event.CHANNEL and self._events.pending(Event.CHANNEL):
+                continue  # coalesce: the later one reads everything
             try:
-                if kind == "leave":
+                if event is Event.LEAVE:
                     self._leave(commit_offsets=True)
+                    self._set_state(MemberState.CLOSED)
                     return
-                if kind == "evict":
-                    self._leave(commit_offsets=False)
-                elif kind == "rejoin":
-                    if not self._registered:
-                        self._register()
-                        self._process_channel()  # also re-arms the channel watch
-                elif kind == "lost":
-                    self._on_lost()
-                elif kind == "connected":
-                    if not self._registered and not self._evicted:
-                        self._register()
-                    self._process_channel()
-                elif kind == "channel":
-                    self._process_channel()
-            except KazooException as e:
+                self._handle(event)
+            except (KazooException, ZooKeeperUnavailable) as e:
                 if isinstance(e, ConnectionClosedError) or self._closed.is_set():
                     return  # the client was stopped under us (close() gave up waiting for ZooKeeper)
-                log.warning("member %s: ZooKeeper error handling %s (%s); will retry", self.consumer_id, kind,
-                            type(e).__name__)
+                log.warning("member %s: ZooKeeper error handling %s (%s); will retry", self.consumer_id,
+                            event.value, type(e).__name__)
                 time.sleep(0.1)
-                if kind in ("channel", "connected"):
-                    self._events.put(("channel", None))
+                if event in (Event.CHANNEL, Event.CONNECTED, Event.REJOIN):
+                    self._events.put(event)
             except Exception:
-                log.exception("member %s: unexpected error handling %s", self.consumer_id, kind)
+                log.exception("member %s: unexpected error handling %s", self.consumer_id, event.value)
 
-    def _pending(self, kind: str) -> bool:
-        with self._events.mutex:
-            return any(k == kind for k, _ in self._events.queue)
+    def _handle(self, event: Event) -> None:
+        state = self._state
+        if event is Event.EVICT:
+            if state is MemberState.JOINED:
+                self._leave(commit_offsets=False)
+                self._set_state(MemberState.EVICTED)
+        elif event is Event.REJOIN:
+            if state is MemberState.EVICTED:
+                self._register()
+                self._process_channel()  # also re-arms the channel watch
+        elif event is Event.LOST:
+            if state is MemberState.JOINED:
+                self._on_lost()
+        elif event is Event.CONNECTED:
+            if state is MemberState.SESSION_LOST:
+                self._register()
+            self._process_channel()
+        elif event is Event.CHANNEL:
+            self._process_channel()
+
+    def _housekeeping(self) -> None:
+        """Say once when a member that joined a while ago has no assignment and no coordinator runs."""
+        if (self._state is MemberState.JOINED and self.generation < 0 and not self._warned_no_coordinator
+                and time.monotonic() - self._joined_at > NO_COORDINATOR_WARNING_S and self._connected.is_set()):
+            try:
+                leader = self.client.exists(protocol.LEADER)
+            except KazooException:
+                return
+            if leader is None:
+                self._warned_no_coordinator = True
+                log.warning("no coordinator is running for group %s (nothing at %s): start bin/coordinatord",
+                            self.group, protocol.LEADER)
+
+    def _session(self) -> int:
+        """The client's current session id; ConnectionLoss (retried by the member thread) if none."""
+        sid = session_id(self.client)
+        if sid is None:
+            raise ConnectionLoss("not connected to ZooKeeper")
+        return sid
 
     def _register(self) -> None:
         path = protocol.ids_path(self.group, self.consumer_id)
         data = self.registration.encode()
-        session = self.client.client_id[0]
+        session = self._session()
         try:
             self.client.create(path, data, ephemeral=True)
         except NodeExistsError:
@@ -206,53 +415,104 @@ class GroupMember:
                 except NoNodeError:
                     pass
                 self.client.create(path, data, ephemeral=True)
-        self._registered = True
-        self._evicted = False
+        self._joined_at = time.monotonic()
+        self._set_state(MemberState.JOINED)
 
     def _on_lost(self) -> None:
-        self._registered = False
-        with self._lock:
-            lost = set(self._owned)
-            self._owned.clear()
+        lost = set(self.owned())
         if lost:
+            # Reported before they are forgotten: until then holds_lease() stays false for them.
             log.warning("member %s: ZooKeeper session lost; %d partitions lost", self.consumer_id, len(lost))
             self.listener.lost(lost)
+        with self._lock:
+            self._forget_all_locked()
+        self._set_state(MemberState.SESSION_LOST)
+
+    def _forget_all_locked(self) -> None:
+        self._owned.clear()
+        self._tokens.clear()
+        self._uncertain.clear()
+        self._owned_session = None
 
     def _leave(self, commit_offsets: bool) -> None:
-        with self._lock:
-            owned = set(self._owned)
-        offsets = self.listener.revoke(owned) if (owned and commit_offsets) else None
+        owned = self.owned()
+        offsets = self.listener.revoke(set(owned)) if (owned and commit_offsets) else None
         if owned and not commit_offsets:
-            self.listener.lost(owned)
-        t = self.client.transaction()
-        self._add_commit(t, offsets or {})
-        for tp in owned:
-            t.delete(protocol.owners_path(self.group, tp.topic, tp.partition))
-        for path in self._channel_commands():
-            t.delete(path)
-        if self._registered:
-            t.delete(protocol.ids_path(self.group, self.consumer_id))
+            self.listener.lost(set(owned))
+        leaving = self._channel_commands()
+        if self._state is MemberState.JOINED:
+            leaving.append(protocol.ids_path(self.group, self.consumer_id))
         try:
-            commit(t)
-            self._offset_exists.update(offsets or {})
-        except TransactionFailed as e:
-            log.warning("member %s: leaving the group did not apply atomically (%s); cleaning up one by one",
-                        self.consumer_id, e)
-            for tp in owned:
-                self._delete_quietly(protocol.owners_path(self.group, tp.topic, tp.partition))
-            self._delete_quietly(protocol.ids_path(self.group, self.consumer_id))
+            self._release(offsets or {}, set(owned), leaving, "leaving the group")
         except KazooException as e:
-            log.warning("member %s: could not leave cleanly (%s); the session end will", self.consumer_id, e)
+            log.warning("member %s: could not leave cleanly (%s); the session end will", self.consumer_id,
+                        type(e).__name__)
         with self._lock:
-            self._owned.clear()
-        self._registered = False
-        self._evicted = not commit_offsets
+            self._forget_all_locked()
 
-    def _delete_quietly(self, path: str) -> None:
-        try:
-            self.client.delete(path)
-        except (NoNodeError, KazooException):
-            pass
+    def _release(self, offsets: Dict[TopicPartition, int], release: Set[TopicPartition], deletes: List[str],
+                 what: str) -> None:
+        """One transaction: commit ``offsets`` (fenced), release the owner nodes of ``release``
+        and delete ``deletes`` (acks, the registration). An owner node is deleted only together
+        with a check of the partition's token, so a member that lost a partition never deletes
+        its new owner's node. If the whole cannot apply, the commit is tried alone and the rest
+        is done piece by piece: nothing stays held because one part failed."""
+        with self._commit_lock:
+            self._settle_uncertain(set(offsets) | set(release))
+            t = self.client.transaction()
+            try:
+                writes = self._fenced_writes(t, offsets)
+            except (CommitFailedError, ZooKeeperUnavailable) as e:
+                log.warning("member %s: %s without committing: %s", self.consumer_id, what, e)
+                writes = []
+            written = {tp for tp, _, _ in writes}
+            tokens = self._tokens_of(release)
+            for tp, token in tokens.items():
+                if tp not in written:
+                    t.check(protocol.offsets_path(self.group, tp.topic, tp.partition), token)
+                t.delete(protocol.owners_path(self.group, tp.topic, tp.partition))
+            for path in deletes:
+                t.delete(path)
+            try:
+                commit(t, timeout=self._session_timeout_s)
+                self._written(writes)
+                return
+            except TransactionFailed as e:
+                refused = e.index < len(writes)
+            log.info("member %s: %s did not apply atomically (%s); going on step by step", self.consumer_id,
+                     what, "a commit was refused" if refused else "a node was gone or a partition was claimed")
+            if writes and not refused:
+                try:
+                    self._commit_locked(offsets)
+                except (CommitFailedError, ZooKeeperUnavailable) as e:
+                    log.warning("member %s: %s: %s", self.consumer_id, what, e)
+            pending = []
+            for tp, token in self._tokens_of(release).items():
+                t = self.client.transaction()
+                t.check(protocol.offsets_path(self.group, tp.topic, tp.partition), token)
+                t.delete(protocol.owners_path(self.group, tp.topic, tp.partition))
+                pending.append(t.commit_async())
+            pending += [self.client.delete_async(path) for path in deletes]
+            for a in pending:  # what is gone, or no longer ours, is left alone
+                try:
+                    a.get(timeout=self._session_timeout_s)
+                except UNREACHABLE:
+                    pass
+
+    def _tokens_of(self, partitions) -> Dict[TopicPartition, int]:
+        """The tokens of ``partitions`` that this member still holds (a partition whose token
+        was found taken over is left to its new owner)."""
+        with self._lock:
+            return {tp: self._tokens[tp] for tp in partitions if tp in self._tokens}
+
+    def _delete_all(self, paths: List[str]) -> None:
+        """Delete ``paths`` (pipelined); ones already gone or failing are left to the session end."""
+        pending = [self.client.delete_async(path) for path in paths]
+        for a in pending:
+            try:
+                a.get(timeout=self._session_timeout_s)
+            except UNREACHABLE:
+                pass
 
     def _channel_commands(self, watch=None) -> List[str]:
         base = protocol.channel_path(self.group, self.consumer_id)
@@ -263,104 +523,95 @@ class GroupMember:
 
     # ------------------------------------------------------------ commands
 
-    def _read_commands(self) -> List[Tuple[str, Optional[Command]]]:
+    def _read_channel(self):
+        """The channel's commands (decoded, or why not), then the epoch and the group's
+        generation as read after them."""
         paths = self._channel_commands(watch=self._watch_channel)
+        if not paths:
+            return [], None, None
         gets = [(p, self.client.get_async(p)) for p in paths]
-        out = []
+        epoch_async = self.client.exists_async(protocol.EPOCH)
+        state_async = self.client.get_async(protocol.state_path(self.group))
+        commands = []
         for path, a in gets:
             try:
                 raw, _ = a.get()
-                out.append((path, Command.decode(raw, path)))
             except NoNodeError:
                 continue
+            try:
+                commands.append((path, Command.decode(raw, path)))
             except CorruptZnode as e:
-                log.error("member %s: dropping unreadable command: %s", self.consumer_id, e)
-                out.append((path, None))
-        return out
+                commands.append((path, e.problem))
+        stat = epoch_async.get()
+        epoch = stat.version if stat is not None else None
+        try:
+            raw, _ = state_async.get()
+            generation = protocol.GroupState.decode(raw, protocol.state_path(self.group)).generation
+        except (NoNodeError, CorruptZnode):
+            generation = None  # not checked: the epoch check still applies
+        return commands, epoch, generation
 
     def _process_channel(self) -> None:
-        if not self._registered:
+        if self._state is not MemberState.JOINED:
             return
-        commands = self._read_commands()
+        commands, epoch, generation = self._read_channel()
         if not commands:
             return
-        acks, target, start_path, newest = [], None, None, None
-        for path, cmd in commands:
-            if cmd is None or (cmd.epoch, cmd.generation) < self._applied:
-                acks.append(path)  # unreadable or stale: ack and ignore
-                continue
-            if cmd.option == protocol.START_FETCHER:
-                if start_path:
-                    acks.append(start_path)  # superseded by a later start-fetcher
-                target, start_path, newest = cmd.ownership, path, cmd
-            else:
-                if start_path:  # a stop after a start: that start is superseded
-                    acks.append(start_path)
-                    target, start_path = None, None
-                acks.append(path)
-                newest = newest or cmd
-        if target is None:
-            target_map: Dict[TopicPartition, str] = {}
-        else:
-            target_map = {TopicPartition(t, p): s for t, parts in target.items() for p, s in parts.items()}
-        done = self._apply(target_map, acks, start_path)
-        if done and newest is not None:
-            self._applied = (newest.epoch, newest.generation)
-            self.generation = newest.generation
+        decision = channel.decide(commands, self.consumer_id, self._applied, epoch, generation)
+        for ignored in decision.ignored:
+            level = logging.INFO if ignored.stale else logging.WARNING
+            log.log(level, "member %s: ignoring command %s: %s", self.consumer_id,
+                    ignored.path.rsplit("/", 1)[-1], ignored.reason)
+        if decision.target is None:
+            self._delete_all(decision.ignored_paths)
+            return
+        target = {TopicPartition(t, p): s for t, parts in decision.target.items() for p, s in parts.items()}
+        if self._apply(target, decision.ignored_paths + decision.acks, decision.start_path):
+            self._applied = decision.applied
+            self.generation = decision.applied[1]
             self.rebalances += 1
 
     def _apply(self, target: Dict[TopicPartition, str], acks: List[str], start_path: Optional[str]) -> bool:
         """Move from the owned partitions to ``target``: revoke and release what moves away,
         claim what is new, ack. Returns False if a newer command interrupted the claim."""
-        with self._lock:
-            owned = dict(self._owned)
+        owned = self.owned()
         revoked = {tp for tp, s in owned.items() if target.get(tp) != s}
         added = {tp: s for tp, s in target.items() if tp not in owned or tp in revoked}
         if revoked:
             offsets = self.listener.revoke(revoked)
             if offsets is None:  # the application stopped polling: leave without committing
                 self._leave(commit_offsets=False)
+                self._set_state(MemberState.EVICTED)
                 return True
             if not added and start_path:  # nothing to claim: ack the start in the same write
                 acks, start_path = acks + [start_path], None
-            t = self.client.transaction()
-            self._add_commit(t, offsets)
-            for tp in revoked:
-                t.delete(protocol.owners_path(self.group, tp.topic, tp.partition))
-            for path in acks:
-                t.delete(path)
-            self._commit_or_cleanup(t, offsets, revoked, acks)
+            self._release(offsets, revoked, acks, "revoking partitions")
             with self._lock:
                 for tp in revoked:
                     self._owned.pop(tp, None)
+                    self._tokens.pop(tp, None)
+                    self._uncertain.pop(tp, None)
             acks = []
-        if not self._claim(added, acks + ([start_path] if start_path else [])):
+        committed = self._claim(added, acks + ([start_path] if start_path else []))
+        if committed is None:
             return False
         if added:
-            committed = self._read_committed(added)
             self.listener.assign(added, committed)
         return True
 
-    def _commit_or_cleanup(self, t, offsets, revoked, acks) -> None:
-        try:
-            commit(t)
-            self._offset_exists.update(offsets)
-        except TransactionFailed as e:
-            # An offset could not be fenced (owner node gone): release and ack one by one.
-            log.warning("member %s: commit on revoke refused (%s); releasing without it", self.consumer_id, e)
-            for tp in revoked:
-                self._delete_quietly(protocol.owners_path(self.group, tp.topic, tp.partition))
-            for path in acks:
-                self._delete_quietly(path)
+    def _claim(self, added: Dict[TopicPartition, str], acks: List[str]) -> Optional[Dict[TopicPartition, Optional[int]]]:
+        """Claim ``added`` and delete ``acks``; return the committed offsets of ``added``, or
+        None if a newer decision or a shutdown interrupted the claim.
 
-    def _claim(self, added: Dict[TopicPartition, str], acks: List[str]) -> bool:
-        """Create the owner nodes of ``added`` and delete ``acks``. Nodes still held by their
-        previous owner are waited for (a watch wakes us when they are released); each round
-        creates every free node in one transaction, the last one with the acks."""
-        session = self.client.client_id[0]
+        A claim is one transaction per round: create the owner nodes of the partitions that are
+        free and rewrite their offsets znodes at the versions just read (the fencing token);
+        the last round deletes the acks too. Nodes still held by their previous owner are
+        waited for (a watch wakes us when they are released)."""
+        session = self._session()
         for topic in {tp.topic for tp in added}:
             self._ensure_dirs(topic)
         waiting = dict(added)
+        committed: Dict[TopicPartition, Optional[int]] = {}
         released = threading.Event()
 
         def watch(_event):
@@ -370,25 +621,34 @@ class GroupMember:
         while True:
             last = len(free) == len(waiting)  # also when there is nothing to claim: just ack
             if free or last:
+                current = self._read_offsets(free)
                 t = self.client.transaction()
                 for tp, stream in free.items():
                     t.create(protocol.owners_path(self.group, tp.topic, tp.partition), stream.encode(), ephemeral=True)
+                for tp, (raw, version) in current.items():
+                    path = protocol.offsets_path(self.group, tp.topic, tp.partition)
+                    if version is None:
+                        t.create(path, protocol.NO_OFFSET)
+                    else:
+                        t.set_data(path, raw, version=version)
                 for path in acks if last else ():
                     t.delete(path)
+                sent = time.monotonic()
                 try:
                     if t.operations:
                         commit(t)
-                    self._record_owned(free, session)
+                    tokens = {tp: 0 if version is None else version + 1 for tp, (_, version) in current.items()}
+                    self._record_claim(free, current, tokens, session, sent, committed)
                     for tp in free:
                         del waiting[tp]
                     if last:
-                        return True
+                        return committed
                 except TransactionFailed as e:
-                    if isinstance(e.error, NoNodeError):  # an ack already gone: keep the others
+                    if isinstance(e.error, NoNodeError) and e.index >= 2 * len(free):  # an ack already gone
                         acks = [p for p in acks if self.client.exists(p)]
-                    # else someone still holds one of them: look again
+                    # else an owner node is still held or an offset changed meanwhile: look again
             if self._superseded(acks):
-                return False
+                return None
             # One listing per topic (not a read per partition) says which are still held, and
             # its watch wakes us when an owner node goes away.
             released.clear()
@@ -398,32 +658,75 @@ class GroupMember:
             held = {TopicPartition(t, int(p)) for t, a in listings for p in a.get()}
             free = {tp: s for tp, s in waiting.items() if tp not in held}
             if not free and not released.wait(0.25):
-                self._adopt_own(waiting, session)  # quiet for a while: is one of them ours?
+                self._adopt_own(waiting, session, committed)  # quiet for a while: is one of them ours?
+
+    def _read_offsets(self, partitions) -> Dict[TopicPartition, Tuple[bytes, Optional[int]]]:
+        """{tp: (data, znode version)} of the offsets znodes; version None when absent."""
+        gets = [(tp, self.client.get_async(protocol.offsets_path(self.group, tp.topic, tp.partition)))
+                for tp in partitions]
+        out = {}
+        for tp, a in gets:
+            try:
+                raw, stat = a.get()
+                out[tp] = (raw, stat.version)
+            except NoNodeError:
+                out[tp] = (protocol.NO_OFFSET, None)
+        return out
+
+    def _record_claim(self, claimed: Dict[TopicPartition, str], offsets, tokens: Dict[TopicPartition, int],
+                      session: int, sent: float, committed: Dict[TopicPartition, Optional[int]]) -> None:
+        """Record partitions this session now owns, with their tokens and committed offsets."""
+        for tp, (raw, _) in offsets.items():
+            committed[tp] = self._decode_committed(tp, raw)
+        with self._lock:
+            for tp, stream in claimed.items():
+                self._owned[tp] = stream
+                self._tokens[tp] = tokens[tp]
+            if claimed:
+                if self._owned_session != session:
+                    self._owned_session, self._lease_until = session, 0.0
+                self._lease_until = max(self._lease_until, sent + self._lease_s)  # the claim proved the session
+
+    def _decode_committed(self, tp: TopicPartition, raw: bytes) -> Optional[int]:
+        path = protocol.offsets_path(self.group, tp.topic, tp.partition)
+        try:
+            return protocol.decode_offset(raw, path)
+        except CorruptZnode as e:
+            log.error("member %s: %s; treating it as no committed offset", self.consumer_id, e)
+            return None
 
     def _superseded(self, acks: List[str]) -> bool:
         """Whether a newer decision or a shutdown waits, so the claim should give way. Our own
         acks fire the channel watch too: a channel event counts only if the channel holds a
         command beyond the ones being applied."""
-        if self._pending("leave") or self._pending("lost"):
+        if self._events.pending(Event.LEAVE) or self._events.pending(Event.LOST):
             return True
-        return self._pending("channel") and bool(set(self._channel_commands()) - set(acks))
+        return self._events.pending(Event.CHANNEL) and bool(set(self._channel_commands()) - set(acks))
 
-    def _adopt_own(self, waiting: Dict[TopicPartition, str], session: int) -> None:
-        """Record owner nodes this session holds but did not know of (a claim whose answer
-        was lost to a connection error); without this we would wait for ourselves."""
+    def _adopt_own(self, waiting: Dict[TopicPartition, str], session: int,
+                   committed: Dict[TopicPartition, Optional[int]]) -> None:
+        """Take over owner nodes this session holds but did not know of (a claim whose answer
+        was lost to a connection error): without this we would wait for ourselves. That claim
+        rewrote the offsets znode too, so its current version is our token."""
+        sent = time.monotonic()
         checks = [(tp, self.client.exists_async(protocol.owners_path(self.group, tp.topic, tp.partition)))
                   for tp in waiting]
+        mine = {}
         for tp, a in checks:
             stat = a.get()
             if stat is not None and stat.ephemeralOwner == session:
-                stream = waiting.pop(tp)
-                self.client.set(protocol.owners_path(self.group, tp.topic, tp.partition), stream.encode())
-                self._record_owned({tp: stream}, session)
-
-    def _record_owned(self, added: Dict[TopicPartition, str], session: int) -> None:
-        with self._lock:
-            self._owned.update(added)
-            self._owned_session = session
+                mine[tp] = waiting[tp]
+        if not mine:
+            return
+        offsets = self._read_offsets(mine)
+        tokens = {}
+        for tp, (raw, version) in offsets.items():
+            if version is None:  # cannot happen after our own claim; recreate the token anyway
+                self.client.create(protocol.offsets_path(self.group, tp.topic, tp.partition), protocol.NO_OFFSET)
+                version = 0
+            tokens[tp] = version
+            del waiting[tp]
+        self._record_claim(mine, offsets, tokens, session, sent, committed)
 
     def _ensure_dirs(self, topic: str) -> None:
         if topic not in self._known_offset_dirs:
@@ -431,60 +734,89 @@ class GroupMember:
             self.client.ensure_path(protocol.offsets_path(self.group, topic))
             self._known_offset_dirs.add(topic)
 
-    def _read_committed(self, partitions) -> Dict[TopicPartition, Optional[int]]:
-        gets = [(tp, self.client.get_async(protocol.offsets_path(self.group, tp.topic, tp.partition)))
-                for tp in partitions]
-        out: Dict[TopicPartition, Optional[int]] = {}
-        for tp, a in gets:
-            path = protocol.offsets_path(self.group, tp.topic, tp.partition)
-            try:
-                raw, _ = a.get()
-                out[tp] = protocol.decode_offset(raw, path)
-                self._offset_exists.add(tp)
-            except NoNodeError:
-                out[tp] = None
-            except CorruptZnode as e:
-                log.error("member %s: %s; treating as no committed offset", self.consumer_id, e)
-                self._offset_exists.add(tp)
-                out[tp] = None
-        return out
-
-    # ------------------------------------------------------------ offsets
+    # ------------------------------------------------------------ offsets (any thread)
 
     def committed(self, tp: TopicPartition) -> Optional[int]:
-        return self._read_committed([tp])[tp]
+        """The group's committed offset of ``tp`` (None: none yet)."""
+        path = protocol.offsets_path(self.group, tp.topic, tp.partition)
+        if not self._connected.is_set():
+            raise ZooKeeperUnavailable(f"cannot read the committed offset of {tp}: not connected to ZooKeeper")
+        try:
+            raw, _ = self.client.get_async(path).get(timeout=self._session_timeout_s)
+        except NoNodeError:
+            return None
+        except UNREACHABLE as e:
+            raise ZooKeeperUnavailable(f"cannot read the committed offset of {tp}: {type(e).__name__}") from None
+        return self._decode_committed(tp, raw)
 
     def commit(self, offsets: Dict[TopicPartition, int]) -> None:
-        """Commit ``offsets`` (next offset to consume), fenced by this member's owner nodes."""
-        if not offsets:
-            return
-        t = self.client.transaction()
-        self._add_commit(t, offsets)
-        try:
-            commit(t)
-            self._offset_exists.update(offsets)
-        except TransactionFailed as e:
-            if isinstance(e.error, NodeExistsError) and not set(offsets) <= self._offset_exists:  # created meanwhile (e.g. by a reset): set instead
-                self._offset_exists.update(offsets)
-                return self.commit(offsets)
-            raise CommitFailedError(
-                f"commit refused: this member no longer owns {sorted(map(str, offsets))}") from None
-        except KazooException as e:
-            raise ZooKeeperUnavailable(f"commit failed: {type(e).__name__}") from None
+        """Commit ``offsets`` (next offset to consume), fenced by this member's tokens.
 
-    def _add_commit(self, t, offsets: Dict[TopicPartition, int]) -> None:
-        """Add fenced offset writes to ``t``: check each owner node, then set (or create)."""
+        Raises CommitFailedError for a partition this member does not own, or that another
+        member claimed since this one did; ZooKeeperUnavailable when ZooKeeper cannot be
+        reached (within a session timeout; whether such a write applied is found out and
+        accounted for at the next commit)."""
+        if offsets:
+            with self._commit_lock:
+                self._commit_locked(offsets)
+
+    def _commit_locked(self, offsets: Dict[TopicPartition, int]) -> None:
+        t = self.client.transaction()
+        writes = self._fenced_writes(t, offsets)
+        try:
+            commit(t, timeout=self._session_timeout_s)
+        except TransactionFailed as e:
+            tp = writes[e.index][0] if e.index < len(writes) else None
+            raise CommitFailedError(f"commit refused: {tp} was claimed by another member after this one") from None
+        except UNREACHABLE as e:  # no answer: the write may or may not have applied
+            with self._lock:
+                for tp, data, version in writes:
+                    self._uncertain[tp] = (data, version)
+            raise ZooKeeperUnavailable(f"commit failed: {type(e).__name__}") from None
+        self._written(writes)
+
+    def _fenced_writes(self, t, offsets: Dict[TopicPartition, int]) -> List[Tuple[TopicPartition, bytes, int]]:
+        """Add a compare-and-set write per partition to ``t``; (tp, data, expected version) each.
+        Caller holds ``_commit_lock``."""
+        if not offsets:
+            return []
+        sid = session_id(self.client)
+        if sid is None or not self._connected.is_set():
+            raise ZooKeeperUnavailable("commit failed: not connected to ZooKeeper")
         with self._lock:
-            owned, session = dict(self._owned), self._owned_session
-        if offsets and session != self.client.client_id[0]:
+            owned_session = self._owned_session
+        if owned_session is not None and owned_session != sid:
             raise CommitFailedError("commit refused: the ZooKeeper session that owned these partitions ended")
-        for tp, offset in offsets.items():
-            if tp not in owned:
-                raise CommitFailedError(f"commit refused: {tp} is not owned by this member")
-            self._ensure_dirs(tp.topic)
-            t.check(protocol.owners_path(self.group, tp.topic, tp.partition), 0)
-            path = protocol.offsets_path(self.group, tp.topic, tp.partition)
-            if tp in self._offset_exists:
-                t.set_data(path, protocol.encode_offset(offset))
-            else:
-                t.create(path, protocol.encode_offset(offset))
+        self._settle_uncertain(set(offsets))
+        writes = []
+        with self._lock:
+            for tp, offset in offsets.items():
+                if tp not in self._owned or tp not in self._tokens:
+                    raise CommitFailedError(f"commit refused: {tp} is not owned by this member")
+                writes.append((tp, protocol.encode_offset(offset), self._tokens[tp]))
+        for tp, data, version in writes:
+            t.set_data(protocol.offsets_path(self.group, tp.topic, tp.partition), data, version=version)
+        return writes
+
+    def _settle_uncertain(self, partitions: Set[TopicPartition]) -> None:
+        """Find out whether writes that got no answer applied: the version tells."""
+        with self._lock:
+            partitions = set(partitions) & set(self._uncertain)
+        if not partitions:
+            return
+        reads = self._read_offsets(partitions)
+        with self._lock:
+            for tp, (raw, version) in reads.items():
+                data, expected = self._uncertain.pop(tp)
+                if version == expected:
+                    continue  # it did not apply; the token stands
+                if version == expected + 1 and raw == data:
+                    self._tokens[tp] = version  # it applied
+                else:
+                    self._tokens.pop(tp, None)  # someone else wrote since: fenced
+
+    def _written(self, writes) -> None:
+        with self._lock:
+            for tp, _, version in writes:
+                if tp in self._tokens:
+                    self._tokens[tp] = version + 1

@@ -17,13 +17,13 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import re
 import socket
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Set
 
+import tenacity
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, BadVersionError
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
@@ -32,10 +32,35 @@ from coordinator import config as cfg
 from coordinator import protocol
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode, InvalidName
 from coordinator.topics import TopicRegistry
-from coordinator.rebalance import Abandoned, Deposed, GroupRebalancer, RebalanceSettings, Superseded
-from coordinator.zkclient import close_client, start_client
+from coordinator.rebalance import (Abandoned, Deposed, GroupRebalancer, RebalanceSettings, Superseded,
+                                   fenced_commit)
+from coordinator.zkclient import TransactionFailed, close_client, commit, start_client
 
 log = logging.getLogger("zkgroups.coordinator")
+
+#: Tries of the epoch compare-and-set before the node gives up the election and contends again.
+EPOCH_BUMP_ATTEMPTS = 5
+#: Version bumps per transaction when a deleted epoch znode is restored.
+EPOCH_RESTORE_BATCH = 1000
+
+
+def highest_recorded_epoch(client) -> int:
+    """The highest epoch any group state or the leader znode records (0 if none)."""
+    try:
+        groups = client.get_children(protocol.GROUPS)
+    except NoNodeError:
+        groups = []
+    reads = [(protocol.state_path(g), client.get_async(protocol.state_path(g))) for g in groups]
+    leader = client.get_async(protocol.LEADER)
+    highest = 0
+    for path, a in reads + [(protocol.LEADER, leader)]:
+        try:
+            raw, _ = a.get()
+            decode = protocol.LeaderInfo.decode if path == protocol.LEADER else protocol.GroupState.decode
+            highest = max(highest, decode(raw, path).epoch)
+        except (NoNodeError, CorruptZnode):
+            continue
+    return highest
 
 
 @dataclass
@@ -137,8 +162,9 @@ class GroupIndex:
         for reg in registrations:
             if reg.pattern == protocol.PATTERN_STATIC:
                 static |= set(reg.subscription)
-            else:
-                wild.append((re.compile(next(iter(reg.subscription))), reg.pattern == protocol.PATTERN_WHITE_LIST))
+            else:  # linear-time matching: a registration can never stall the leader's thread
+                wild.append((protocol.topic_matcher(next(iter(reg.subscription))),
+                             reg.pattern == protocol.PATTERN_WHITE_LIST))
         with self._lock:
             self._static[group], self._wildcards[group] = static, wild
 
@@ -254,30 +280,58 @@ class Coordinator:
             self._unpublish_leader(info)
             self._term = None
 
+    @tenacity.retry(retry=tenacity.retry_if_exception_type((BadVersionError, NodeExistsError)),
+                    stop=tenacity.stop_after_attempt(EPOCH_BUMP_ATTEMPTS),
+                    before_sleep=tenacity.before_sleep_log(log, logging.WARNING), reraise=True)
     def _bump_epoch(self) -> int:
-        self.client.ensure_path(protocol.EPOCH)
-        while True:
+        """The next epoch: a compare-and-set on the epoch znode, whose version is the epoch. Only
+        the elected node bumps it, so a conflict means someone else wrote it: retried a few
+        times, then the election is given up and contended again."""
+        try:
             _, stat = self.client.get(protocol.EPOCH)
-            try:
-                new = self.client.set(protocol.EPOCH, str(stat.version + 1).encode(), version=stat.version)
-                return new.version
-            except BadVersionError:
-                continue
+        except NoNodeError:
+            stat = self._restore_epoch()
+        new = self.client.set(protocol.EPOCH, str(stat.version + 1).encode(), version=stat.version)
+        return new.version
+
+    def _restore_epoch(self):
+        """Create a missing epoch znode at a version above every epoch recorded where leaders
+        write (group states, the leader znode): members ignore commands of epochs below the one
+        they applied, so an epoch that went back would leave every group unserved."""
+        floor = highest_recorded_epoch(self.client)
+        self.client.ensure_path(protocol.COORDINATOR)
+        self.client.create(protocol.EPOCH, b"0")
+        if floor:
+            log.error("the epoch znode %s was missing although epoch %d was recorded; restoring it above that",
+                      protocol.EPOCH, floor)
+            while True:  # each set_data bumps the version; one transaction carries many
+                _, stat = self.client.get(protocol.EPOCH)
+                if stat.version >= floor:
+                    break
+                t = self.client.transaction()
+                for _ in range(min(EPOCH_RESTORE_BATCH, floor - stat.version)):
+                    t.set_data(protocol.EPOCH, b"restored")
+                commit(t)
+        _, stat = self.client.get(protocol.EPOCH)
+        return stat
 
     def _publish_leader(self, info: protocol.LeaderInfo) -> None:
-        try:
-            self.client.create(protocol.LEADER, info.encode(), ephemeral=True)
-        except NodeExistsError:
-            # Left by a leader that resigned without cleaning up; we hold the lock now.
-            self.client.delete(protocol.LEADER)
-            self.client.create(protocol.LEADER, info.encode(), ephemeral=True)
+        """Create the leader znode, replacing one left by a leader that resigned without
+        cleaning up (we hold the election lock now); fenced by our epoch like every write."""
+        t = self.client.transaction()
+        t.check(protocol.EPOCH, info.epoch)
+        if self.client.exists(protocol.LEADER):
+            t.delete(protocol.LEADER)
+        t.create(protocol.LEADER, info.encode(), ephemeral=True)
+        fenced_commit(t, info.epoch)
 
     def _unpublish_leader(self, info: protocol.LeaderInfo) -> None:
+        t = self.client.transaction()
+        t.check(protocol.EPOCH, info.epoch)  # never delete a newer leader's znode
+        t.delete(protocol.LEADER)
         try:
-            raw, _ = self.client.get(protocol.LEADER)
-            if protocol.LeaderInfo.decode(raw).epoch == info.epoch:
-                self.client.delete(protocol.LEADER)
-        except (KazooException, CorruptZnode):
+            commit(t)
+        except (TransactionFailed, KazooException):
             pass  # gone with our session, or already replaced
 
     # ------------------------------------------------------------ connection state (kazoo thread: no ZK calls)
@@ -307,7 +361,16 @@ class Coordinator:
 
 
 class LeaderSession:
-    """Everything a node does while it leads: watches, the request queue and its handlers."""
+    """Everything a node does while it leads: watches, the request queue and its handlers.
+
+    Threads and locks: kazoo's threads run the watch callbacks, which only put events on
+    ``events``. The leader thread (:meth:`run`) alone handles events, reads topics and group
+    memberships and owns ``topics``, ``topic_watches``, ``group_watches`` and
+    ``ignored_groups``. Handler threads (:meth:`_handle`) rebalance one group each at a time
+    (``requests`` guarantees a group is never handled twice at once); ``rebalancer`` and
+    ``index`` are safe for them to share. ``lock`` guards what both the leader thread and the
+    handlers touch: ``retry_at`` and ``unverified``.
+    """
 
     def __init__(self, node: Coordinator, term: Leadership, info: protocol.LeaderInfo):
         self.node, self.term, self.info = node, term, info
@@ -356,13 +419,22 @@ class LeaderSession:
                 # Watches are hints: after a reconnect re-read what we depend on.
                 self.term.reconnected = False
                 self._request_all()
-            for group, at in list(self.retry_at.items()):
-                if at <= now:
-                    del self.retry_at[group]
-                    self.requests.request(group)
+            for group in self._due_retries(now):
+                self.requests.request(group)
             if now >= next_check:
                 next_check = now + self.config.check_interval_ms / 1000.0
                 self._request_all(changed=False)
+
+    def _retry_later(self, group: str, delay_ms: int) -> None:
+        with self.lock:
+            self.retry_at[group] = time.monotonic() + delay_ms / 1000.0
+
+    def _due_retries(self, now: float):
+        with self.lock:
+            due = [g for g, at in self.retry_at.items() if at <= now]
+            for group in due:
+                del self.retry_at[group]
+        return due
 
     def stop(self) -> None:
         self.term.end(self.term.reason or "stopping")
@@ -418,7 +490,11 @@ class LeaderSession:
             except CorruptZnode as e:
                 log.error("ignoring topic: %s", e)
                 return
-            if self.topics.get(topic) != count:
+            known = self.topics.get(topic, 0)
+            if count < known:
+                log.error("topic %s: its znode now lists %d partitions, fewer than the %d known; partitions are "
+                          "never removed, so %d are kept", topic, count, known, known)
+            elif count != known:
                 self.topics[topic] = count
                 for group in self.index.groups_for(topic):
                     self.requests.request(group)
@@ -490,11 +566,13 @@ class LeaderSession:
                          f" excluded={outcome.excluded}" if outcome.excluded else "")
             if outcome.state == protocol.FAILED:
                 log.error("group %s: %s", group, outcome.error)
+            if outcome.unavailable:  # look again for the squatted partitions later
+                self._retry_later(group, self.config.failed_retry_interval_ms)
             self._verified(group)
         except ConsumerRebalanceFailedException as e:
             log.error("ConsumerRebalanceFailedException: %s; retrying in %d ms", e,
                       self.config.failed_retry_interval_ms)
-            self.retry_at[group] = time.monotonic() + self.config.failed_retry_interval_ms / 1000.0
+            self._retry_later(group, self.config.failed_retry_interval_ms)
             self._verified(group)
         except Deposed as e:
             self.term.end(f"deposed: {e}")
@@ -505,10 +583,10 @@ class LeaderSession:
         except KazooException as e:
             if self.term.active:
                 log.warning("group %s: ZooKeeper error during rebalance (%s); retrying", group, type(e).__name__)
-                self.retry_at[group] = time.monotonic() + self.config.rebalance_backoff_ms / 1000.0
+                self._retry_later(group, self.config.rebalance_backoff_ms)
         except Exception:
             log.exception("group %s: unexpected error during rebalance; retrying later", group)
-            self.retry_at[group] = time.monotonic() + self.config.failed_retry_interval_ms / 1000.0
+            self._retry_later(group, self.config.failed_retry_interval_ms)
 
     def _verified(self, group: str) -> None:
         with self.lock:
@@ -521,8 +599,14 @@ class LeaderSession:
 
     def _mark_loaded(self) -> None:
         self.info.loaded = True
+        t = self.client.transaction()
+        t.check(protocol.EPOCH, self.term.epoch)
+        t.set_data(protocol.LEADER, self.info.encode())
         try:
-            self.client.set(protocol.LEADER, self.info.encode())
-        except NoNodeError:
-            pass
+            fenced_commit(t, self.term.epoch)
+        except Deposed as e:
+            self.term.end(f"deposed: {e}")
+            return
+        except TransactionFailed:
+            return  # the leader znode went with our session
         log.info("coordinator epoch %d has verified every group", self.term.epoch)

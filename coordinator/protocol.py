@@ -25,7 +25,10 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Dict, List, Optional
+
+import re2
 
 from coordinator.errors import CorruptZnode, InvalidName
 
@@ -66,6 +69,23 @@ def validate_name(name: str, kind: str = "topic") -> str:
     if not _LEGAL_NAME.match(name):
         raise InvalidName(f"{kind} name {name!r} is illegal: use only ASCII letters, digits, '.', '_' and '-'")
     return name
+
+
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
+@lru_cache(maxsize=1024)
+def topic_matcher(regex: str):
+    """A compiled topic regex that matches in linear time (RE2): a subscription written by
+    anyone can never stall the coordinator (``(a+)+`` against ``aaa...b`` backtracks for ever
+    in Python's ``re``). Raises ValueError for what RE2 cannot evaluate (backreferences,
+    lookaround) or for invalid syntax."""
+    try:
+        return re2.compile(regex, _RE2_OPTIONS)
+    except re2.error as e:
+        message = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+        raise ValueError(f"regex {regex!r} cannot be evaluated safely: {message}") from None
 
 
 def stream_id(consumer_id: str, n: int) -> str:
@@ -200,9 +220,9 @@ class Registration:
         if pattern != PATTERN_STATIC:
             _require(len(sub) == 1, path, "a wildcard subscription has exactly one regex")
             try:
-                re.compile(next(iter(sub)))
-            except re.error as e:
-                raise CorruptZnode(path, f"subscription regex does not compile: {e}") from None
+                topic_matcher(next(iter(sub)))
+            except ValueError as e:
+                raise CorruptZnode(path, f"subscription {e}") from None
         else:
             for topic in sub:
                 try:
@@ -220,7 +240,7 @@ class Registration:
         if self.pattern == PATTERN_STATIC:
             return {t: n for t, n in self.subscription.items() if t in all_topics}
         regex, streams = next(iter(self.subscription.items()))
-        matcher = re.compile(regex)
+        matcher = topic_matcher(regex)
         want = self.pattern == PATTERN_WHITE_LIST
         return {t: streams for t in all_topics if bool(matcher.fullmatch(t)) == want}
 

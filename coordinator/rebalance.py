@@ -1,9 +1,17 @@
 """One group's rebalance as a pipeline: read → compute → diff → write → wait.
 
-``read_snapshot`` and ``read_owners`` are the only reads; ``compute_plan`` and
-``reasons_to_rebalance`` are pure functions of what was read; ``write_commands`` is one
-ZooKeeper transaction fenced by the leader's epoch; ``wait_for_acks`` watches the commands
-disappear. :class:`GroupRebalancer` strings them together with bounded retries.
+``read_snapshot``, ``read_owners`` and ``find_squatters`` are the only reads;
+``compute_plan`` and ``reasons_to_rebalance`` are pure functions of what was read;
+``write_commands`` is one ZooKeeper transaction fenced by the leader's epoch;
+``wait_for_acks`` watches the commands disappear. :class:`GroupRebalancer` strings them
+together with bounded retries.
+
+One bad member never stops its group: a member whose registration is unreadable, that has no
+command channel, or that supports no strategy the group can use is left out of the
+assignment, named in one log line and in the group state's ``error``; the others are
+rebalanced. A partition whose owner node is held by a session that is no member's (a
+squatter: written by someone else, or left by a bug) is named the same way and left
+unassigned until that node goes, instead of the members waiting for it being blamed.
 """
 from __future__ import annotations
 
@@ -11,12 +19,12 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Set
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from coordinator import assignors, protocol
-from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode, ZkGroupsError
+from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode
 from coordinator.protocol import GroupState, Ownership, Registration
 from coordinator.zkclient import TransactionFailed, commit
 
@@ -43,22 +51,24 @@ class Superseded(Exception):
 class Snapshot:
     group: str
     members: Dict[str, Registration]
-    rejected: Dict[str, str]           # consumer id -> why its registration was rejected
+    rejected: Dict[str, str]           # consumer id -> why it cannot be a member (left out)
     topics: Dict[str, int]             # every readable topic -> partition count
     state: GroupState
     state_version: Optional[int]       # None: no state znode yet
 
 
 def read_snapshot(client, group: str, topics: Dict[str, int]) -> Snapshot:
-    """Members (registrations decoded, bad ones rejected) and the group's last state."""
+    """Members (registrations decoded; unreadable ones and ones without a command channel
+    rejected) and the group's last state."""
     state_async = client.get_async(protocol.state_path(group))
     try:
         ids = client.get_children(protocol.ids_path(group))
     except NoNodeError:
         ids = []
     members, rejected = {}, {}
-    pending = [(cid, client.get_async(protocol.ids_path(group, cid))) for cid in ids]
-    for cid, a in pending:
+    pending = [(cid, client.get_async(protocol.ids_path(group, cid)),
+                client.exists_async(protocol.channel_path(group, cid))) for cid in ids]
+    for cid, a, channel in pending:
         path = protocol.ids_path(group, cid)
         try:
             raw, _ = a.get()
@@ -67,6 +77,10 @@ def read_snapshot(client, group: str, topics: Dict[str, int]) -> Snapshot:
             continue  # left while we read
         except CorruptZnode as e:
             rejected[cid] = e.problem
+            continue
+        if channel.get() is None:
+            del members[cid]
+            rejected[cid] = f"has no command channel ({protocol.channel_path(group, cid)} is missing)"
     try:
         raw, stat = state_async.get()
         state, version = GroupState.decode(raw, protocol.state_path(group)), stat.version
@@ -103,12 +117,35 @@ def read_owners(client, group: str, topics) -> Ownership:
 
 # ---------------------------------------------------------------- compute
 
+def find_squatters(client, group: str, partitions) -> Dict[Tuple[str, int], int]:
+    """Owner nodes among ``partitions`` ((topic, partition) pairs) held by a session that holds
+    no registration in the group: {(topic, partition): that session}. Members register before
+    they claim and release their owner nodes before (or with) their registration, so such a
+    node is not a member's, and only its session ending or someone deleting it frees it."""
+    partitions = list(partitions)
+    if not partitions:
+        return {}
+    try:
+        ids = client.get_children(protocol.ids_path(group))
+    except NoNodeError:
+        ids = []
+    registrations = [client.exists_async(protocol.ids_path(group, cid)) for cid in ids]
+    owners = [(tp, client.exists_async(protocol.owners_path(group, *tp))) for tp in partitions]
+    sessions = {stat.ephemeralOwner for stat in (a.get() for a in registrations) if stat is not None}
+    out = {}
+    for tp, a in owners:
+        stat = a.get()
+        if stat is not None and stat.ephemeralOwner not in sessions:
+            out[tp] = stat.ephemeralOwner
+    return out
+
+
 @dataclass
 class Plan:
     members: Dict[str, Dict[str, int]]     # consumer id -> {topic: streams}, resolved
     strategy: str
     assignment: Ownership
-    error: str = ""
+    left_out: Dict[str, str] = field(default_factory=dict)   # consumer id -> why it cannot use the strategy
 
     def shares(self) -> Dict[str, Ownership]:
         """Each member's part of the assignment (one pass over it)."""
@@ -119,20 +156,26 @@ class Plan:
         return out
 
 
-def compute_plan(snapshot: Snapshot, excluded=()) -> Plan:
-    """The target assignment for the members not excluded (pure)."""
+def compute_plan(snapshot: Snapshot, excluded=(), unavailable=frozenset()) -> Plan:
+    """The target assignment for the members not excluded (pure). Members that cannot use the
+    group's strategy are left out (``Plan.left_out``); ``unavailable`` (topic, partition)
+    pairs (held by squatters) are left unassigned."""
     regs = {cid: r for cid, r in snapshot.members.items() if cid not in excluded}
-    members = {cid: r.topics(snapshot.topics) for cid, r in regs.items()}
     if not regs:
         return Plan({}, "", {})
-    try:
-        strategy = assignors.choose_strategy({cid: r.strategies for cid, r in regs.items()})
-    except ZkGroupsError as e:
-        return Plan(members, "", {}, error=str(e))
+    strategy, left_out = assignors.settle_strategy({cid: r.strategies for cid, r in regs.items()},
+                                                   snapshot.state.strategy)
+    members = {cid: r.topics(snapshot.topics) for cid, r in regs.items() if cid not in left_out}
+    if not members:
+        return Plan({}, "", {}, left_out)
     subscribed = {t for subs in members.values() for t in subs}
     partitions = {t: n for t, n in snapshot.topics.items() if t in subscribed}
     # The last assignment lets the sticky strategy keep partitions where they are.
-    return Plan(members, strategy, assignors.assign(strategy, members, partitions, snapshot.state.assignment))
+    assignment = assignors.assign(strategy, members, partitions, snapshot.state.assignment)
+    if unavailable:
+        assignment = {t: {p: s for p, s in parts.items() if (t, p) not in unavailable}
+                      for t, parts in assignment.items()}
+    return Plan(members, strategy, assignment, left_out)
 
 
 def reasons_to_rebalance(snapshot: Snapshot, plan: Plan, owners: Optional[Ownership]) -> List[str]:
@@ -175,7 +218,7 @@ def fenced_commit(t, epoch: int) -> list:
     try:
         return commit(t)
     except TransactionFailed as e:
-        if e.index == 0 and isinstance(e.error, BadVersionError):
+        if e.index == 0 and isinstance(e.error, (BadVersionError, NoNodeError)):  # bumped, or deleted
             raise Deposed(f"epoch {epoch} is no longer current") from None
         raise
 
@@ -190,7 +233,7 @@ def write_state(client, epoch: int, group: str, state: GroupState, version: Opti
 
 
 def write_commands(client, epoch: int, snapshot: Snapshot, plan: Plan, generation: int,
-                   stale: List[str]) -> Dict[str, List[str]]:
+                   stale: List[str], squatted=None) -> Dict[str, List[str]]:
     """One fenced transaction: state Rebalancing, then stop-fetcher and start-fetcher for
     every member (in that order, so each channel holds stop before start), and the removal
     of ``stale`` command paths. Returns consumer id -> [stop path, start path]."""
@@ -198,7 +241,7 @@ def write_commands(client, epoch: int, snapshot: Snapshot, plan: Plan, generatio
     t = client.transaction()
     t.check(protocol.EPOCH, epoch)
     state = GroupState(generation, protocol.REBALANCING, list(plan.members), plan.assignment,
-                       plan.strategy, _rejected_error(snapshot), epoch)
+                       plan.strategy, problems(snapshot, plan, squatted), epoch)
     _write_state(t, group, state, snapshot.state_version)
     for path in stale:
         t.delete(path)
@@ -215,8 +258,12 @@ def write_commands(client, epoch: int, snapshot: Snapshot, plan: Plan, generatio
     return {cid: results[first + 2 * i:first + 2 * i + 2] for i, cid in enumerate(order)}
 
 
-def _rejected_error(snapshot: Snapshot) -> str:
-    return "; ".join(f"member {cid} rejected: {why}" for cid, why in sorted(snapshot.rejected.items()))
+def problems(snapshot: Snapshot, plan: Plan, squatted: Optional[Dict[Tuple[str, int], int]] = None) -> str:
+    """What keeps the group from being whole, for the state's ``error`` (empty if nothing)."""
+    out = [f"member {cid} left out: {why}" for cid, why in sorted({**snapshot.rejected, **plan.left_out}.items())]
+    out += [f"partition {t}-{p} held by session 0x{sid:x}, which is not a member"
+            for (t, p), sid in sorted((squatted or {}).items())]
+    return "; ".join(out)
 
 
 # ---------------------------------------------------------------- wait
@@ -300,6 +347,7 @@ class Outcome:
     excluded: List[str] = field(default_factory=list)
     error: str = ""
     members: int = 0
+    unavailable: int = 0             # partitions left unassigned: held by squatters (check again later)
 
 
 class GroupRebalancer:
@@ -309,6 +357,8 @@ class GroupRebalancer:
     A failed attempt (members did not ack in time) is retried after a backoff with the
     non-acking members left out; after ``max_rebalance_retries`` the group is ``Failed`` and
     :class:`ConsumerRebalanceFailedException` is raised; the caller schedules a later retry.
+    Members that did not ack because a squatter holds a partition they were given are not
+    blamed: the squatter is named and the partition left unassigned in the next attempt.
     """
 
     def __init__(self, client, epoch: int, settings: RebalanceSettings, abort: Callable[[], bool]):
@@ -316,6 +366,10 @@ class GroupRebalancer:
         # The last generation this leader wrote per group: generations only grow, even if
         # someone deletes or damages the state znode (members ignore older generations).
         self.generations: Dict[str, int] = {}
+        # Partitions found held by squatters, per group: checked again at each run.
+        self.squatted: Dict[str, Dict[Tuple[str, int], int]] = {}
+        # Problems already logged, per group: each is logged once while it lasts.
+        self._reported: Dict[str, Set[str]] = {}
 
     def run(self, group: str, topics: Dict[str, int], observe=None,
             changed: Callable[[], bool] = lambda: False) -> Outcome:
@@ -324,49 +378,53 @@ class GroupRebalancer:
         while waiting for acks, rather than waiting out members that may be gone)."""
         started = time.monotonic()
         excluded: Set[str] = set()
+        squatted = self._still_squatted(group)
         attempts = self.settings.max_rebalance_retries + 1
         for attempt in range(attempts):
             snapshot = read_snapshot(self.client, group, topics)
             if observe:
                 observe(group, snapshot.members.values())
-            for cid, why in snapshot.rejected.items():
-                log.error("group %s: registration of %s rejected: %s", group, cid, why)
             excluded &= set(snapshot.members)
             if excluded and excluded == set(snapshot.members):
                 # Everyone left to assign to failed to ack: nothing can succeed until they do.
                 if attempt + 1 < attempts:
                     self._sleep(self.settings.rebalance_backoff_ms * (2 ** attempt) / 1000.0)
                 continue
-            plan = compute_plan(snapshot, excluded)
-            if plan.error:
-                self._fail(snapshot, plan, plan.error)
-                return Outcome(group, protocol.FAILED, snapshot.state.generation, error=plan.error,
-                               duration_ms=_ms(started))
+            plan = compute_plan(snapshot, excluded, set(squatted))
+            self._report(snapshot, plan, squatted)
             reasons = reasons_to_rebalance(snapshot, plan, None)
             if not reasons:
                 reasons = reasons_to_rebalance(snapshot, plan, read_owners(self.client, group, plan.assignment))
             if not reasons:
-                self._settle(snapshot, plan)
-                return Outcome(group, "unchanged", snapshot.state.generation, duration_ms=_ms(started))
+                self._settle(snapshot, plan, squatted)
+                return Outcome(group, "unchanged", snapshot.state.generation, duration_ms=_ms(started),
+                               unavailable=len(squatted))
             if self.abort():
                 raise Abandoned("leadership is ending")
             generation = max(snapshot.state.generation, self.generations.get(group, 0)) + 1
             self.generations[group] = generation
             stale = stale_commands(self.client, group, excluded) if excluded else []
-            commands = write_commands(self.client, self.epoch, snapshot, plan, generation, stale)
+            commands = write_commands(self.client, self.epoch, snapshot, plan, generation, stale, squatted)
             late = wait_for_acks(self.client, commands, self.settings.rebalance_timeout_ms / 1000.0, self.abort,
                                  changed)
             if not late:
                 state = protocol.STABLE if plan.members else protocol.EMPTY
                 write_state(self.client, self.epoch, group,
                             GroupState(generation, state, list(plan.members), plan.assignment, plan.strategy,
-                                       _rejected_error(snapshot), self.epoch),
+                                       problems(snapshot, plan, squatted), self.epoch),
                             0 if snapshot.state_version is None else snapshot.state_version + 1)
                 return Outcome(group, state, generation, reasons, _moved(snapshot.state.assignment, plan.assignment),
-                               _ms(started), sorted(excluded), members=len(plan.members))
-            excluded |= late
-            log.warning("group %s generation %d: no ack from %s within %d ms (attempt %d of %d)", group,
-                        generation, sorted(late), self.settings.rebalance_timeout_ms, attempt + 1, attempts)
+                               _ms(started), sorted(excluded), members=len(plan.members), unavailable=len(squatted))
+            shares = plan.shares()
+            blocked = find_squatters(self.client, group, [(t, p) for cid in late
+                                                          for t, parts in shares.get(cid, {}).items() for p in parts])
+            if blocked:
+                squatted.update(blocked)
+                self.squatted[group] = squatted
+            else:
+                excluded |= late
+                log.warning("group %s generation %d: no ack from %s within %d ms (attempt %d of %d)", group,
+                            generation, sorted(late), self.settings.rebalance_timeout_ms, attempt + 1, attempts)
             if attempt + 1 < attempts:
                 self._sleep(self.settings.rebalance_backoff_ms * (2 ** attempt) / 1000.0)
         error = f"can't rebalance after {attempts} attempts: members {sorted(excluded)} did not ack"
@@ -374,10 +432,32 @@ class GroupRebalancer:
         self._fail(snapshot, compute_plan(snapshot), error)
         raise ConsumerRebalanceFailedException(f"group {group}: {error}")
 
-    def _settle(self, snapshot: Snapshot, plan: Plan) -> None:
+    def _still_squatted(self, group: str) -> Dict[Tuple[str, int], int]:
+        """The squatters found before that still hold their partitions (the others are forgotten)."""
+        known = self.squatted.pop(group, {})
+        now = find_squatters(self.client, group, known)
+        still = {tp: sid for tp, sid in now.items() if known.get(tp) == sid}
+        if still:
+            self.squatted[group] = still
+        return dict(still)
+
+    def _report(self, snapshot: Snapshot, plan: Plan, squatted: Dict[Tuple[str, int], int]) -> None:
+        """One error line per problem, when it first appears (not at every check)."""
+        current = set()
+        for cid, why in sorted({**snapshot.rejected, **plan.left_out}.items()):
+            current.add(f"member {cid} is left out of group {snapshot.group}: {why}")
+        for (t, p), sid in sorted(squatted.items()):
+            current.add(f"group {snapshot.group}: partition {t}-{p} is held by ZooKeeper session 0x{sid:x}, which "
+                        f"is not a member; it stays unassigned until that owner node goes "
+                        f"({protocol.owners_path(snapshot.group, t, p)})")
+        for line in sorted(current - self._reported.get(snapshot.group, set())):
+            log.error("%s", line)
+        self._reported[snapshot.group] = current
+
+    def _settle(self, snapshot: Snapshot, plan: Plan, squatted) -> None:
         """Ownership is already right: record it as Stable (no commands) if the state says otherwise."""
         want = protocol.STABLE if plan.members else protocol.EMPTY
-        error = _rejected_error(snapshot)
+        error = problems(snapshot, plan, squatted)
         if snapshot.state.state != want or snapshot.state.error != error:
             s = snapshot.state
             write_state(self.client, self.epoch, snapshot.group,

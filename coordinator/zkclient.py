@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import selectors
 import types
+from typing import Optional
 
 import tenacity
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
+from kazoo.exceptions import ConnectionLoss, KazooException, OperationTimeoutError
 from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 from kazoo.handlers.utils import selector_select
 from kazoo.retry import KazooRetry
@@ -106,15 +107,29 @@ class TransactionFailed(Exception):
         self.index, self.error = index, error
 
 
-def commit(transaction) -> list:
+#: What a call raises when ZooKeeper did not answer: a lost connection or session, a closed
+#: client, or no answer within the caller's timeout.
+UNREACHABLE = (KazooException, KazooTimeoutError)
+
+
+def session_id(client: KazooClient) -> Optional[int]:
+    """The client's session id while it is connected; None while it is not (kazoo's
+    ``client_id`` is None then, so never index it blindly)."""
+    ids = client.client_id
+    return ids[0] if ids else None
+
+
+def commit(transaction, timeout: Optional[float] = None) -> list:
     """Commit a kazoo transaction and raise :class:`TransactionFailed` if it was rolled back.
 
     kazoo returns failures as exception objects in the result list instead of raising; the
-    operation that failed carries a real error, the others ``RolledBackError``.
+    operation that failed carries a real error, the others ``RolledBackError``. With
+    ``timeout``, waiting for the answer is bounded (``KazooTimeoutError``; the transaction may
+    still apply later).
     """
     from kazoo.exceptions import RolledBackError, RuntimeInconsistency
 
-    results = transaction.commit()
+    results = transaction.commit_async().get(timeout=timeout)
     for i, result in enumerate(results):
         if isinstance(result, Exception) and not isinstance(result, (RolledBackError, RuntimeInconsistency)):
             raise TransactionFailed(i, result)

@@ -36,3 +36,7 @@ def start_together(script: str, argvs, env) -> None:
     for proc in procs:
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
+
+
+#: groupctl as a child process (with the ``subprocess_env`` fixture's environment).
+GROUPCTL = [sys.executable, "-m", "coordinator.cli.groupctl"]

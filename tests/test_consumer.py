@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 
 import pytest
 
 from coordinator import protocol
-from coordinator.errors import CommitFailedError, InvalidConfig, NoOffsetForPartition
+from coordinator.errors import CommitFailedError, InvalidConfig, NoOffsetForPartition, ZooKeeperUnavailable
 from coordinator.topics import TopicRegistry
 from consumer import Consumer, ConsumerRebalanceListener, Producer, TopicPartition, WakeupException
 from consumer.log import Log
@@ -318,6 +319,10 @@ def test_no_records_are_handed_out_while_zookeeper_is_away(own_zookeeper, data_d
         ens.servers[0].kill()
         wait_for(lambda: not consumer.member.wait_connected(0), message="the consumer notices")
         assert consumer.poll(timeout_ms=600) == {}  # five records are there, but not handed out
+        with pytest.raises(ZooKeeperUnavailable):
+            consumer.commit({TopicPartition("t", 0): 10})
+        with pytest.raises(ZooKeeperUnavailable):
+            consumer.committed(TopicPartition("t", 0))
         ens.restart(0)
         rest = consume_until(consumer, 5)
         assert [r.offset for r in rest] == [10, 11, 12, 13, 14]
@@ -340,3 +345,29 @@ def test_close_with_zookeeper_gone_does_not_hang(own_zookeeper, data_dir):
     closing.join(30)
     assert not closing.is_alive(), "close() hangs while ZooKeeper is down"
     assert listener.lost == [{TopicPartition("t", 0), TopicPartition("t", 1)}]
+
+
+def test_a_topic_name_given_as_a_string_is_one_topic(zk_connect, data_dir):
+    with Consumer("g", "orders", zk=zk_connect, data_dir=data_dir) as c:
+        assert c.subscription() == {"orders"}
+
+
+@pytest.mark.parametrize("strategies", [["bogus"], ("range", "bogus"), []])
+def test_unknown_assignment_strategies_are_rejected_before_joining(zk_connect, data_dir, tmp_path, strategies):
+    with pytest.raises(InvalidConfig, match="assignment_strategy"):
+        Consumer("g", ["t"], zk=zk_connect, data_dir=data_dir, assignment_strategy=strategies)
+    config = tmp_path / "consumer.toml"
+    config.write_text(f"[consumer]\nassignment_strategy = {json.dumps(list(strategies))}\n")
+    with pytest.raises(InvalidConfig, match="assignment_strategy"):
+        Consumer.from_config(str(config), "g", ["t"], zk=zk_connect, data_dir=data_dir)
+
+
+def test_a_member_says_once_when_no_coordinator_is_running(zk_connect, data_dir, caplog, monkeypatch):
+    from consumer import member
+    monkeypatch.setattr(member, "NO_COORDINATOR_WARNING_S", 0.2)
+    monkeypatch.setattr(member, "HOUSEKEEPING_S", 0.1)
+    with Consumer("lonely", ["t"], zk=zk_connect, data_dir=data_dir):
+        wait_for(lambda: [r for r in caplog.records if "no coordinator is running for group lonely" in r.getMessage()],
+                 message="the warning")
+        time.sleep(0.5)  # several more housekeeping rounds: the warning is not repeated
+    assert len([r for r in caplog.records if "no coordinator is running" in r.getMessage()]) == 1

@@ -34,7 +34,7 @@ Adding a strategy: a module with ``NAME`` and
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from coordinator.assignors import range as range_assignor
 from coordinator.assignors import roundrobin as roundrobin_assignor
@@ -46,7 +46,7 @@ from coordinator.protocol import Ownership
 # (Python sets submodules as attributes of their package), shadowing the builtin here. This
 # module therefore never calls the builtin ``range``.
 
-__all__ = ["Ownership", "Assignor", "STRATEGIES", "DEFAULT_STRATEGY", "assign", "choose_strategy",
+__all__ = ["Ownership", "Assignor", "STRATEGIES", "DEFAULT_STRATEGY", "assign", "choose_strategy", "settle_strategy",
            "NoCommonStrategy"]
 
 # assign(members, partitions, previous=None) -> Ownership
@@ -140,3 +140,45 @@ def _no_common_message(member_strategies: Mapping[str, Sequence[str]], unknown: 
         if len(names) > 10:
             message += f" and {len(names) - 10} more"
     return message + ")"
+
+
+def settle_strategy(member_strategies: Mapping[str, Sequence[str]], current: str = "") -> Tuple[str, Dict[str, str]]:
+    """The group's strategy, and the members that cannot use it, with why (one line each).
+
+    When every member shares a known strategy this is :func:`choose_strategy` and nobody is
+    left out. Otherwise, as Kafka rejects a joining member with INCONSISTENT_GROUP_PROTOCOL
+    and the group goes on: members listing no strategy this coordinator knows are left out;
+    if the others share one, it is chosen by their vote; if not, the group keeps ``current``
+    (its strategy so far) when any of them supports it, else takes the strategy most of them
+    support (a tie goes to the order of the member with the smallest id), and the members
+    that do not support it are left out. Returns ``("", left_out)`` when nobody is left.
+    """
+    try:
+        return choose_strategy(member_strategies), {}
+    except NoCommonStrategy:
+        pass
+    known = {cid: [name for name in prefs if name in STRATEGIES] for cid, prefs in member_strategies.items()}
+    left_out = {cid: "lists no strategy this coordinator knows ("
+                     f"{', '.join(map(str, member_strategies[cid])) or 'none'})"
+                for cid, names in known.items() if not names}
+    rest = {cid: names for cid, names in known.items() if names}
+    if not rest:
+        return "", left_out
+    try:
+        return choose_strategy(rest), left_out
+    except NoCommonStrategy:
+        pass
+    supporters: Dict[str, int] = {}
+    for names in rest.values():
+        for name in set(names):
+            supporters[name] = supporters.get(name, 0) + 1
+    if current in supporters:
+        strategy = current
+    else:
+        best = max(supporters.values())
+        tied = {name for name, n in supporters.items() if n == best}
+        strategy = next(name for cid in sorted(rest) for name in rest[cid] if name in tied)
+    for cid, names in rest.items():
+        if strategy not in names:
+            left_out[cid] = f"does not support the group's strategy {strategy} (lists {', '.join(names)})"
+    return strategy, left_out
