@@ -18,6 +18,7 @@ last successful commit of a partition that then moved to another member.
 """
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import queue
@@ -30,8 +31,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Set
 from coordinator import config as cfg
 from coordinator import protocol
 from coordinator.assignors import STRATEGIES
-from coordinator.errors import (CommitFailedError, IllegalStateError, InvalidConfig, NoOffsetForPartition,
-                                OffsetOutOfRange, ZkGroupsError)
+from coordinator.errors import (IllegalStateError, InvalidConfig, NoOffsetForPartition, OffsetOutOfRange,
+                                ZkGroupsError)
 from coordinator.zkclient import DEFAULT_CONNECT, close_client, start_client
 from consumer.fetcher import Fetcher
 from consumer.log import Log
@@ -103,14 +104,115 @@ class _Revocation:
         self.done = threading.Event()
 
 
+class _Handoff:
+    """What the member thread and the fetcher leave for the poll thread, under one lock:
+    revocations to finish, partitions assigned (with their committed offsets) or lost, and
+    errors to raise. :meth:`take` hands the poll thread everything at once, one error at a time."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._revocations: List[_Revocation] = []
+        self._assigned: Dict[TopicPartition, Optional[int]] = {}
+        self._lost: Set[TopicPartition] = set()
+        self._errors: List[BaseException] = []
+
+    def revoke(self, partitions: Set[TopicPartition]) -> _Revocation:
+        r = _Revocation(set(partitions))
+        with self._lock:
+            self._revocations.append(r)
+        return r
+
+    def withdraw(self, r: _Revocation) -> None:
+        """The member gave up waiting for ``r`` (eviction): the poll thread must not run it."""
+        with self._lock:
+            if r in self._revocations:
+                self._revocations.remove(r)
+
+    def assigned(self, committed: Dict[TopicPartition, Optional[int]]) -> None:
+        with self._lock:
+            self._assigned.update(committed)
+
+    def lost(self, partitions: Set[TopicPartition]) -> None:
+        with self._lock:
+            self._lost |= partitions
+            for tp in partitions:
+                self._assigned.pop(tp, None)
+
+    def error(self, exc: BaseException) -> None:
+        with self._lock:
+            self._errors.append(exc)
+
+    def pending_assigned(self) -> Set[TopicPartition]:
+        with self._lock:
+            return set(self._assigned)
+
+    def take(self):
+        """(lost, revocations, assigned {tp: committed}, error or None), each handed over once."""
+        with self._lock:
+            out = (self._lost, self._revocations, self._assigned, self._errors.pop(0) if self._errors else None)
+            self._lost, self._revocations, self._assigned = set(), [], {}
+        return out
+
+
+class ConsumerState(enum.Enum):
+    ACTIVE = "active"      # a member of its group (joining, or owning partitions)
+    EVICTED = "evicted"    # left the group because poll() was not called in time; rejoins at the next poll()
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+_TRANSITIONS = {
+    ConsumerState.ACTIVE: {ConsumerState.EVICTED, ConsumerState.CLOSING},
+    ConsumerState.EVICTED: {ConsumerState.ACTIVE, ConsumerState.CLOSING},
+    ConsumerState.CLOSING: {ConsumerState.CLOSED},
+    ConsumerState.CLOSED: set(),
+}
+
+
+@dataclass(frozen=True)
+class GroupMetadata:
+    """Who this consumer is in its group (kafka-python's ``group_metadata``)."""
+    group_id: str
+    member_id: str
+    generation: int      # the last generation applied; -1 before the first assignment
+    rebalances: int      # how many generations this member has applied
+    connected: bool      # to ZooKeeper, now
+    state: str           # a ConsumerState value
+
+
 class Consumer:
     """A member of consumer group ``group_id``.
 
-    ``topics`` is a list of topic names or ``{topic: streams}``; ``pattern`` a regex of
-    topics to follow (``exclude=True`` for a black list). ``zk`` is a connect string or a
-    started kazoo client (shared, not closed by us); ``zk`` and ``data_dir`` default to the
-    environment (``ZK_CONNECT``, ``ZKGROUPS_DATA_DIR``) as for the CLIs. ``consumer_id`` overrides the generated
-    ``<group>_<host>-<ms>-<8 hex>`` (it must be unique in the group and a valid znode name).
+    ``topics`` is a list of topic names (one name as a string is one topic) or
+    ``{topic: streams}``; ``pattern`` a regex of topics to follow (``exclude=True`` for a black
+    list). ``zk`` is a connect string or a started kazoo client (shared, not closed by us);
+    ``zk`` and ``data_dir`` default to the environment (``ZK_CONNECT``, ``ZKGROUPS_DATA_DIR``) as
+    for the CLIs. ``consumer_id`` overrides the generated ``<group>_<host>-<ms>-<8 hex>`` (it
+    must be unique in the group and a valid znode name).
+
+    States (:class:`ConsumerState`), changed through ``_set_state`` under ``_state_lock``::
+
+        ACTIVE ──poll() not called within max_poll_interval_ms──▶ EVICTED ──poll()──▶ ACTIVE
+        ACTIVE, EVICTED ──close()──▶ CLOSING ──▶ CLOSED
+
+    Threads and locks
+    -----------------
+    * The **application thread** calls the public methods (one thread at a time, as with
+      kafka-python; :meth:`wakeup` is the one call safe from any thread). Listener callbacks
+      run on it, inside ``poll()`` and ``close()``. It alone touches ``_user_paused`` and
+      ``_next_auto_commit``.
+    * The **member thread** (:class:`~consumer.member.GroupMember`) calls ``_revoke``,
+      ``_assign`` and ``_lost`` through ``_Bridge``; it pauses or drops partitions in the
+      fetcher (thread-safe) and leaves everything else for the poll thread in ``_handoff``
+      (its own lock), waiting for revocations to be finished there.
+    * The **fetcher's** prefetch thread (or a ``poll()`` reading itself) reports errors through
+      ``_on_fetch_error`` → ``_handoff``.
+    * The **watchdog** thread evicts the member when ``poll()`` is not called in time; the
+      **commit-async** thread runs :meth:`commit_async`'s commits.
+    * ``_commit_lock`` guards ``_committed_positions`` (what was last committed, so unchanged
+      positions are not committed again), used by the application, commit-async and member
+      threads. ``_in_poll`` and ``_last_poll`` are written by the application thread and read
+      by the others without a lock (a stale read delays an eviction by one check).
     """
 
     def __init__(self, group_id: str, topics=None, pattern: Optional[str] = None, *, exclude: bool = False,
@@ -130,35 +232,37 @@ class Consumer:
             subscription = dict(topics) if isinstance(topics, dict) else {t: 1 for t in topics}
             kind = protocol.PATTERN_STATIC
         self.group_id = group_id
-        self._subscription, self._pattern = subscription, kind
+        self._subscription = subscription
         self.listener = listener or ConsumerRebalanceListener()
-        self._own_client = isinstance(zk, str)
-        self.client = start_client(zk, self.config.session_timeout_ms, self.config.connect_timeout_s) \
-            if self._own_client else zk
-        self.log = Log(data_dir, **(log_options or {}))
-        self.fetcher = Fetcher(self.log, self.config.max_poll_records, self.config.max_partition_fetch_bytes,
-                               self.config.fetch_max_bytes, self.config.fetch_max_wait_ms, on_error=self._on_fetch_error)
-        self._lock = threading.Lock()
-        self._revocations: List[_Revocation] = []
-        self._assigned_pending: Set[TopicPartition] = set()
-        self._lost_pending: Set[TopicPartition] = set()
-        self._errors: List[Exception] = []
+        self._state = ConsumerState.ACTIVE
+        self._state_lock = threading.Lock()
+        self._handoff = _Handoff()
+        self._commit_lock = threading.Lock()
+        self._committed_positions: Dict[TopicPartition, Optional[int]] = {}
         self._user_paused: Set[TopicPartition] = set()
-        self._committed_positions: Dict[TopicPartition, int] = {}
         self._last_poll = time.monotonic()
         self._in_poll = False
-        self._closing = False
-        self._closed = False
-        self._evicted = False
         self._wakeup = False
         self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000.0
-        self._async_commits = ThreadPoolExecutor(1, thread_name_prefix="commit-async")
         self._streams: Optional[Streams] = None
-        self.fetcher.start()
-        self.member = GroupMember(self.client, group_id, subscription, kind, self.config.assignment_strategy,
-                                  self.config.client_id, _Bridge(self), consumer_id,
-                                  session_timeout_ms=self.config.session_timeout_ms)
-        self.member.start()
+        self._own_client = isinstance(zk, str)
+        self._client = start_client(zk, self.config.session_timeout_ms, self.config.connect_timeout_s) \
+            if self._own_client else zk
+        try:
+            self._log = Log(data_dir, **(log_options or {}))
+            self._fetcher = Fetcher(self._log, self.config.max_poll_records, self.config.max_partition_fetch_bytes,
+                                    self.config.fetch_max_bytes, self.config.fetch_max_wait_ms,
+                                    on_error=self._on_fetch_error)
+            self._async_commits = ThreadPoolExecutor(1, thread_name_prefix="commit-async")
+            self._fetcher.start()
+            self._member = GroupMember(self._client, group_id, subscription, kind, self.config.assignment_strategy,
+                                       self.config.client_id, _Bridge(self), consumer_id,
+                                       session_timeout_ms=self.config.session_timeout_ms)
+            self._member.start()
+        except BaseException:
+            if self._own_client:
+                close_client(self._client)
+            raise
         self._watchdog = threading.Thread(target=self._watch_poll_interval, name="poll-watchdog", daemon=True)
         self._watchdog.start()
 
@@ -173,31 +277,59 @@ class Consumer:
         zk, data_dir = values.pop("zk", None), values.pop("data_dir", values.pop("data-dir", None))
         return cls(group_id, topics, pattern, zk=zk, data_dir=data_dir, **values)
 
+    def _set_state(self, new: ConsumerState, expect=None) -> bool:
+        """Move to ``new`` if the current state is in ``expect`` (any state allowed by the
+        transitions if None); False if it was not (another thread changed it first)."""
+        with self._state_lock:
+            if (expect is not None and self._state not in expect) or new not in _TRANSITIONS[self._state]:
+                return False
+            self._state = new
+            return True
+
+    @property
+    def state(self) -> ConsumerState:
+        return self._state
+
     # ------------------------------------------------------------ identity
 
     @property
     def consumer_id(self) -> str:
-        return self.member.consumer_id
+        return self._member.consumer_id
+
+    def group_metadata(self) -> GroupMetadata:
+        """This member's id, generation and connection, for logs and tools (no I/O)."""
+        m = self._member
+        return GroupMetadata(self.group_id, m.consumer_id, m.generation, m.rebalances, m.wait_connected(0),
+                             self._state.value)
 
     def subscription(self) -> Set[str]:
+        """The topics (or the one regex) this consumer subscribed to."""
         return set(self._subscription)
 
     def assignment(self) -> Set[TopicPartition]:
-        return set(self.member.owned())
+        """The partitions this member owns now (its owner nodes); empty before the first
+        assignment and while evicted."""
+        return set(self._member.owned())
 
     # ------------------------------------------------------------ poll
 
     def poll(self, timeout_ms: int = 0, max_records: Optional[int] = None) -> Dict[TopicPartition, List[ConsumerRecord]]:
-        """Up to ``max_records`` (default ``max_poll_records``) records, fairly across partitions."""
+        """Up to ``max_records`` (default ``max_poll_records``) records, fairly across partitions,
+        waiting up to ``timeout_ms`` for some. Runs the rebalance listener's callbacks first.
+
+        Returns ``{}`` when nothing arrived in time, and while the member cannot prove that it
+        still owns its partitions (ZooKeeper unreachable, the lease lapsed). Raises
+        WakeupException after :meth:`wakeup`, NoOffsetForPartition (``auto_offset_reset="none"``),
+        a data-plane error such as LogCorrupted once for the partition it concerns (the others
+        keep flowing; ``seek`` past the damage to go on), and IllegalStateError once closed."""
         self._check_open()
         deadline = time.monotonic() + timeout_ms / 1000.0
         self._last_poll = time.monotonic()
         self._in_poll = True
         try:
-            if self._evicted:
-                self._evicted = False
+            if self._set_state(ConsumerState.ACTIVE, expect={ConsumerState.EVICTED}):
                 log.info("consumer %s rejoins group %s", self.consumer_id, self.group_id)
-                self.member.rejoin()
+                self._member.rejoin()
             while True:
                 self._run_callbacks()
                 remaining = deadline - time.monotonic()
@@ -209,13 +341,13 @@ class Consumer:
                     continue
                 self._maybe_auto_commit()
                 remaining = deadline - time.monotonic()
-                records = self.fetcher.poll(max_records, timeout=max(0.0, min(remaining, 0.5)))
+                records = self._fetcher.poll(max_records, timeout=max(0.0, min(remaining, 0.5)))
                 if records:
-                    if self.member.holds_lease():
+                    if self._member.holds_lease():
                         return records
                     # The lease lapsed while we waited (the process may have been frozen): keep
                     # them until a round trip confirms the session that owns them.
-                    self.fetcher.give_back(records)
+                    self._fetcher.give_back(records)
                     continue
                 self._check_wakeup()
                 if remaining <= 0:
@@ -225,16 +357,17 @@ class Consumer:
             self._last_poll = time.monotonic()
 
     def __iter__(self):
-        while not self._closed:
+        while self._state is not ConsumerState.CLOSED:
             for records in self.poll(timeout_ms=500).values():
                 yield from records
 
     def _may_hand_out(self, remaining: float) -> bool:
         """Whether records of owned partitions may be returned now: connected, and the session
         that owns them proved alive recently (the member's lease; renewed here if it lapsed)."""
-        if not self.member.wait_connected(max(0.0, min(remaining, 0.5))):
+        if not self._member.wait_connected(max(0.0, min(remaining, 0.5))):
             return False
-        return self.member.holds_lease() or self.member.renew_lease(max(LEASE_RENEWAL_MIN_WAIT_S, min(remaining, 0.5)))
+        return self._member.holds_lease() or self._member.renew_lease(
+            max(LEASE_RENEWAL_MIN_WAIT_S, min(remaining, 0.5)))
 
     def _check_wakeup(self) -> None:
         if self._wakeup:
@@ -242,9 +375,9 @@ class Consumer:
             raise WakeupException("poll() was woken up")
 
     def wakeup(self) -> None:
-        """Interrupt a blocking ``poll()`` (raises WakeupException there). Thread-safe."""
+        """Interrupt a blocking ``poll()`` (raises WakeupException there). Safe from any thread."""
         self._wakeup = True
-        self.fetcher.wakeup()
+        self._fetcher.wakeup()
 
     def streams(self) -> List["Stream"]:
         """For a ``{topic: n}`` subscription: n iterators, each over the partitions assigned to
@@ -261,20 +394,20 @@ class Consumer:
     # ------------------------------------------------------------ callbacks on the poll thread
 
     def _run_callbacks(self) -> None:
-        with self._lock:
-            error = self._errors.pop(0) if self._errors else None
-            lost, self._lost_pending = self._lost_pending, set()
-            revocations, self._revocations = self._revocations, []
-            assigned, self._assigned_pending = self._assigned_pending, set()
+        lost, revocations, assigned, error = self._handoff.take()
         if lost:
             self.listener.on_partitions_lost(lost)
         for r in revocations:
             self._finish_revocation(r)
         if assigned:
-            assigned &= set(self.member.owned())
+            owned = self._member.owned()
+            assigned = {tp: offset for tp, offset in assigned.items() if tp in owned}
             if assigned:
-                self.listener.on_partitions_assigned(assigned)
-                self.fetcher.resume(self._known(assigned - self._user_paused))
+                with self._commit_lock:
+                    for tp, offset in assigned.items():
+                        self._committed_positions.setdefault(tp, offset)
+                self.listener.on_partitions_assigned(set(assigned))
+                self._fetcher.resume(self._known(set(assigned) - self._user_paused))
         if error is not None:
             raise error
 
@@ -287,6 +420,9 @@ class Consumer:
                     log.warning("consumer %s: commit before revocation failed: %s", self.consumer_id, e)
             self.listener.on_partitions_revoked(set(r.partitions))
         finally:
+            with self._commit_lock:
+                for tp in r.partitions:
+                    self._committed_positions.pop(tp, None)
             r.done.set()
 
     def _positions_of(self, partitions) -> Dict[TopicPartition, int]:
@@ -297,7 +433,7 @@ class Consumer:
         out = {}
         for tp in partitions:
             try:
-                out[tp] = self.fetcher.position(tp)
+                out[tp] = self._fetcher.position(tp)
             except (KeyError, ZkGroupsError):
                 continue
         return out
@@ -305,27 +441,20 @@ class Consumer:
     # member thread -> consumer (only record, or wait for the poll thread)
 
     def _revoke(self, partitions: Set[TopicPartition]) -> Optional[Dict[TopicPartition, int]]:
-        self.fetcher.pause(self._known(partitions))  # no record of them is returned from now on
-        r = _Revocation(set(partitions))
-        if not self._closing:  # close() has already committed and called the listener
-            with self._lock:
-                self._revocations.append(r)
+        self._fetcher.pause(self._known(partitions))  # no record of them is returned from now on
+        if self._state not in (ConsumerState.CLOSING, ConsumerState.CLOSED):  # close() commits itself
+            r = self._handoff.revoke(partitions)
             if self._in_poll:
-                self.fetcher.wakeup()  # a poll() waiting for records handles it now
+                self._fetcher.wakeup()  # a poll() waiting for records handles it now
             while not r.done.wait(0.05):
-                if self._closing or self._closed:
+                if self._state in (ConsumerState.CLOSING, ConsumerState.CLOSED):
                     break
-                if not self._in_poll and time.monotonic() - self._last_poll > self.config.max_poll_interval_ms / 1000.0:
-                    log.warning("consumer %s: poll() not called within max_poll_interval_ms=%d; leaving the group",
-                                self.consumer_id, self.config.max_poll_interval_ms)
-                    with self._lock:
-                        if r in self._revocations:
-                            self._revocations.remove(r)
-                    self._evicted = True
+                if not self._in_poll and self._poll_overdue():
+                    self._handoff.withdraw(r)
+                    if self._set_state(ConsumerState.EVICTED, expect={ConsumerState.ACTIVE}):
+                        self._warn_overdue()
                     return None
-        self.fetcher.revoke(self._known(partitions))
-        for tp in partitions:
-            self._committed_positions.pop(tp, None)
+        self._fetcher.revoke(self._known(partitions))
         return {}
 
     def _assign(self, added: Dict[TopicPartition, str], committed: Dict[TopicPartition, Optional[int]]) -> None:
@@ -335,48 +464,44 @@ class Consumer:
             if offset is None:
                 offset = self._initial_offset(tp)
                 if offset is None:
-                    with self._lock:
-                        self._errors.append(NoOffsetForPartition(f"no committed offset for {tp} and auto_offset_reset is none"))
+                    self._handoff.error(NoOffsetForPartition(f"no committed offset for {tp} and auto_offset_reset is none"))
                     continue
                 if self.config.start_position != "committed":
                     initial[tp] = offset
             positions[tp] = offset
-            self._committed_positions[tp] = committed.get(tp)
+        known = {tp: committed.get(tp) for tp in positions}
         if initial:
             # Fix the group's starting point (seed 002's control variable): every later owner
             # of the partition starts from the same offset.
             try:
-                self.member.commit(initial)
-                self._committed_positions.update(initial)
+                self._member.commit(initial)
+                known.update(initial)
             except ZkGroupsError as e:
                 log.warning("consumer %s: could not record start offsets: %s", self.consumer_id, e)
-        self.fetcher.assign(positions, paused=True)  # until on_partitions_assigned has run in poll()
-        with self._lock:
-            self._assigned_pending |= set(positions)
+        self._fetcher.assign(positions, paused=True)  # until on_partitions_assigned has run in poll()
+        self._handoff.assigned(known)
         if self._in_poll:
-            self.fetcher.wakeup()
+            self._fetcher.wakeup()
 
     def _lost(self, partitions: Set[TopicPartition]) -> None:
-        self.fetcher.revoke(self._known(partitions))
-        with self._lock:
-            self._lost_pending |= set(partitions)
-            self._assigned_pending -= set(partitions)
+        self._fetcher.revoke(self._known(partitions))
+        self._handoff.lost(set(partitions))
 
     def _known(self, partitions) -> Set[TopicPartition]:
         """The partitions the fetcher has (one without a start offset never reached it)."""
-        return set(partitions) & self.fetcher.assigned()
+        return set(partitions) & self._fetcher.assigned()
 
     def _initial_offset(self, tp: TopicPartition) -> Optional[int]:
         mode = self.config.start_position
         if mode == "committed":
             mode = self.config.auto_offset_reset
         if mode == "earliest":
-            return self.log.earliest_offset(tp.topic, tp.partition)
+            return self._log.earliest_offset(tp.topic, tp.partition)
         if mode == "latest":
-            return self.log.latest_offset(tp.topic, tp.partition)
+            return self._log.latest_offset(tp.topic, tp.partition)
         if mode == "timestamp":
-            found = self.log.offset_for_time(tp.topic, tp.partition, self.config.start_timestamp_ms)
-            return found if found is not None else self.log.latest_offset(tp.topic, tp.partition)
+            found = self._log.offset_for_time(tp.topic, tp.partition, self.config.start_timestamp_ms)
+            return found if found is not None else self._log.latest_offset(tp.topic, tp.partition)
         return None  # "none"
 
     def _on_fetch_error(self, tp: TopicPartition, exc: BaseException) -> None:
@@ -384,42 +509,53 @@ class Consumer:
             target = exc.earliest if self.config.auto_offset_reset == "earliest" else exc.latest
             log.warning("consumer %s: %s; resetting to %s offset %d", self.consumer_id, exc,
                         self.config.auto_offset_reset, target)
-            self.fetcher.seek(tp, target)
+            self._fetcher.seek(tp, target)
             return
-        with self._lock:
-            self._errors.append(exc)
-        self.fetcher.wakeup()
+        self._handoff.error(exc)
+        self._fetcher.wakeup()
+
+    def _poll_overdue(self) -> bool:
+        return time.monotonic() - self._last_poll > self.config.max_poll_interval_ms / 1000.0
+
+    def _warn_overdue(self) -> None:
+        log.warning("consumer %s: poll() not called within max_poll_interval_ms=%d; leaving the group",
+                    self.consumer_id, self.config.max_poll_interval_ms)
 
     def _watch_poll_interval(self) -> None:
         limit = self.config.max_poll_interval_ms / 1000.0
-        while not self._closed:
+        while self._state is not ConsumerState.CLOSED:
             time.sleep(min(1.0, limit / 4))
-            if (not self._in_poll and not self._evicted and not self._closing and self.member.registered
-                    and time.monotonic() - self._last_poll > limit):
-                log.warning("consumer %s: poll() not called within max_poll_interval_ms=%d; leaving the group",
-                            self.consumer_id, self.config.max_poll_interval_ms)
-                self._evicted = True
-                self.member.evict()
+            if (not self._in_poll and self._member.registered and self._poll_overdue()
+                    and self._set_state(ConsumerState.EVICTED, expect={ConsumerState.ACTIVE})):
+                self._warn_overdue()
+                self._member.evict()
 
     # ------------------------------------------------------------ offsets
 
     def commit(self, offsets: Optional[Dict[TopicPartition, int]] = None) -> None:
-        """Commit ``offsets`` (default: the positions of all returned records). Raises
-        CommitFailedError for a partition this member does not own any more."""
+        """Commit ``offsets`` ({partition: next offset to consume}, or OffsetAndMetadata-like
+        objects with ``.offset``; default: the positions of every record returned so far).
+
+        Raises CommitFailedError for a partition this member does not own (never assigned, or
+        claimed by another member since), ZooKeeperUnavailable (retriable) when ZooKeeper cannot
+        be reached within a session timeout, IllegalStateError once closed."""
         self._check_open()
         if offsets is None:
-            offsets = self._positions_of(self.member.owned())
+            offsets = self._positions_of(self._member.owned())
         offsets = {tp: getattr(o, "offset", o) for tp, o in offsets.items()}
-        changed = {tp: o for tp, o in offsets.items() if self._committed_positions.get(tp) != o}
+        with self._commit_lock:
+            changed = {tp: o for tp, o in offsets.items() if self._committed_positions.get(tp) != o}
         if not changed:
             return
-        self.member.commit(changed)
-        self._committed_positions.update(changed)
+        self._member.commit(changed)
+        with self._commit_lock:
+            self._committed_positions.update(changed)
 
     def commit_async(self, offsets=None, callback: Optional[Callable] = None):
-        """Commit on a background thread; ``callback(offsets, exception_or_None)``."""
+        """Commit on a background thread (one at a time, in order); ``callback(offsets,
+        exception_or_None)`` runs there. Returns a Future."""
         if offsets is None:
-            offsets = self._positions_of(self.member.owned())
+            offsets = self._positions_of(self._member.owned())
 
         def run():
             try:
@@ -440,85 +576,99 @@ class Consumer:
                 log.warning("consumer %s: auto-commit failed: %s", self.consumer_id, e)
 
     def committed(self, tp: TopicPartition) -> Optional[int]:
-        return self.member.committed(tp)
+        """The group's committed offset of ``tp`` (any partition, owned or not; None if nothing
+        was committed). Raises ZooKeeperUnavailable when ZooKeeper cannot be reached."""
+        return self._member.committed(tp)
 
     def position(self, tp: TopicPartition) -> int:
-        return self.fetcher.position(tp)
+        """The offset of the next record ``poll()`` returns for ``tp``. IllegalStateError for a
+        partition this consumer does not own (or whose start offset is not known yet)."""
+        return self._fetcher.position(tp)
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
-        self.fetcher.seek(tp, offset)
+        """Fetch ``tp`` from ``offset`` next (buffered records are dropped; a reported fetch
+        error of ``tp`` is cleared). IllegalStateError for a partition this consumer does not own."""
+        self._fetcher.seek(tp, offset)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """``seek`` to the earliest retained offset (default: every owned partition)."""
         for tp in partitions or self.assignment():
-            self.fetcher.seek(tp, self.log.earliest_offset(tp.topic, tp.partition))
+            self._fetcher.seek(tp, self._log.earliest_offset(tp.topic, tp.partition))
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """``seek`` to the end (default: every owned partition): only new records follow."""
         for tp in partitions or self.assignment():
-            self.fetcher.seek(tp, self.log.latest_offset(tp.topic, tp.partition))
+            self._fetcher.seek(tp, self._log.latest_offset(tp.topic, tp.partition))
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> Dict[TopicPartition, int]:
-        return {tp: self.log.earliest_offset(tp.topic, tp.partition) for tp in partitions}
+        """Earliest retained offset of each partition (owned or not)."""
+        return {tp: self._log.earliest_offset(tp.topic, tp.partition) for tp in partitions}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> Dict[TopicPartition, int]:
-        return {tp: self.log.latest_offset(tp.topic, tp.partition) for tp in partitions}
+        """Offset after the last record of each partition (owned or not)."""
+        return {tp: self._log.latest_offset(tp.topic, tp.partition) for tp in partitions}
 
     def offsets_for_times(self, timestamps: Dict[TopicPartition, int]) -> Dict[TopicPartition, Optional[OffsetAndTimestamp]]:
+        """For each partition (owned or not) the earliest offset whose timestamp is at least the
+        given one (milliseconds), or None if there is none."""
         out = {}
         for tp, ts in timestamps.items():
-            offset = self.log.offset_for_time(tp.topic, tp.partition, ts)
+            offset = self._log.offset_for_time(tp.topic, tp.partition, ts)
             out[tp] = None if offset is None else OffsetAndTimestamp(offset, ts)
         return out
 
     # ------------------------------------------------------------ flow control
 
     def pause(self, *partitions: TopicPartition) -> None:
+        """Stop fetching and returning ``partitions`` until ``resume`` (kept across rebalances
+        for partitions that stay; partitions not owned are remembered but have no effect)."""
         self._user_paused |= set(partitions)
-        self.fetcher.pause(partitions)
+        self._fetcher.pause(partitions)
 
     def resume(self, *partitions: TopicPartition) -> None:
+        """Undo ``pause``; partitions not owned are ignored."""
         self._user_paused -= set(partitions)
-        with self._lock:
-            pending = set(self._assigned_pending)
-        self.fetcher.resume(set(partitions) - pending)
+        self._fetcher.resume(set(partitions) - self._handoff.pending_assigned())
 
     def paused(self) -> Set[TopicPartition]:
+        """The partitions ``pause`` was called for (and not resumed)."""
         return set(self._user_paused)
 
     # ------------------------------------------------------------ lifecycle
 
     def close(self, autocommit: bool = True) -> None:
-        """Commit (if auto-commit), run on_partitions_revoked, leave the group."""
-        if self._closed:
+        """Commit (if auto-commit and ``autocommit``), run on_partitions_revoked, leave the group.
+        Once; later calls do nothing. Waits at most one session timeout for an unreachable
+        ZooKeeper, then reports the partitions lost and leaves by session expiry."""
+        if not self._set_state(ConsumerState.CLOSING, expect={ConsumerState.ACTIVE, ConsumerState.EVICTED}):
             return
-        self._closing = True
         if self._streams is not None:
             self._streams.stop()
         try:
             # A clean leave needs ZooKeeper: wait for a suspended connection at most one
             # session timeout, after which the session is gone anyway.
-            reachable = self.member.wait_connected(self.config.session_timeout_ms / 1000.0)
-            owned = set(self.member.owned())
+            reachable = self._member.wait_connected(self.config.session_timeout_ms / 1000.0)
+            owned = set(self._member.owned())
             if owned and reachable:
-                r = _Revocation(owned)
                 if not autocommit:
                     self.config.enable_auto_commit = False
-                self.fetcher.pause(self._known(owned))
-                self._finish_revocation(r)
+                self._fetcher.pause(self._known(owned))
+                self._finish_revocation(_Revocation(owned))
             elif owned:
                 log.warning("consumer %s: ZooKeeper unreachable; closing without committing, its partitions "
                             "move when the session ends", self.consumer_id)
                 self.listener.on_partitions_lost(owned)
-            self.member.close(timeout=30.0 if reachable else 1.0)
+            self._member.close(timeout=30.0 if reachable else 1.0)
         finally:
-            self._closed = True
-            self.fetcher.close()
+            self._set_state(ConsumerState.CLOSED)
+            self._fetcher.close()
             self._async_commits.shutdown(wait=True)
-            self.log.close()
+            self._log.close()
             if self._own_client:
-                close_client(self.client)
+                close_client(self._client)
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._state is ConsumerState.CLOSED:
             raise IllegalStateError("consumer is closed")
 
     def __enter__(self):
@@ -568,7 +718,7 @@ class Streams:
 
     def handed_out(self, tp: TopicPartition, offset: int) -> bool:
         """Record that a stream returns this record; False if the partition is gone."""
-        if tp not in self.consumer.member.owned():
+        if tp not in self.consumer._member.owned():
             return False
         with self._lock:
             self._consumed[tp] = offset + 1
@@ -584,12 +734,12 @@ class Streams:
     def _run(self) -> None:
         c = self.consumer
         while not self._stopped.is_set():
-            owned = c.member.owned()
+            owned = c._member.owned()
             full = {tp for tp, stream in owned.items()
                     if self.queues[_stream_index(stream) % len(self.queues)].qsize() >= self.QUEUE_BATCHES}
             if full != self._throttled:
-                c.fetcher.pause(c._known(full - self._throttled))
-                c.fetcher.resume(c._known((self._throttled - full) - c._user_paused))
+                c._fetcher.pause(c._known(full - self._throttled))
+                c._fetcher.resume(c._known((self._throttled - full) - c._user_paused))
                 self._throttled = full
             try:
                 batch = c.poll(timeout_ms=200)
@@ -597,7 +747,7 @@ class Streams:
                 log.error("consumer %s streams: %s", c.consumer_id, e)
                 continue
             for tp, records in batch.items():
-                stream = owned.get(tp) or c.member.owned().get(tp)
+                stream = owned.get(tp) or c._member.owned().get(tp)
                 if stream is not None:
                     self.queues[_stream_index(stream) % len(self.queues)].put((tp, records))
 

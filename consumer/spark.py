@@ -500,6 +500,7 @@ class _Worker:
         self.first_record_at: Optional[float] = None
         self.stop_flag = threading.Event()
         self.consumer = None
+        self.client = None
         self._next_group_check = 0.0
         self._next_file_check = 0.0
 
@@ -525,7 +526,7 @@ class _Worker:
 
         logging.getLogger("kazoo").setLevel(logging.ERROR)
         spec, started = self.spec, time.time()
-        client = start_client(spec.zk, spec.consumer_config.get("session_timeout_ms", 6000))
+        client = self.client = start_client(spec.zk, spec.consumer_config.get("session_timeout_ms", 6000))
         reason = None
         try:
             DataWatch(client, protocol.spark_stop_path(spec.run_id), self._on_stop_node)
@@ -547,7 +548,7 @@ class _Worker:
         return asdict(WorkerSummary(
             index=self.ctx.index, attempt=self.ctx.attempt, consumer_id=self.ctx.consumer_id,
             records=self.ctx.records, batches=self.ctx.batches, partitions=sorted(map(str, self.handled)),
-            rebalances=self.consumer.member.rebalances if self.consumer else 0, started_at=started,
+            rebalances=self.consumer.group_metadata().rebalances if self.consumer else 0, started_at=started,
             first_record_at=self.first_record_at, duration_s=time.time() - started, stop_reason=reason))
 
     def _close(self, failed: bool) -> None:
@@ -767,7 +768,7 @@ class _Worker:
                 late[tp] = position
         if not late:
             return
-        committed = read_committed(self.consumer.client, self.spec.group_id, list(late))
+        committed = read_committed(self.client, self.spec.group_id, list(late))
         offsets = {tp: pos for tp, pos in late.items()
                    if (committed[tp] or 0) < self.spec.end_offsets.get(tp, 0)}
         if offsets:

@@ -317,7 +317,7 @@ def test_no_records_are_handed_out_while_zookeeper_is_away(own_zookeeper, data_d
                   auto_offset_reset="earliest", listener=listener) as consumer:
         assert len(consume_until(consumer, 10, max_records=10)) == 10
         ens.servers[0].kill()
-        wait_for(lambda: not consumer.member.wait_connected(0), message="the consumer notices")
+        wait_for(lambda: not consumer.group_metadata().connected, message="the consumer notices")
         assert consumer.poll(timeout_ms=600) == {}  # five records are there, but not handed out
         with pytest.raises(ZooKeeperUnavailable):
             consumer.commit({TopicPartition("t", 0): 10})
@@ -339,7 +339,7 @@ def test_close_with_zookeeper_gone_does_not_hang(own_zookeeper, data_dir):
                         auto_offset_reset="earliest", listener=listener)
     assert len(consume_until(consumer, 10)) == 10
     ens.servers[0].kill()
-    wait_for(lambda: not consumer.member.wait_connected(0), message="the consumer notices")
+    wait_for(lambda: not consumer.group_metadata().connected, message="the consumer notices")
     closing = threading.Thread(target=lambda: (consumer.close(), cluster.close()), daemon=True)
     closing.start()
     closing.join(30)

@@ -111,7 +111,7 @@ def test_a_member_that_lost_its_partition_can_neither_commit_nor_release_it(zk, 
 
     assert committed(zk) == b"60"
     owner = zk.exists(protocol.owners_path("g", "t", 0))
-    assert owner is not None and owner.ephemeralOwner == owner_before.ephemeralOwner == b.client.client_id[0]
+    assert owner is not None and owner.ephemeralOwner == owner_before.ephemeralOwner == b._client.client_id[0]
     b.commit({TP: 70})  # the new owner is unaffected
     assert committed(zk) == b"70"
 
@@ -124,9 +124,9 @@ def test_an_owner_node_whose_claim_answer_was_lost_is_adopted_and_commits(zk, da
     leader = ActingLeader(zk, "g")
     a = consumers()
     stream = f"{a.consumer_id}-0"
-    t = a.client.transaction()  # what a's lost claim wrote, on a's own session
-    a.client.ensure_path(protocol.owners_path("g", "t"))
-    a.client.ensure_path(protocol.offsets_path("g", "t"))
+    t = a._client.transaction()  # what a's lost claim wrote, on a's own session
+    a._client.ensure_path(protocol.owners_path("g", "t"))
+    a._client.ensure_path(protocol.offsets_path("g", "t"))
     t.create(protocol.owners_path("g", "t", 0), stream.encode(), ephemeral=True)
     t.create(protocol.offsets_path("g", "t", 0), protocol.NO_OFFSET)
     t.commit()

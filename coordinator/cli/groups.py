@@ -281,12 +281,12 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
         while (max_records is None or count < max_records) and not stopping.is_set():
             batch = c.poll(timeout_ms=200, max_records=None if max_records is None else max_records - count)
             if not batch:
-                if c.member.generation < 0:
+                if c.group_metadata().generation < 0:
                     last = time.monotonic()  # idle time counts from the first assignment
                 elif idle_exit and time.monotonic() - last > idle_exit:
                     break
                 continue
-            meta = {"member": c.consumer_id, "generation": c.member.generation, "at": time.time()} \
+            meta = {"member": c.consumer_id, "generation": c.group_metadata().generation, "at": time.time()} \
                 if with_metadata else {}
             lines = []
             for tp, records in batch.items():
