@@ -20,6 +20,14 @@ from coordinator.zkclient import close_client, start_client  # noqa: E402
 from coordinator.zkserver import provide_zookeeper  # noqa: E402
 
 
+def pytest_collection_modifyitems(items):
+    """Tests that need a ZooKeeper server get the ``zk`` marker, so ``-m "not zk"`` is the fast
+    subset (pure logic and the file-system log)."""
+    for item in items:
+        if "zk_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.zk)
+
+
 @pytest.fixture(scope="session")
 def zk_server():
     with provide_zookeeper(tick_ms=200, fsync=False) as provided:

@@ -15,6 +15,8 @@ from coordinator.zkserver import Ensemble, four_letter, local_classpath
 from tests.groups import Cluster, leader_info, read_state, wait_stable
 from tests.helpers import wait_for
 
+pytestmark = pytest.mark.zk  # starts ZooKeeper servers of its own
+
 SESSION_MS = 1000
 
 

@@ -8,6 +8,8 @@ from coordinator.zkclient import close_client, start_client
 from coordinator.zkserver import Ensemble, local_classpath
 from tests.helpers import wait_for
 
+pytestmark = pytest.mark.zk  # starts ZooKeeper servers of its own
+
 
 @pytest.mark.skipif(local_classpath() is None, reason="needs a local ZooKeeper install")
 def test_a_request_queued_while_disconnected_fails_when_the_client_closes(tmp_path):

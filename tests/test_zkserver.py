@@ -5,6 +5,8 @@ from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 from coordinator.zkserver import Ensemble, four_letter, local_classpath
 
+pytestmark = pytest.mark.zk  # starts ZooKeeper servers of its own
+
 
 @pytest.mark.skipif(local_classpath() is None, reason="needs a local ZooKeeper install")
 def test_three_server_ensemble_keeps_quorum_when_one_is_killed(tmp_path):
