@@ -197,6 +197,14 @@ class Leadership:
 
 
 class Coordinator:
+    """One coordinator node. Lifecycle: ``start()`` once, ``close()`` once (a second call of
+    either does nothing); a closed node is not started again.
+
+    Threads: the election thread (:meth:`_contend`) runs the election and, while this node
+    leads, the :class:`LeaderSession`; kazoo's connection listener only marks the term
+    (suspended, reconnected, ended) and starts the grace timer. ``_term`` is replaced only by
+    the election thread; other threads read it once into a local."""
+
     def __init__(self, connect: str, node_id: Optional[str] = None, config: Optional[CoordinatorConfig] = None):
         self.connect = connect
         self.host = socket.gethostname()
@@ -208,11 +216,17 @@ class Coordinator:
         self._thread: Optional[threading.Thread] = None
         self._election = None
         self._grace_timer: Optional[threading.Timer] = None
+        self._lifecycle = threading.Lock()
+        self._started = False
         self.elected = threading.Event()    # set while leading (for tests and tools)
 
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> "Coordinator":
+        with self._lifecycle:
+            if self._started or self._closing.is_set():
+                return self
+            self._started = True
         self.client = start_client(self.connect, self.config.session_timeout_ms)
         self.client.add_listener(self._on_connection_state)
         self._thread = threading.Thread(target=self._contend, name=f"election-{self.node_id}", daemon=True)
@@ -221,7 +235,10 @@ class Coordinator:
 
     def close(self) -> None:
         """Abandon the current attempt, resign so another node leads at once, disconnect."""
-        self._closing.set()
+        with self._lifecycle:
+            if self._closing.is_set():
+                return
+            self._closing.set()
         term = self._term
         if term:
             term.end("shutting down")
