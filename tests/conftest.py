@@ -34,11 +34,16 @@ def zk_server():
         yield provided
 
 
+def _unique_name(request) -> str:
+    """This test's name, safe for a znode or a Kafka topic, and unique across runs."""
+    name = re.sub(r"[^a-zA-Z0-9_-]", "_", request.node.name)[:60]
+    return f"t-{name}-{uuid.uuid4().hex[:6]}"
+
+
 @pytest.fixture
 def zk_connect(zk_server, request):
     """A connect string with a chroot of this test's own."""
-    name = re.sub(r"[^a-zA-Z0-9_-]", "_", request.node.name)[:60]
-    return f"{zk_server.connect}/t-{name}-{uuid.uuid4().hex[:6]}"
+    return f"{zk_server.connect}/{_unique_name(request)}"
 
 
 @pytest.fixture
@@ -46,6 +51,24 @@ def zk(zk_connect):
     client = start_client(zk_connect, session_timeout_ms=4000)
     yield client
     close_client(client)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster():
+    """librdkafka's mock Kafka cluster, 3 brokers, one per test session (a child process).
+
+    Shared: a test that takes a broker down or injects errors brings it back / uses them up,
+    or starts a ``MockKafkaCluster`` of its own."""
+    pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed (pip install -e '.[kafka]')")
+    from coordinator.testing.kafkamock import MockKafkaCluster
+    with MockKafkaCluster(brokers=3) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def kafka_topic_name(request):
+    """A Kafka topic name no other test uses."""
+    return _unique_name(request)
 
 
 @pytest.fixture

@@ -1,0 +1,729 @@
+"""librdkafka's mock Kafka cluster as a child process, for tests, the demo and benchmarks.
+
+Kafka brokers cannot be installed everywhere we test, but the ``confluent-kafka`` wheel bundles
+librdkafka, which contains a mock cluster: real Kafka wire protocol on loopback TCP ports that
+any client in any process can reach. confluent-kafka does not wrap its control API
+(``rd_kafka_mock_*`` in librdkafka's ``src/rdkafka_mock.h``), so the child calls it through
+``ctypes`` on the bundled shared library.
+
+Two halves, one module:
+
+* the child, ``python -m coordinator.testing.kafkamock --brokers 3``: checks that every
+  librdkafka symbol it uses exists (else one line on stderr, exit 2: the header marks the API
+  experimental, hence the ``kafka`` extra pins the confluent-kafka minor version), creates a
+  bare ``rd_kafka_new`` handle and ``rd_kafka_mock_cluster_new(rk, N)``, prints ONE JSON line
+  ``{"ok": true, "bootstrap_servers": "127.0.0.1:p1,...", "brokers": N, "librdkafka": "2.16.0",
+  "pid": ...}``, then answers JSON-line commands on stdin with one JSON line each (below). It
+  exits when stdin closes and is SIGKILLed when its parent dies (PR_SET_PDEATHSIG).
+* the parent, :class:`MockKafkaCluster`: starts the child, reads the bootstrap line within a
+  bounded wait, and turns each method call into one command.
+
+The line protocol (``id`` is echoed back so a late reply is never taken for the next one)::
+
+    {"id": 7, "cmd": "create_topic", "topic": "t", "partitions": 4, "replication_factor": 1}
+    {"id": 7, "ok": true}
+    {"id": 8, "cmd": "set_partition_leader", "topic": "t", "partition": 0, "broker": -1}
+    {"id": 8, "ok": false, "error": "broker must be a broker id, 1..3"}
+
+    commands and their fields:
+      create_topic          topic, partitions, replication_factor
+      delete_topic          topic
+      broker_down           broker            (-1: every broker)
+      broker_up             broker            (-1: every broker)
+      set_rtt               broker, ms        (-1: every broker; added to every response)
+      push_request_errors   api_key, errors   (the next len(errors) requests of that kind fail)
+      clear_request_errors  api_key
+      push_partition_errors topic, partition, api_key, errors   (partition-level error codes)
+      set_partition_leader  topic, partition, broker
+      delete_records        topic, partition, before_offset
+      start_request_tracking / stop_request_tracking
+      requests              clear             -> {"requests": [[broker, api_key, ts_us], ...]}
+
+Guarantees:
+
+* Commands take effect before their reply is sent (librdkafka applies them on the mock's own
+  thread and waits); one command at a time.
+* Bad input (unknown command, wrong type, out-of-range id, a leader of -1, a per-partition
+  command on a topic not made with ``create_topic``, which the mock would otherwise create
+  on the fly) gets ``{"ok": false, "error": ...}`` and the server keeps serving.
+* The child ends with its parent: stdin EOF (a clean exit 0) or PR_SET_PDEATHSIG (SIGKILL).
+
+What the mock does NOT prove, compared with a real broker (measured with librdkafka 2.16):
+
+* No CreateTopics / CreatePartitions / DeleteTopics / configs / DescribeGroups / ListGroups /
+  DeleteRecords requests from clients: topics come from ``create_topic`` (clients' requests
+  for an unknown topic auto-create it with 4 partitions). A topic cannot grow, so partition
+  growth is not testable here.
+* ListOffsets by timestamp returns -1 (``offsets_for_times`` is untestable); earliest and
+  latest work.
+* Each partition keeps only its last 5 MiB or 100,000 batches, in memory; older data is
+  dropped silently. Size test data under ~5 MiB a partition.
+* A leaderless partition (leader -1) crashes the mock on the next Produce or Fetch, so this
+  server refuses that command.
+* Transactions do not fence a second producer with the same ``transactional.id``;
+  TxnOffsetCommit is accepted but not stored.
+* No replication semantics: the high watermark is the log end, and a broker "down" only
+  refuses connections (its data stays; no leader moves on its own). No durability beyond the
+  process, no ``__consumer_offsets``, retention, compaction, quotas, ACLs, SASL/TLS,
+  controller, KRaft or ZooKeeper (``/brokers/topics`` is never written).
+* Offset commits of a group that never joins are not fenced (Apache Kafka behaves the same):
+  ownership fencing stays in ZooKeeper.
+* kafka-python 3.x needs ``api_version=(2, 3)`` to bootstrap against it.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import ctypes
+import enum
+import glob
+import importlib.util
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
+
+ALL_BROKERS = -1
+MAX_BROKERS = 32
+TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")  # Kafka's legal topic names
+INSTALL_HINT = "pip install -e '.[kafka]' (it pins the confluent-kafka whose mock API was checked)"
+
+
+class ApiKey(enum.IntEnum):
+    """Kafka protocol request types (the ``api_key`` of injected errors and tracked requests)."""
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+
+
+class ErrorCode(enum.IntEnum):
+    """Kafka protocol error codes to inject, plus librdkafka's own ``_TRANSPORT``."""
+    TRANSPORT = -195  # librdkafka: the mock broker drops the connection instead of answering
+    OFFSET_OUT_OF_RANGE = 1
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    REBALANCE_IN_PROGRESS = 27
+
+
+class MockKafkaUnavailable(RuntimeError):
+    """The mock cluster cannot run here (confluent-kafka missing, mock API missing, no start)."""
+
+
+class MockKafkaError(RuntimeError):
+    """A command the mock server refused or could not carry out; ``code`` is librdkafka's."""
+
+    def __init__(self, command: str, error: str, code: Optional[int] = None):
+        super().__init__(f"kafka mock {command}: {error}")
+        self.command, self.error, self.code = command, error, code
+
+
+class TrackedRequest(NamedTuple):
+    broker_id: int
+    api_key: int
+    timestamp_us: int
+
+
+# ================================================================ child: the librdkafka side
+
+_ptr = ctypes.c_void_p
+_int = ctypes.c_int  # also rd_kafka_resp_err_t, an enum
+_i16, _i32, _i64 = ctypes.c_int16, ctypes.c_int32, ctypes.c_int64
+_size = ctypes.c_size_t
+_str = ctypes.c_char_p
+
+# Every librdkafka function the server calls: name -> (restype, argtypes).
+SIGNATURES: Dict[str, tuple] = {
+    "rd_kafka_version_str": (_str, []),
+    "rd_kafka_err2name": (_str, [_int]),
+    "rd_kafka_err2str": (_str, [_int]),
+    "rd_kafka_conf_new": (_ptr, []),
+    "rd_kafka_conf_set": (_int, [_ptr, _str, _str, _str, _size]),
+    "rd_kafka_new": (_ptr, [_int, _ptr, _str, _size]),
+    "rd_kafka_destroy": (None, [_ptr]),
+    "rd_kafka_mock_cluster_new": (_ptr, [_ptr, _int]),
+    "rd_kafka_mock_cluster_destroy": (None, [_ptr]),
+    "rd_kafka_mock_cluster_bootstraps": (_str, [_ptr]),
+    "rd_kafka_mock_topic_create": (_int, [_ptr, _str, _int, _int]),
+    "rd_kafka_mock_topic_delete": (_int, [_ptr, _str]),
+    "rd_kafka_mock_broker_set_down": (_int, [_ptr, _i32]),
+    "rd_kafka_mock_broker_set_up": (_int, [_ptr, _i32]),
+    "rd_kafka_mock_broker_set_rtt": (_int, [_ptr, _i32, _int]),
+    "rd_kafka_mock_push_request_errors_array": (None, [_ptr, _i16, _size, ctypes.POINTER(_int)]),
+    "rd_kafka_mock_clear_request_errors": (None, [_ptr, _i16]),
+    # Variadic: the error codes follow ``cnt`` as C ints.
+    "rd_kafka_mock_partition_push_request_errors": (_int, [_ptr, _str, _i32, _i16, _size]),
+    "rd_kafka_mock_partition_set_leader": (_int, [_ptr, _str, _i32, _i32]),
+    "rd_kafka_mock_partition_delete_records": (_int, [_ptr, _str, _i32, _i64]),
+    "rd_kafka_mock_start_request_tracking": (None, [_ptr]),
+    "rd_kafka_mock_stop_request_tracking": (None, [_ptr]),
+    "rd_kafka_mock_clear_requests": (None, [_ptr]),
+    "rd_kafka_mock_get_requests": (ctypes.POINTER(_ptr), [_ptr, ctypes.POINTER(_size)]),
+    "rd_kafka_mock_request_id": (_i32, [_ptr]),
+    "rd_kafka_mock_request_api_key": (_i16, [_ptr]),
+    "rd_kafka_mock_request_timestamp": (_i64, [_ptr]),
+    "rd_kafka_mock_request_destroy_array": (None, [ctypes.POINTER(_ptr), _size]),
+}
+
+RD_KAFKA_PRODUCER = 0
+PR_SET_PDEATHSIG = 1
+MAX_ERRORS_PER_COMMAND = 1000
+_VARARGS_CHUNK = 64  # error codes passed per variadic call
+
+
+def find_librdkafka() -> str:
+    """Path of the librdkafka that confluent-kafka uses (the wheel bundles its own copy)."""
+    if importlib.util.find_spec("confluent_kafka") is None:
+        raise MockKafkaUnavailable(f"confluent-kafka is not installed: {INSTALL_HINT}")
+    try:
+        import confluent_kafka  # loads librdkafka into this process
+    except ImportError as e:
+        raise MockKafkaUnavailable(f"confluent-kafka cannot be imported ({e}): {INSTALL_HINT}") from None
+    # The copy already mapped into this process is the one confluent-kafka was built with.
+    with contextlib.suppress(OSError):
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1]
+                if os.path.basename(path).startswith("librdkafka"):
+                    return path
+    package = os.path.dirname(confluent_kafka.__file__)
+    candidates = sorted(glob.glob(os.path.join(package + ".libs", "librdkafka*"))  # auditwheel
+                        + glob.glob(os.path.join(package, ".dylibs", "librdkafka*")))  # delocate
+    if candidates:
+        return candidates[0]
+    import ctypes.util
+    system = ctypes.util.find_library("rdkafka")
+    if system:
+        return system
+    raise MockKafkaUnavailable(f"no librdkafka found next to confluent_kafka in {package}")
+
+
+def missing_symbols(lib: Any, names: Sequence[str]) -> List[str]:
+    return [name for name in names if not hasattr(lib, name)]
+
+
+def bind_librdkafka(lib: Any, signatures: Dict[str, tuple], where: str) -> None:
+    """Set restype/argtypes of every function in ``signatures``; one-line error if any is missing."""
+    missing = missing_symbols(lib, list(signatures))
+    if missing:
+        raise MockKafkaUnavailable(
+            f"librdkafka at {where} lacks {', '.join(missing)}: its mock API is experimental "
+            f"and changes between releases; {INSTALL_HINT}")
+    for name, (restype, argtypes) in signatures.items():
+        function = getattr(lib, name)
+        function.restype, function.argtypes = restype, argtypes
+
+
+class CommandError(Exception):
+    """Bad input or a refused command; becomes ``{"ok": false, "error": ...}``."""
+
+    def __init__(self, error: str, code: Optional[int] = None):
+        super().__init__(error)
+        self.code = code
+
+
+class MockServer:
+    """The child's mock cluster and its command handlers.
+
+    Thread rules: only the thread that runs :func:`serve` calls :meth:`handle`; librdkafka runs
+    the brokers on threads of its own, and its mock functions are safe to call from any thread.
+    """
+
+    def __init__(self, lib: Any, brokers: int):
+        self.lib, self.brokers = lib, brokers
+        self.topics: Dict[str, int] = {}  # made with create_topic: name -> partition count
+        errstr = ctypes.create_string_buffer(512)
+        conf = lib.rd_kafka_conf_new()
+        for key, value in (("client.id", "zkgroups-kafkamock"), ("log_level", "4")):
+            lib.rd_kafka_conf_set(conf, key.encode(), value.encode(), errstr, len(errstr))
+        self.rk = lib.rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, len(errstr))  # takes conf
+        if not self.rk:
+            raise MockKafkaUnavailable(f"rd_kafka_new failed: {errstr.value.decode(errors='replace')}")
+        self.cluster = lib.rd_kafka_mock_cluster_new(self.rk, brokers)
+        if not self.cluster:
+            lib.rd_kafka_destroy(self.rk)
+            raise MockKafkaUnavailable(f"rd_kafka_mock_cluster_new({brokers}) failed")
+        self.bootstrap_servers = lib.rd_kafka_mock_cluster_bootstraps(self.cluster).decode()
+        self.handlers: Dict[str, Callable[[dict], dict]] = {
+            "create_topic": self._create_topic,
+            "delete_topic": self._delete_topic,
+            "broker_down": lambda req: self._check(self.lib.rd_kafka_mock_broker_set_down(
+                self.cluster, self._broker(req, allow_all=True))),
+            "broker_up": lambda req: self._check(self.lib.rd_kafka_mock_broker_set_up(
+                self.cluster, self._broker(req, allow_all=True))),
+            "set_rtt": lambda req: self._check(self.lib.rd_kafka_mock_broker_set_rtt(
+                self.cluster, self._broker(req, allow_all=True), _field(req, "ms", int, 0, 600_000))),
+            "push_request_errors": self._push_request_errors,
+            "clear_request_errors": self._clear_request_errors,
+            "push_partition_errors": self._push_partition_errors,
+            "set_partition_leader": self._set_partition_leader,
+            "delete_records": self._delete_records,
+            "start_request_tracking": self._void(lib.rd_kafka_mock_start_request_tracking),
+            "stop_request_tracking": self._void(lib.rd_kafka_mock_stop_request_tracking),
+            "requests": self._requests,
+        }
+
+    def close(self) -> None:
+        self.lib.rd_kafka_mock_cluster_destroy(self.cluster)
+        self.lib.rd_kafka_destroy(self.rk)
+
+    def handle(self, line: str) -> dict:
+        """One request line -> one reply; never raises."""
+        try:
+            request = json.loads(line)
+        except ValueError:
+            return {"ok": False, "error": "not a JSON line"}
+        if not isinstance(request, dict):
+            return {"ok": False, "error": "a command is a JSON object"}
+        reply: Dict[str, Any] = {"id": request["id"]} if "id" in request else {}
+        handler = self.handlers.get(request.get("cmd"))  # type: ignore[arg-type]
+        try:
+            if handler is None:
+                raise CommandError(f"unknown command {request.get('cmd')!r}; "
+                                   f"commands: {', '.join(sorted(self.handlers))}")
+            reply.update({"ok": True}, **handler(request))
+        except CommandError as e:
+            reply.update(ok=False, error=str(e), **({"code": e.code} if e.code is not None else {}))
+        except Exception as e:  # a bug here must not take the cluster down with it
+            reply.update(ok=False, error=f"internal error: {e!r}")
+        return reply
+
+    # ---- validation
+
+    def _broker(self, request: dict, allow_all: bool = False) -> int:
+        broker = _field(request, "broker", int)
+        if not (1 <= broker <= self.brokers or (allow_all and broker == ALL_BROKERS)):
+            raise CommandError(f"broker must be a broker id, 1..{self.brokers}"
+                               + (" (or -1: every broker)" if allow_all else ""))
+        return broker
+
+    def _partition(self, request: dict) -> tuple:
+        """The (topic as bytes, partition) of a per-partition command, known to exist."""
+        topic = _topic(request)
+        if topic not in self.topics:
+            raise CommandError(f"unknown topic {topic!r}: create it with create_topic first")
+        partition = _field(request, "partition", int, 0, self.topics[topic] - 1)
+        return topic.encode(), partition
+
+    def _check(self, err: int) -> dict:
+        if err:
+            name = self.lib.rd_kafka_err2name(err).decode()
+            text = self.lib.rd_kafka_err2str(err).decode()
+            raise CommandError(f"{name}: {text}", code=err)
+        return {}
+
+    # ---- handlers
+
+    def _create_topic(self, request: dict) -> dict:
+        topic = _topic(request)
+        partitions = _field(request, "partitions", int, 1, 100_000)
+        replication_factor = _field(request, "replication_factor", int, 1, self.brokers)
+        self._check(self.lib.rd_kafka_mock_topic_create(
+            self.cluster, topic.encode(), partitions, replication_factor))
+        self.topics[topic] = partitions
+        return {}
+
+    def _delete_topic(self, request: dict) -> dict:
+        topic = _topic(request)
+        self._check(self.lib.rd_kafka_mock_topic_delete(self.cluster, topic.encode()))
+        self.topics.pop(topic, None)
+        return {}
+
+    def _push_request_errors(self, request: dict) -> dict:
+        errors = _errors(request)
+        array = (_int * len(errors))(*errors)
+        self.lib.rd_kafka_mock_push_request_errors_array(
+            self.cluster, _field(request, "api_key", int, 0, 32767), len(errors), array)
+        return {}
+
+    def _clear_request_errors(self, request: dict) -> dict:
+        self.lib.rd_kafka_mock_clear_request_errors(self.cluster, _field(request, "api_key", int, 0, 32767))
+        return {}
+
+    def _push_partition_errors(self, request: dict) -> dict:
+        topic, partition = self._partition(request)
+        api_key = _field(request, "api_key", int, 0, 32767)
+        errors = _errors(request)
+        for start in range(0, len(errors), _VARARGS_CHUNK):
+            chunk = errors[start:start + _VARARGS_CHUNK]
+            self._check(self.lib.rd_kafka_mock_partition_push_request_errors(
+                self.cluster, topic, partition, api_key, len(chunk), *(_int(e) for e in chunk)))
+        return {}
+
+    def _set_partition_leader(self, request: dict) -> dict:
+        topic, partition = self._partition(request)
+        # Never -1: a leaderless partition crashes the mock on the next Produce or Fetch.
+        broker = self._broker(request)
+        self._check(self.lib.rd_kafka_mock_partition_set_leader(self.cluster, topic, partition, broker))
+        return {}
+
+    def _delete_records(self, request: dict) -> dict:
+        topic, partition = self._partition(request)
+        before = _field(request, "before_offset", int, 0, 2 ** 63 - 1)
+        self._check(self.lib.rd_kafka_mock_partition_delete_records(self.cluster, topic, partition, before))
+        return {}
+
+    def _void(self, function: Callable) -> Callable[[dict], dict]:
+        """A handler for a mock function that takes only the cluster and returns nothing."""
+        return lambda request: function(self.cluster) or {}
+
+    def _requests(self, request: dict) -> dict:
+        count = _size(0)
+        array = self.lib.rd_kafka_mock_get_requests(self.cluster, ctypes.byref(count))
+        tracked = []
+        if array:
+            lib = self.lib
+            tracked = [[lib.rd_kafka_mock_request_id(array[i]), lib.rd_kafka_mock_request_api_key(array[i]),
+                        lib.rd_kafka_mock_request_timestamp(array[i])] for i in range(count.value)]
+            lib.rd_kafka_mock_request_destroy_array(array, count.value)
+        if _field(request, "clear", bool, default=False):
+            self.lib.rd_kafka_mock_clear_requests(self.cluster)
+        return {"requests": tracked}
+
+
+_MISSING = object()
+
+
+def _field(request: dict, key: str, kind: type, low: Optional[int] = None, high: Optional[int] = None,
+           default: Any = _MISSING) -> Any:
+    value = request.get(key, default)
+    if value is _MISSING:
+        raise CommandError(f"missing field {key!r}")
+    # JSON true/false are Python bools, and bool is an int: keep them apart.
+    if type(value) is not kind:
+        raise CommandError(f"{key} must be {'an integer' if kind is int else kind.__name__}, not {value!r}")
+    if kind is int and ((low is not None and value < low) or (high is not None and value > high)):
+        raise CommandError(f"{key} must be in {low}..{high}, not {value}")
+    return value
+
+
+def _topic(request: dict) -> str:
+    topic = _field(request, "topic", str)
+    if not TOPIC_NAME.match(topic) or topic in (".", ".."):
+        raise CommandError(f"bad topic name {topic!r}: 1-249 of [a-zA-Z0-9._-]")
+    return topic
+
+
+def _errors(request: dict) -> List[int]:
+    errors = _field(request, "errors", list)
+    if not 1 <= len(errors) <= MAX_ERRORS_PER_COMMAND or not all(type(e) is int for e in errors):
+        raise CommandError(f"errors must be a list of 1..{MAX_ERRORS_PER_COMMAND} integer error codes")
+    return errors
+
+
+def _die_with_parent(parent_pid: Optional[int]) -> None:
+    # PR_SET_PDEATHSIG: SIGKILL when the thread that started us dies; if the parent is already
+    # gone (it died before this call), go now.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def serve(server: MockServer, lines, out) -> None:
+    """Answer each request line with one reply line until ``lines`` ends."""
+    for line in lines:
+        if line.strip():
+            out.write(json.dumps(server.handle(line)) + "\n")
+            out.flush()
+
+
+def _brokers_arg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_BROKERS:
+        raise argparse.ArgumentTypeError(f"must be an integer 1..{MAX_BROKERS}, not {text!r}")
+    return value
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = _OneLineParser(prog="kafkamock", description="librdkafka's mock Kafka cluster, "
+                            "steered by JSON-line commands on stdin (see the module docstring).")
+    parser.add_argument("--brokers", type=_brokers_arg, default=3, help="number of brokers (ids 1..N)")
+    parser.add_argument("--parent-pid", type=int, help="exit at once if this is no longer our parent")
+    args = parser.parse_args(argv)
+    _die_with_parent(args.parent_pid)
+    try:
+        path = find_librdkafka()
+        lib = ctypes.CDLL(path)
+        bind_librdkafka(lib, SIGNATURES, path)
+        server = MockServer(lib, args.brokers)
+    except (MockKafkaUnavailable, OSError) as e:
+        print(f"kafkamock: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    try:
+        print(json.dumps({"ok": True, "bootstrap_servers": server.bootstrap_servers, "brokers": args.brokers,
+                          "librdkafka": lib.rd_kafka_version_str().decode(), "pid": os.getpid()}), flush=True)
+        serve(server, sys.stdin, sys.stdout)
+    except (BrokenPipeError, KeyboardInterrupt):
+        pass  # the parent went away
+    finally:
+        server.close()
+    return 0
+
+
+# ================================================================ parent: the test's side
+
+_PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_EOF = None
+
+
+class MockKafkaCluster:
+    """A mock Kafka cluster of ``brokers`` brokers (ids 1..N) in a child process.
+
+    ::
+
+        with MockKafkaCluster(brokers=3) as cluster:     # start(); close() at the end
+            cluster.create_topic("orders", partitions=4)
+            Producer({"bootstrap.servers": cluster.bootstrap_servers, ...})
+            cluster.broker_down(1); ...; cluster.broker_up(1)
+
+    States: NEW --start()--> RUNNING --close()--> CLOSED. A failed ``start()`` ends CLOSED;
+    ``start()`` twice raises; ``close()`` twice is a no-op. A command on a cluster whose child
+    has exited raises :class:`MockKafkaError`.
+
+    Thread rules: any thread may call any method. One lock covers a command's request and its
+    reply, so commands from several threads run one at a time. Two reader threads own the
+    child's stdout (replies, into a queue) and stderr (its last lines, for error messages).
+    Call ``start()`` from a thread that lives as long as the cluster (the main thread, say):
+    the kernel's parent-death signal follows the thread that started the child.
+    """
+
+    NEW, RUNNING, CLOSED = "new", "running", "closed"
+
+    def __init__(self, brokers: int = 3, command_timeout: float = 10.0):
+        if not 1 <= brokers <= MAX_BROKERS:
+            raise ValueError(f"brokers must be 1..{MAX_BROKERS}, not {brokers}")
+        self.brokers, self.command_timeout = brokers, command_timeout
+        self.librdkafka_version: Optional[str] = None
+        self._state = self.NEW
+        self._lock = threading.Lock()
+        self._proc: Optional[subprocess.Popen] = None
+        self._replies: "queue.Queue[Optional[str]]" = queue.Queue()
+        self._stderr_tail: "collections.deque[str]" = collections.deque(maxlen=50)
+        self._readers: Dict[str, threading.Thread] = {}
+        self._bootstrap_servers: Optional[str] = None
+        self._next_id = 0
+
+    # ---- lifecycle
+
+    def start(self, timeout: float = 10.0) -> "MockKafkaCluster":
+        with self._lock:
+            if self._state != self.NEW:
+                raise RuntimeError(f"start() on a {self._state} MockKafkaCluster")
+            self._state = self.RUNNING
+            try:
+                self._spawn()
+                hello = self._read_reply(time.monotonic() + timeout, "start", timeout)
+                if not hello.get("ok") or not isinstance(hello.get("bootstrap_servers"), str):
+                    raise MockKafkaError("start", f"it said {hello!r}")
+            except BaseException as e:
+                self._state = self.CLOSED
+                self._stop_child(0)
+                if isinstance(e, MockKafkaError):
+                    raise MockKafkaUnavailable(f"the kafka mock server did not start: {e.error}") from None
+                raise
+            self._bootstrap_servers = hello["bootstrap_servers"]
+            self.librdkafka_version = hello.get("librdkafka")
+        return self
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Close the child's stdin (it exits by itself); SIGKILL it if it has not within ``timeout``."""
+        with self._lock:
+            if self._state == self.CLOSED:
+                return
+            self._state = self.CLOSED
+            self._stop_child(timeout)
+
+    def __enter__(self) -> "MockKafkaCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``host:port,...`` of every broker, for a client's ``bootstrap.servers``."""
+        if self._bootstrap_servers is None:
+            raise RuntimeError("MockKafkaCluster is not started")
+        return self._bootstrap_servers
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def running(self) -> bool:
+        return self._state == self.RUNNING and self._proc is not None and self._proc.poll() is None
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        """The child's exit status once it has ended (0: it saw stdin close), else None."""
+        return self._proc.poll() if self._proc else None
+
+    def stderr_tail(self) -> List[str]:
+        """The child's last lines on stderr (librdkafka warnings, a start-up error)."""
+        return list(self._stderr_tail)
+
+    # ---- commands
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int = 1) -> None:
+        """The only way to get a chosen partition count (clients auto-create 4-partition topics)."""
+        self._command("create_topic", topic=name, partitions=partitions, replication_factor=replication_factor)
+
+    def delete_topic(self, name: str) -> None:
+        self._command("delete_topic", topic=name)
+
+    def broker_down(self, broker_id: int) -> None:
+        """Drop the broker's connections and refuse new ones; its data and leaderships stay."""
+        self._command("broker_down", broker=broker_id)
+
+    def broker_up(self, broker_id: int) -> None:
+        self._command("broker_up", broker=broker_id)
+
+    def set_rtt(self, broker_id: int, ms: int) -> None:
+        """Delay each response of the broker (``ALL_BROKERS``: every broker) by ``ms``."""
+        self._command("set_rtt", broker=broker_id, ms=ms)
+
+    def push_request_errors(self, api_key: int, errors: Sequence[int]) -> None:
+        """The next ``len(errors)`` requests of ``api_key`` (to any broker) fail with these codes, in order."""
+        self._command("push_request_errors", api_key=int(api_key), errors=[int(e) for e in errors])
+
+    def clear_request_errors(self, api_key: int) -> None:
+        self._command("clear_request_errors", api_key=int(api_key))
+
+    def push_partition_errors(self, topic: str, partition: int, api_key: int, errors: Sequence[int]) -> None:
+        """Partition-level error codes for the next requests of ``api_key`` naming this partition."""
+        self._command("push_partition_errors", topic=topic, partition=partition, api_key=int(api_key),
+                      errors=[int(e) for e in errors])
+
+    def set_partition_leader(self, topic: str, partition: int, broker_id: int) -> None:
+        """Move the leader; clients follow through Metadata. A leader of -1 is refused (it crashes the mock)."""
+        self._command("set_partition_leader", topic=topic, partition=partition, broker=broker_id)
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> None:
+        """Advance the partition's log start to ``before_offset`` (older records are gone)."""
+        self._command("delete_records", topic=topic, partition=partition, before_offset=before_offset)
+
+    def start_request_tracking(self) -> None:
+        """Record every request the brokers receive from now on (cleared at start; grows until stopped)."""
+        self._command("start_request_tracking")
+
+    def stop_request_tracking(self) -> None:
+        self._command("stop_request_tracking")
+
+    def requests(self, clear: bool = False) -> List[TrackedRequest]:
+        """Requests recorded since tracking started (or the last ``clear``)."""
+        reply = self._command("requests", clear=clear)
+        return [TrackedRequest(*entry) for entry in reply["requests"]]
+
+    # ---- plumbing
+
+    def _command(self, cmd: str, **fields: Any) -> dict:
+        with self._lock:
+            if self._state != self.RUNNING:
+                raise MockKafkaError(cmd, f"the cluster is {self._state}")
+            self._next_id += 1
+            request_id = self._next_id
+            try:
+                self._proc.stdin.write(json.dumps({"id": request_id, "cmd": cmd, **fields}) + "\n")
+                self._proc.stdin.flush()
+            except (BrokenPipeError, OSError, ValueError):
+                raise MockKafkaError(cmd, self._exit_reason()) from None
+            deadline = time.monotonic() + self.command_timeout
+            while True:
+                reply = self._read_reply(deadline, cmd, self.command_timeout)
+                if reply.get("id") == request_id:
+                    break  # older ids are late replies to commands that timed out
+        if not reply.get("ok"):
+            raise MockKafkaError(cmd, reply.get("error", "no error given"), reply.get("code"))
+        return reply
+
+    def _spawn(self) -> None:
+        env = dict(os.environ)
+        # The child runs this very module, whatever the parent's sys.path or working directory
+        # (``-m`` puts the working directory first on the child's sys.path).
+        env["PYTHONPATH"] = _PROJECT_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["PYTHONUNBUFFERED"] = "1"
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "coordinator.testing.kafkamock", "--brokers", str(self.brokers),
+             "--parent-pid", str(os.getpid())],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env, cwd=_PROJECT_ROOT, start_new_session=True)
+        for name, stream, sink in (("stdout", self._proc.stdout, self._replies.put),
+                                   ("stderr", self._proc.stderr, self._stderr_tail.append)):
+            reader = threading.Thread(target=_pump, args=(stream, sink, name == "stdout"),
+                                      name=f"kafkamock-{name}-{self._proc.pid}", daemon=True)
+            reader.start()
+            self._readers[name] = reader
+
+    def _read_reply(self, deadline: float, what: str, limit: float) -> dict:
+        try:
+            line = self._replies.get(timeout=max(deadline - time.monotonic(), 0))
+        except queue.Empty:
+            raise MockKafkaError(what, f"no reply from the mock server (pid {self.pid}) within {limit:g}s") from None
+        if line is _EOF:
+            self._replies.put(_EOF)  # every later read sees the end too
+            raise MockKafkaError(what, self._exit_reason())
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise MockKafkaError(what, f"not a JSON reply: {line.strip()[:200]!r}") from None
+
+    def _exit_reason(self) -> str:
+        code = None
+        if self._proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = self._proc.wait(2)
+        if "stderr" in self._readers:  # let stderr drain so its last line is there
+            self._readers["stderr"].join(1)
+        last = self._stderr_tail[-1].strip() if self._stderr_tail else "no message"
+        return f"the mock server exited (code {code}): {last}"
+
+    def _stop_child(self, timeout: float) -> None:
+        if self._proc is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait(10)
+        for reader in self._readers.values():
+            reader.join(2)
+
+
+def _pump(stream, sink: Callable[[Optional[str]], None], mark_end: bool) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        for line in stream:
+            sink(line)
+    if mark_end:
+        sink(_EOF)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
