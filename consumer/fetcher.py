@@ -42,9 +42,22 @@ lock may still be on its way back to its caller) and no new read of them starts 
 the prefetch thread nor in ``poll()``). A read already in flight may finish, but its result is
 thrown away.
 
-What this module does not do: commit offsets, apply ``auto_offset_reset`` (an
-``OffsetOutOfRange`` is reported through ``on_error(tp, exc)``; the partition is not fetched
-again until ``seek``/``assign``), or talk to ZooKeeper.
+Errors
+------
+A fetch that fails never makes the fetcher retry by itself. Whatever the exception
+(``OffsetOutOfRange``, ``LogCorrupted``, ``PermissionError`` and other ``OSError``, ...), the
+partition is *parked*: it is not fetched again until ``seek`` or ``assign`` repositions it,
+and the exception is reported exactly once, through ``on_error(tp, exc)`` if given. Records
+fetched before the error stay buffered and are still returned by ``poll()``; other
+partitions keep flowing. Every error except ``OffsetOutOfRange`` is also logged as one line (no traceback);
+``OffsetOutOfRange`` is logged only when there is no ``on_error`` (the consumer logs the reset
+it applies). The log returns the records before damaged data and raises only for an offset
+that is itself unreadable, so the error names the first offset ``poll()`` cannot return;
+``LogCorrupted.resume_offset`` is where a ``seek`` skips the damage.
+
+What this module does not do: commit offsets, apply ``auto_offset_reset``, turn errors into
+exceptions for the application (``on_error`` is the consumer's hook for both), or talk to
+ZooKeeper.
 """
 from __future__ import annotations
 
@@ -63,16 +76,15 @@ log = logging.getLogger(__name__)
 MIN_FETCH_CHUNK = 500
 #: Idle partitions are re-checked no more often than this, even with fetch_max_wait_ms=0.
 MIN_IDLE_WAIT_MS = 1
-#: Backoff after an unexpected error while fetching a partition: doubles up to the cap.
+#: Pause of the prefetch thread after a bug in its own loop (not a fetch error: those park).
 ERROR_BACKOFF_S = 0.1
-ERROR_BACKOFF_MAX_S = 5.0
 
 
 class _Partition:
     """Mutable per-partition state; only touched under the fetcher's lock."""
 
     __slots__ = ("tp", "position", "fetch_offset", "chunks", "idx", "count", "epoch",
-                 "paused", "error", "next_fetch", "failures", "highwater")
+                 "paused", "error", "next_fetch", "highwater")
 
     def __init__(self, tp: TopicPartition, offset: int, epoch: int):
         self.tp = tp
@@ -83,9 +95,8 @@ class _Partition:
         self.count = 0                # buffered records
         self.epoch = epoch
         self.paused = False
-        self.error: Optional[BaseException] = None  # OffsetOutOfRange: stopped until seek
+        self.error: Optional[BaseException] = None  # a fetch failed: parked until seek/assign
         self.next_fetch = 0.0         # monotonic time before which we do not fetch
-        self.failures = 0
         self.highwater: Optional[int] = None
 
     def reset(self, offset: int, epoch: int) -> None:
@@ -95,7 +106,6 @@ class _Partition:
         self.epoch = epoch
         self.error = None
         self.next_fetch = 0.0
-        self.failures = 0
 
     def take(self, n: int) -> List[ConsumerRecord]:
         """Remove and return up to ``n`` (>= 1) buffered records; no per-record work."""
@@ -529,13 +539,11 @@ class Fetcher:
             with self._lock:
                 self._release_slot()
             raise
-        failed_for = None
         with self._lock:
             self._release_slot()
             if not self._current(st, epoch) or st.fetch_offset != offset:
                 return
             if exc is None:
-                st.failures = 0
                 if records:
                     took = time.monotonic() - started
                     self._read_s += (took - self._read_s) / 8  # moving average
@@ -549,18 +557,10 @@ class Fetcher:
                     st.highwater = offset
                     st.next_fetch = time.monotonic() + self._idle_wait
                 return
+            st.error = exc  # parked: not fetched again until seek/assign
             if isinstance(exc, OffsetOutOfRange):
-                st.error = exc  # not fetched again until seek/assign
                 st.highwater = exc.latest
-            else:
-                st.failures += 1
-                failed_for = min(ERROR_BACKOFF_S * 2 ** (st.failures - 1), ERROR_BACKOFF_MAX_S)
-                st.next_fetch = time.monotonic() + failed_for
-        if failed_for is not None:
-            log.error("fetcher: fetch of %s at offset %d failed; retrying in %.1fs",
-                      tp, offset, failed_for, exc_info=exc)
-        else:
-            self._report(tp, exc)
+        self._report(tp, offset, exc)
 
     def _release_slot(self) -> None:
         # The prefetch thread is not woken here: after its own read it loops anyway, and after
@@ -570,9 +570,14 @@ class Fetcher:
         if self._poll_waiters:
             self._data_cv.notify_all()  # new data, or a poll may now read itself
 
-    def _report(self, tp: TopicPartition, exc: BaseException) -> None:
-        if self._on_error is None:
+    def _report(self, tp: TopicPartition, offset: int, exc: BaseException) -> None:
+        """Once per parked partition, outside the lock: one log line, then ``on_error``."""
+        if not isinstance(exc, OffsetOutOfRange):
+            log.error("fetcher: fetch of %s at offset %d failed (%s: %s); not fetching %s until seek",
+                      tp, offset, type(exc).__name__, exc, tp)
+        elif self._on_error is None:
             log.warning("fetcher: %s; not fetching %s until seek", exc, tp)
+        if self._on_error is None:
             return
         try:
             self._on_error(tp, exc)

@@ -29,14 +29,29 @@ Guarantees
   checksums whatever other writers appended, so offsets stay dense.
 * **Readers take no lock.** They index batch headers (lengths, offsets; bodies are skipped,
   except the newest batch, whose CRC is checked so ``latest_offset`` never counts a torn
-  batch) and check each batch's CRC when they decode it. An incomplete or failing batch at
-  the end of the last segment is treated as not written yet: the reader stops before it and
-  never modifies the file.
-* **Recovery is done by the writer.** The first time a ``Log`` appends to a partition it
-  checksums the whole last segment; a torn or corrupt tail is cut back to the last good
-  batch, with one warning. Nothing before that batch is lost, and appends continue after
-  it. Damage anywhere else (a segment that is not the last one) is never repaired silently:
-  reads of it raise :class:`LogCorrupted` naming the file and byte position.
+  batch) and check each batch's CRC when they decode it. A torn tail (below) is treated as
+  not written yet: the reader stops before it and never modifies the file.
+* **Every intact record can be read.** A ``fetch`` returns the records before damaged or
+  missing data and raises :class:`LogCorrupted` only when the offset asked for is itself
+  unreadable; the error names the file, the byte and the offset to resume from
+  (``resume_offset``), so reading can go on past the damage with a seek. A segment is read up
+  to its own last intact batch whatever comes after it, and a gap between two segments (a
+  deleted, emptied or truncated segment) is an error only for the offsets inside the gap.
+* **A torn tail is only the end of the last segment.** Writers append one whole batch at a
+  time, so only the newest batch can be torn: a bad batch (failing header or checksum) counts
+  as a torn tail only when no valid batch follows it in the file (one whose header and
+  checksum are good and whose base offset continues the sequence). Otherwise it is damage:
+  its offsets raise :class:`LogCorrupted` and the batches after it stay readable.
+* **Recovery is done by the writer, and never cuts intact data.** The first time a ``Log``
+  appends to a partition it checksums the whole last segment. A torn tail is cut back to the
+  last good batch, with one warning; nothing before it is lost and appends continue after
+  it. If the last segment holds damage with intact batches after it, the writer cuts nothing:
+  it leaves the segment as it is and rolls to a new segment starting after the last intact
+  offset, with one warning naming the file, byte and offsets. (Rolling rather than refusing
+  to append: the damage is already contained, readers see it as they would in any sealed
+  segment, and producers keep working; refusing would stop a partition until someone edits
+  files by hand, and the only repair it could offer is the same roll.) Damage is never
+  repaired silently: the damaged bytes stay on disk and keep raising for their offsets.
 * Durability (``fsync``): ``"batch"`` fsyncs every append; ``"interval"`` (default) fsyncs
   when ``fsync_interval_ms`` have passed since the last sync, on the next append, and on
   segment roll, :meth:`Log.flush` and :meth:`Log.close`, so a power failure loses at most the
@@ -49,7 +64,15 @@ Guarantees
   retained offset raises :class:`OffsetOutOfRange`.
 
 Not provided: an on-disk index (each process indexes batch headers in memory, once per
-segment, at 24 bytes per batch), compaction, or deleting a topic's data.
+segment, at 24 bytes per batch), compaction, or deleting a topic's data. Damage cannot be
+told from a torn tail when nothing valid follows it: the newest batch of the last segment,
+or a whole last segment that is missing, is lost without an error (its offsets are reused).
+
+Damage is found by the search for the next valid batch after bytes that do not parse: one
+pass over the rest of that segment file (a regex finds candidate headers; only well-formed
+ones are checksummed), made once per damaged spot and process (again by a reader of the last
+segment once the file has grown), never on the path of intact data, which costs what it did:
+two comparisons per batch read, none per record.
 
 Speed: a batch is read with one ``pread``, checksummed once and parsed into column arrays
 (``array.frombytes``, no per-record struct calls); it is kept until read through, and each
@@ -63,6 +86,7 @@ import fcntl
 import gc
 import logging
 import os
+import re
 import struct
 import sys
 import threading
@@ -98,6 +122,16 @@ LOCK_FILE = "writer.lock"
 FSYNC_POLICIES = ("batch", "interval", "never")
 DEFAULT_SEGMENT_BYTES = 64 << 20
 _SCAN_CHUNK = 64 << 10              # read-ahead when indexing batch headers
+_PROBE_CHUNK = 1 << 20              # read size when searching damaged bytes for the next batch
+# What the search for the next batch after damaged bytes looks for, at a header's magic byte
+# (byte 8): a length (bytes 0..3) of at least 36 and below 2**31, then magic, flags below 32
+# and zero reserved bytes (8..11). The regex does in C what would otherwise be Python work per
+# candidate; each match is then parsed and checksummed. Only the magic byte is consumed, so
+# overlapping candidates are all found.
+_HEADER_MARK = re.compile(rb"\x01(?=[\x00-\x1f]\x00\x00)"  # the magic byte first: a fast literal search
+                          rb"(?<![\x00-\x23]\x00\x00\x00[\s\S]{4}\x01)(?<=[\x00-\x7f][\s\S]{4}\x01)")
+_MARK_AT, _MARK_LEN = 8, 4
+_HOLE = -(1 << 63)                  # max timestamp of an index entry that stands for damaged bytes
 _FIXED_CHUNK = 64                    # values split per struct call on the fixed-size path
 
 _LITTLE = sys.byteorder == "little"
@@ -147,9 +181,9 @@ def _decode_headers(blob: bytes) -> tuple:
             out.append((name, None if m < 0 else blob[pos:pos + m]))
             pos += max(m, 0)
     except (struct.error, UnicodeDecodeError) as e:
-        raise LogCorrupted(f"record headers cannot be decoded ({e})") from None
+        raise ValueError(str(e)) from None
     if pos != end:
-        raise LogCorrupted("record headers overrun their length")
+        raise ValueError("they overrun their length")
     return tuple(out)
 
 
@@ -271,13 +305,15 @@ class _Batch:
     the CPU cache, which is worth about a third of the read time.
     """
 
-    __slots__ = ("buf", "topic", "partition", "base", "count", "min_ts", "ts", "run_ts", "run_lengths",
-                 "run_ends", "key_lengths", "key_starts", "value_pos", "value_size", "value_starts",
-                 "header_starts", "unit", "cum")
+    __slots__ = ("buf", "topic", "partition", "path", "position", "base", "count", "min_ts", "ts",
+                 "run_ts", "run_lengths", "run_ends", "key_lengths", "key_starts", "value_pos",
+                 "value_size", "value_starts", "header_starts", "unit", "cum")
 
-    def __init__(self, buf: bytes, topic: str, partition: int, flags: int, base: int, count: int, min_ts: int):
+    def __init__(self, buf: bytes, topic: str, partition: int, path: str, position: int,
+                 flags: int, base: int, count: int, min_ts: int):
         """Parse the columns of ``buf`` (CRC already checked); ValueError/struct.error if inconsistent."""
         self.buf, self.topic, self.partition = buf, topic, partition
+        self.path, self.position = path, position  # where the batch is, for errors
         self.base, self.count, self.min_ts = base, count, min_ts
         self.ts = self.run_ts = self.key_starts = self.value_starts = self.header_starts = None
         pos = HEADER_SIZE
@@ -374,7 +410,14 @@ class _Batch:
         headers = repeat(())
         if self.header_starts is not None:
             starts = self.header_starts[i:j + 1]
-            headers = [_decode_headers(buf[a:b]) if b > a else () for a, b in zip(starts, islice(starts, 1, None))]
+            try:
+                headers = [_decode_headers(buf[a:b]) if b > a else ()
+                           for a, b in zip(starts, islice(starts, 1, None))]
+            except ValueError as e:  # checksummed, so written like this: the whole batch is unreadable
+                end = self.base + self.count
+                raise LogCorrupted(self.topic, self.partition, self.base + i, self.path, self.position,
+                                   f"the record headers of {_span(self.base, end)} cannot be "
+                                   f"decoded ({e})", end) from None
         with _gc_paused():
             # tuple.__new__ straight from map: C all the way, no Python frame per record.
             return list(map(tuple.__new__, repeat(ConsumerRecord), zip(
@@ -392,25 +435,71 @@ def _checksum_ok(data) -> bool:
             and zlib.crc32(view[_CRC_FROM:HEADER_SIZE], zlib.crc32(view[HEADER_SIZE:])) == crc)
 
 
-def _decode(buf: bytes, topic: str, partition: int, where: str) -> Optional[_Batch]:
-    """Parse one whole batch (header + body); None if its checksum fails."""
+def _decode(buf: bytes, topic: str, partition: int, path: str, position: int) -> Optional[_Batch]:
+    """Parse one whole batch (header + body); None if its checksum fails, ValueError or
+    struct.error if it passes but its columns are inconsistent."""
     if not _checksum_ok(buf):
         return None
     _, _, _, flags, _, base, count, min_ts, _ = HEADER.unpack_from(buf)
-    try:
-        return _Batch(buf, topic, partition, flags, base, count, min_ts)
-    except (struct.error, ValueError) as e:
-        raise LogCorrupted(f"{where}: batch at offset {base} has a valid checksum "
-                           f"but cannot be decoded ({e})") from None
+    return _Batch(buf, topic, partition, path, position, flags, base, count, min_ts)
+
+
+def _plausible(head, pos: int, size: int) -> Optional[Tuple[int, int, int, int]]:
+    """``(total bytes, base offset, count, max timestamp)`` of the batch header ``head`` found
+    at byte ``pos`` of a file of ``size`` bytes, if it is well formed and fits; else None."""
+    length, _, magic, _, _, base, count, min_ts, max_ts = HEADER.unpack_from(head)
+    total = length + 4
+    if magic != MAGIC or total < HEADER_SIZE or count < 1 or min_ts > max_ts or pos + total > size:
+        return None
+    return total, base, count, max_ts
+
+
+def _find_batch(fd: int, start: int, size: int, expected: int) -> Optional[Tuple[int, int, int, int, int]]:
+    """The first whole batch at or after byte ``start`` whose checksum is good and whose base
+    offset is at least ``expected``, as ``(position, total bytes, base, count, max timestamp)``.
+
+    Only for damaged bytes (never on the read path of intact data): one pass over the rest of
+    the file, read ``_PROBE_CHUNK`` at a time; a regex finds candidate headers by their fixed
+    bytes, so only candidates are parsed and only well-formed ones checksummed.
+    """
+    chunk_at = start
+    while chunk_at + HEADER_SIZE <= size:
+        chunk = os.pread(fd, min(_PROBE_CHUNK, size - chunk_at), chunk_at)
+        if len(chunk) < HEADER_SIZE:
+            return None
+        for mark in _HEADER_MARK.finditer(chunk, _MARK_AT):
+            at = mark.start() - _MARK_AT  # where the candidate header starts, in the chunk
+            pos = chunk_at + at
+            head = chunk[at:at + HEADER_SIZE] if at + HEADER_SIZE <= len(chunk) else os.pread(fd, HEADER_SIZE, pos)
+            if len(head) < HEADER_SIZE:
+                return None
+            found = _plausible(head, pos, size)
+            if found is not None and found[1] >= expected and _checksum_ok(os.pread(fd, found[0], pos)):
+                return (pos, *found)
+        # The next chunk starts so that its first candidate mark is the one after the last
+        # mark that fitted in this chunk, with the header bytes before it.
+        chunk_at += len(chunk) - (_MARK_AT + _MARK_LEN - 1)
+    return None
+
+
+def _span(first: int, end: int) -> str:
+    """Offsets ``first`` to ``end - 1``, in words."""
+    return f"offsets {first}..{end - 1}" if end > first else f"no offset (at {first})"
 
 
 # ---------------------------------------------------------------- segments
 
 class _Segment:
-    """One segment file and the in-memory index of its batches (base offset, position, max ts)."""
+    """One segment file and the in-memory index of its batches (base offset, position, max ts).
+
+    Damaged bytes followed by an intact batch are indexed too, as a *hole*: an entry whose max
+    timestamp is ``_HOLE``, covering the offsets from the last intact batch before it to the
+    next intact one (none, if the damage lost no offset). So every offset up to ``next_offset``
+    has an entry, and finding it stays one bisect.
+    """
 
     __slots__ = ("base", "path", "fd", "bases", "positions", "max_ts", "end", "next_offset",
-                 "verified", "sealed")
+                 "verified", "sealed", "damaged", "probed")
 
     def __init__(self, base: int, path: str):
         self.base, self.path, self.fd = base, path, None
@@ -419,6 +508,8 @@ class _Segment:
         self.next_offset = base      # offset after the last indexed batch
         self.verified = 0            # batches before this position had their CRC checked
         self.sealed = False          # fully indexed and known to be followed by another segment
+        self.damaged: Optional[int] = None  # index of the first hole, if any
+        self.probed = None           # (end, file size) of the last search that found no batch after end
 
     def open(self) -> int:
         if self.fd is None:
@@ -431,6 +522,12 @@ class _Segment:
         self.max_ts.append(max_ts)
         self.end, self.next_offset = end, next_offset
 
+    def add_hole(self, pos: int, end: int, next_offset: int) -> None:
+        """Index bytes ``pos..end`` as damaged; the next intact batch starts at ``next_offset``."""
+        if self.damaged is None:
+            self.damaged = len(self.bases)
+        self.add(self.next_offset, pos, _HOLE, end, next_offset)
+
     def cut(self, k: int) -> None:
         """Forget batch ``k`` and everything after it."""
         if k < len(self.bases):
@@ -438,6 +535,8 @@ class _Segment:
             del self.bases[k:], self.positions[k:], self.max_ts[k:]
         self.verified = min(self.verified, self.end)
         self.sealed = False
+        if self.damaged is not None and self.damaged >= len(self.bases):
+            self.damaged = None
 
     def batch_end(self, k: int) -> int:
         return self.positions[k + 1] if k + 1 < len(self.positions) else self.end
@@ -704,23 +803,28 @@ class Log:
         if offset < p.earliest or offset > p.latest:
             raise OffsetOutOfRange(p.topic, p.partition, offset, p.earliest, p.latest)
         out: List[ConsumerRecord] = []
-        while max_records > 0 and offset < p.latest:
-            batch = self._batch_at(p, offset)
-            if batch is None:  # an incomplete tail: not written yet
-                break
-            i = offset - batch.base
-            j, used = batch.take(i, max_records, max_bytes, at_least_one=not out)
-            if j == i:
-                break
-            if j == batch.count:
-                p.cache = None  # read through; do not hold on to it
-            if out:
-                out += batch.records(i, j)
-            else:
-                out = batch.records(i, j)
-            max_records -= j - i
-            max_bytes -= used
-            offset = batch.base + j
+        try:
+            while max_records > 0 and offset < p.latest:
+                batch = self._batch_at(p, offset)
+                if batch is None:  # an incomplete tail: not written yet
+                    break
+                i = offset - batch.base
+                j, used = batch.take(i, max_records, max_bytes, at_least_one=not out)
+                if j == i:
+                    break
+                if j == batch.count:
+                    p.cache = None  # read through; do not hold on to it
+                if out:
+                    out += batch.records(i, j)
+                else:
+                    out = batch.records(i, j)
+                max_records -= j - i
+                max_bytes -= used
+                offset = batch.base + j
+        except (LogCorrupted, OSError):
+            if not out:
+                raise  # the offset asked for is unreadable
+            # Hand out what was read; the next read starts at the unreadable offset and raises.
         return out
 
     def _refresh_for(self, p: _Partition, offset: int) -> None:
@@ -733,10 +837,13 @@ class Log:
             self._refresh(p)  # the oldest segment was deleted by retention elsewhere
 
     def _scan(self, seg: _Segment, verify: bool) -> int:
-        """Index the batches after ``seg.end``; stop at the first incomplete or bad one.
+        """Index the batches after ``seg.end`` to the end of the file.
 
-        Returns the file size; ``seg.end < size`` afterwards means a tail that is not (yet)
-        a valid batch.
+        Returns the file size; ``seg.end < size`` afterwards means a tail that is not (yet) a
+        valid batch and has no valid batch after it. Damaged bytes with a valid batch after
+        them are indexed as a hole. Finding that batch takes a search of the rest of the file,
+        made only where a batch does not check out (a reader repeats a fruitless search of the
+        last segment only once the file has grown).
         """
         fd = seg.open()
         size = os.fstat(fd).st_size
@@ -744,64 +851,132 @@ class Log:
             seg.cut(0)  # another writer cut a tail we had indexed: index again
         if verify and seg.verified < seg.end:
             seg.cut(bisect_left(seg.positions, seg.verified))
-        pos, expected, known = seg.end, seg.next_offset, len(seg.bases)
         chunks = _Chunks(fd)
-        while size - pos >= HEADER_SIZE:
-            head = chunks.read(pos, HEADER_SIZE)
-            if len(head) < HEADER_SIZE:
+        while True:
+            pos, expected, known = seg.end, seg.next_offset, len(seg.bases)
+            while size - pos >= HEADER_SIZE:
+                head = chunks.read(pos, HEADER_SIZE)
+                if len(head) < HEADER_SIZE:
+                    break
+                found = _plausible(head, pos, size)
+                if found is None or found[1] != expected:
+                    break
+                total, base, count, max_ts = found
+                if verify and not _checksum_ok(chunks.read(pos, total)):
+                    break
+                seg.add(base, pos, max_ts, pos + total, base + count)
+                pos += total
+                expected = base + count
+            if not verify and len(seg.bases) > known:
+                # Only the newest batch can be torn (writers append one whole batch at a time and
+                # cut a torn tail before appending), so checking it keeps latest_offset honest.
+                last = len(seg.bases) - 1
+                if not _checksum_ok(chunks.read(seg.positions[last], seg.end - seg.positions[last])):
+                    seg.cut(last)
+            if seg.end == size or (not verify and seg.probed == (seg.end, size)):
                 break
-            length, _, magic, _, _, base, count, min_ts, max_ts = HEADER.unpack_from(head)
-            total = length + 4
-            if (magic != MAGIC or total < HEADER_SIZE or count < 1 or base != expected
-                    or min_ts > max_ts or pos + total > size):
+            found = _find_batch(fd, seg.end + 1, size, seg.next_offset)
+            if found is None:  # a torn tail, or damage up to the end of the file
+                seg.probed = (seg.end, size)
                 break
-            if verify and not _checksum_ok(chunks.read(pos, total)):
-                break
-            pos += total
-            expected = base + count
-            seg.add(base, pos - total, max_ts, pos, expected)
+            pos, total, base, count, max_ts = found
+            seg.add_hole(seg.end, pos, base)
+            seg.add(base, pos, max_ts, pos + total, base + count)
         if verify:
             seg.verified = seg.end
-        elif len(seg.bases) > known:
-            # Only the newest batch can be torn (writers append one whole batch at a time and
-            # cut a torn tail before appending), so checking it keeps latest_offset honest.
-            last = len(seg.bases) - 1
-            if not _checksum_ok(chunks.read(seg.positions[last], seg.end - seg.positions[last])):
-                seg.cut(last)
         return size
 
     def _index(self, p: _Partition, seg: _Segment) -> None:
-        """Make sure a segment that is not the last one is fully indexed and intact."""
+        """Make sure a segment that is not the last one is indexed to its end (once)."""
         if seg.sealed or seg is p.segments[-1]:
             return
-        size = self._scan(seg, verify=False)
-        following = p.segments[p.segments.index(seg) + 1]
-        if seg.end != size or seg.next_offset != following.base:
-            problem = (f"unreadable data at byte {seg.end} of {size}" if seg.end != size else
-                       f"it ends at offset {seg.next_offset} but the next segment starts at {following.base}")
-            raise LogCorrupted(f"{seg.path}: {problem}. The segment is not the last one, so this is not "
-                               "a torn tail and is not repaired automatically; restore or remove the file")
+        self._scan(seg, verify=False)
         seg.sealed = True
 
     def _batch_at(self, p: _Partition, offset: int) -> Optional[_Batch]:
-        """The decoded batch holding ``offset`` (cached); None at an incomplete tail."""
+        """The decoded batch holding ``offset`` (cached); None at an incomplete tail;
+        LogCorrupted if ``offset`` is in damaged or missing data."""
         cached = p.cache
         if cached is not None and cached.base <= offset < cached.base + cached.count:
             return cached
-        seg = p.segments[bisect_right(p.bases, offset) - 1]
+        i = bisect_right(p.bases, offset) - 1
+        seg = p.segments[i]
         self._index(p, seg)
+        if offset >= seg.next_offset:  # past what the segment holds (never the last one: offset < latest)
+            raise self._gap(p, i, offset)
         k = bisect_right(seg.bases, offset) - 1
         pos, end = seg.positions[k], seg.batch_end(k)
-        buf = os.pread(seg.open(), end - pos, pos)
-        batch = _decode(buf, p.topic, p.partition, seg.path) if len(buf) == end - pos else None
-        if batch is None:
-            if seg is p.segments[-1]:
-                seg.cut(k)  # a torn tail, or one a writer has since cut: look again next time
-                return None
-            raise LogCorrupted(f"{seg.path}: batch at byte {pos} (offsets {seg.bases[k]}..) fails its "
-                               "checksum; the segment is not the last one, so it is not repaired automatically")
-        p.cache = batch
-        return batch
+        if seg.max_ts[k] != _HOLE:
+            buf = os.pread(seg.open(), end - pos, pos)
+            if len(buf) < end - pos:  # the file is shorter than indexed: cut by a writer, or damaged
+                seg.cut(k)
+                if seg is p.segments[-1]:
+                    return None  # look again next time
+                return self._batch_at(p, offset)  # index the rest of the segment again
+            try:
+                batch = _decode(buf, p.topic, p.partition, seg.path, pos)
+            except (struct.error, ValueError) as e:
+                raise self._damage(p, seg, k, offset, f"the batch of {self._entry_span(seg, k)} "
+                                   f"has a valid checksum but cannot be decoded ({e})") from None
+            if batch is not None:
+                p.cache = batch
+                return batch
+        return self._unreadable(p, seg, k, offset)
+
+    # ------------------------------------------------------------ damage (never on the path of intact data)
+
+    def _unreadable(self, p: _Partition, seg: _Segment, k: int, offset: int) -> None:
+        """Entry ``k`` of ``seg``, which holds ``offset``, is a hole or fails its checksum:
+        raise LogCorrupted, unless it is a torn tail (the last segment, no valid batch after
+        it), which is dropped from the index (None: not written yet)."""
+        hole = seg.max_ts[k] == _HOLE
+        if not hole and seg is p.segments[-1] and not self._valid_after(seg, k):
+            seg.cut(k)  # a torn tail, or one a writer has since cut: look again next time
+            return None
+        if hole:
+            size = seg.batch_end(k) - seg.positions[k]
+            problem = f"{self._entry_span(seg, k)} are in {size} damaged bytes that hold no valid batch"
+        else:
+            problem = f"the batch of {self._entry_span(seg, k)} fails its checksum"
+        raise self._damage(p, seg, k, offset, problem)
+
+    @staticmethod
+    def _valid_after(seg: _Segment, k: int) -> bool:
+        """Whether an indexed batch after entry ``k`` checks out (so ``k`` is no torn tail)."""
+        fd = seg.open()
+        for j in range(k + 1, len(seg.bases)):
+            if seg.max_ts[j] == _HOLE:
+                return True  # a hole is indexed only with the valid batch found after it
+            pos, end = seg.positions[j], seg.batch_end(j)
+            if _checksum_ok(os.pread(fd, end - pos, pos)):
+                return True
+        return False
+
+    @staticmethod
+    def _entry_end(seg: _Segment, k: int) -> int:
+        return seg.bases[k + 1] if k + 1 < len(seg.bases) else seg.next_offset
+
+    def _entry_span(self, seg: _Segment, k: int) -> str:
+        return _span(seg.bases[k], self._entry_end(seg, k))
+
+    def _damage(self, p: _Partition, seg: _Segment, k: int, offset: int, problem: str) -> LogCorrupted:
+        return LogCorrupted(p.topic, p.partition, offset, seg.path, seg.positions[k], problem,
+                            self._entry_end(seg, k))
+
+    @staticmethod
+    def _gap(p: _Partition, i: int, offset: int) -> LogCorrupted:
+        """The error for ``offset``, between the end of segment ``i`` and the next one."""
+        seg, following = p.segments[i], p.segments[i + 1]
+        size = os.fstat(seg.open()).st_size
+        if seg.end < size:
+            why = f"the last {size - seg.end} bytes of the segment hold no valid batch"
+        elif size == 0:
+            why = "the segment file is empty"
+        else:
+            why = f"the segment ends after offset {seg.next_offset - 1}"
+        return LogCorrupted(p.topic, p.partition, offset, seg.path, seg.end,
+                            f"{_span(seg.next_offset, following.base)} are missing: {why}, "
+                            f"and the next segment starts at offset {following.base}", following.base)
 
     def _segment_size(self, p: _Partition, seg: _Segment) -> int:
         return seg.end if seg is p.segments[-1] else os.fstat(seg.open()).st_size
@@ -822,11 +997,22 @@ class Log:
             fcntl.flock(p.lock_fd, fcntl.LOCK_UN)
 
     def _recover(self, p: _Partition) -> _Segment:
-        """Under the writer lock: see what others wrote, cut a torn tail; return the active segment."""
+        """Under the writer lock: see what others wrote, cut a torn tail or roll past damage;
+        return the active segment."""
         size = self._refresh(p, verify=True)
         if not p.segments:
             return self._new_segment(p, 0)
         seg = p.segments[-1]
+        if seg.damaged is not None:
+            # Intact batches follow the damage: cutting it would lose them and hand their
+            # offsets out again. Seal the segment as it is and continue in a new one.
+            k = seg.damaged
+            holes = seg.max_ts.count(_HOLE)
+            log.warning("%s: damaged data at byte %d (lost: %s%s) is followed by intact "
+                        "batches; nothing is cut, appends continue in a new segment from offset %d",
+                        seg.path, seg.positions[k], self._entry_span(seg, k),
+                        f"; {holes} damaged ranges in all" if holes > 1 else "", seg.next_offset)
+            return self._new_segment(p, seg.next_offset)
         if size > seg.end:
             self._write_handle(p, seg)
             os.ftruncate(p.wfd, seg.end)

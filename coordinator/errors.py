@@ -57,7 +57,20 @@ class OffsetOutOfRange(ZkGroupsError):
 
 
 class LogCorrupted(ZkGroupsError):
-    """A log file is damaged in a way that truncating its tail cannot repair."""
+    """Records of a partition cannot be read because its log files are damaged.
+
+    ``offset`` is the offset that was asked for (the first unreadable one); ``path`` and
+    ``position`` are the file and byte where the damage starts; ``resume_offset`` is the first
+    offset after the damaged range: seeking there skips the records that are lost (it may
+    itself be damaged, which a read from there reports the same way).
+    """
+
+    def __init__(self, topic: str, partition: int, offset: int, path: str, position: int,
+                 problem: str, resume_offset: int):
+        super().__init__(f"{topic}-{partition}: offset {offset} cannot be read: {problem} "
+                         f"(byte {position} of {path}); reading can resume at offset {resume_offset}")
+        self.topic, self.partition, self.offset = topic, partition, offset
+        self.path, self.position, self.resume_offset = path, position, resume_offset
 
 
 class ConsumerRebalanceFailedException(ZkGroupsError):

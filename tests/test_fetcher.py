@@ -3,6 +3,7 @@ revoke/seek/pause safety, wakeup, error reporting. Fast; no ZooKeeper."""
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import threading
 import time
@@ -11,7 +12,7 @@ import pytest
 
 from consumer.fetcher import Fetcher
 from consumer.records import ConsumerRecord, TopicPartition
-from coordinator.errors import IllegalStateError, OffsetOutOfRange
+from coordinator.errors import IllegalStateError, LogCorrupted, OffsetOutOfRange
 from tests.helpers import wait_for
 
 T = "events"
@@ -25,7 +26,9 @@ class FakeLog:
     Records are synthesized on fetch (offset ``o`` has value ``b"v<o>"``), so a partition can
     hold a huge backlog for free. ``append`` makes new records visible at once, from any
     thread. ``before_fetch(topic, partition, offset)``, if set, runs before every fetch (to
-    block or fail it).
+    block or fail it). ``damage`` makes a range of offsets unreadable the way the real log
+    does: a fetch stops before it, and a fetch from inside it raises LogCorrupted (or the
+    given error).
     """
 
     def __init__(self):
@@ -34,6 +37,15 @@ class FakeLog:
         self.latest = collections.defaultdict(int)
         self.fetches = collections.Counter()
         self.before_fetch = None
+        self.damaged = {}
+
+    def damage(self, topic, partition, first, resume, error=None):
+        with self.lock:
+            self.damaged[(topic, partition)] = (first, resume, error)
+
+    def repair(self, topic, partition):
+        with self.lock:
+            self.damaged.pop((topic, partition), None)
 
     def append(self, topic, partition, n=1):
         with self.lock:
@@ -50,9 +62,15 @@ class FakeLog:
         with self.lock:
             self.fetches[(topic, partition)] += 1
             earliest, latest = self.earliest[(topic, partition)], self.latest[(topic, partition)]
+            first, resume, error = self.damaged.get((topic, partition), (latest, latest, None))
         if offset < earliest or offset > latest:
             raise OffsetOutOfRange(topic, partition, offset, earliest, latest)
-        end = min(latest, offset + max_records)
+        if first <= offset < resume:
+            if error is not None:
+                raise error
+            raise LogCorrupted(topic, partition, offset, f"/data/{topic}-{partition}/segment.log", 4096,
+                               f"offsets {first}..{resume - 1} are damaged", resume)
+        end = min(latest, offset + max_records, first if offset < first else latest)
         return [ConsumerRecord(topic, partition, o, o, None, b"v%d" % o)
                 for o in range(offset, end)]
 
@@ -567,22 +585,53 @@ def test_on_error_may_seek_from_the_callback(flog, make_fetcher):
     assert res[0][P0][0].offset == 40
 
 
-def test_unexpected_errors_back_off_and_recover(flog, make_fetcher, caplog):
-    flog.append(T, 0, 10)
-    failures = [2]
+@pytest.mark.parametrize("error", [None, PermissionError(13, "Permission denied", "/data/events-0"),
+                                   OSError(5, "Input/output error")],
+                         ids=["LogCorrupted", "PermissionError", "EIO"])
+def test_a_failed_fetch_is_reported_once_and_parks_the_partition(flog, make_fetcher, caplog, error):
+    flog.append(T, 0, 1000)
+    flog.append(T, 1, 10)
+    flog.damage(T, 0, 300, 400, error)
+    reported = []
+    f = make_fetcher(on_error=lambda tp, exc: reported.append((tp, exc)))
+    f.assign({P0: 0, P1: 0})
+    f.start()
+    wait_for(lambda: reported, timeout=5, message="on_error")
+    res = poll_until(f, 310, max_records=1000)  # fetched before the error: still handed out
+    check_in_order(res, {P0: 300, P1: 10})
+    [(tp, exc)] = reported
+    assert tp == P0 and (exc is error if error else isinstance(exc, LogCorrupted) and exc.offset == 300)
+    assert_no_longer_fetched(flog, P0, P1)  # parked; the other partition is still fetched
+    flog.append(T, 1, 5)
+    assert [r.offset for r in poll_until(f, 5)[0][P1]] == list(range(10, 15))
+    assert len(reported) == 1 and f.position(P0) == 300
+    lines = [r for r in caplog.records if r.name == "consumer.fetcher" and r.levelno >= logging.WARNING]
+    assert len(lines) == 1 and lines[0].exc_info is None and "\n" not in lines[0].getMessage()
+    assert "events-0" in lines[0].getMessage() and "offset 300" in lines[0].getMessage()
 
-    def flaky(topic, partition, offset):
-        if failures[0]:
-            failures[0] -= 1
-            raise OSError("disk hiccup")
+    if error is None:
+        resume = exc.resume_offset  # skip the damaged records
+    else:
+        flog.repair(T, 0)  # e.g. the permission given back: a seek to the same offset resumes
+        resume = 300
+    f.seek(P0, resume)
+    res = poll_until(f, 1000 - resume, max_records=1000)
+    assert [r.offset for r in res[0][P0]][:3] == [resume, resume + 1, resume + 2]
+    assert len(reported) == 1
 
-    flog.before_fetch = flaky
+
+def test_a_failed_fetch_without_on_error_is_logged_once(flog, make_fetcher, caplog):
+    flog.append(T, 0, 1000)
+    flog.damage(T, 0, 300, 400)
     f = make_fetcher()
     f.assign({P0: 0})
-    f.start()
-    res = poll_until(f, 10)  # 0.1 s + 0.2 s of backoff, then data
-    assert [r.offset for r in res[0][P0]] == list(range(10))
-    assert "disk hiccup" in caplog.text
+    res = poll_until(f, 300, max_records=1000)  # poll() reads itself: no prefetch thread
+    assert [r.offset for r in res[0][P0]] == list(range(300))
+    for _ in range(5):
+        assert f.poll(timeout=0) == {}
+    assert flog.fetches[(T, 0)] == 2
+    lines = [r.getMessage() for r in caplog.records if r.name == "consumer.fetcher"]
+    assert len(lines) == 1 and "LogCorrupted" in lines[0] and "offset 300" in lines[0]
 
 
 # --------------------------------------------------------------------------- the real log
