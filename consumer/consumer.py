@@ -31,8 +31,8 @@ from typing import Callable, Dict, Iterable, List, Optional, Set
 from coordinator import config as cfg
 from coordinator import protocol
 from coordinator.assignors import STRATEGIES
-from coordinator.errors import (IllegalStateError, InvalidConfig, NoOffsetForPartition, OffsetOutOfRange,
-                                ZkGroupsError)
+from coordinator.errors import (FetchFailed, IllegalStateError, InvalidConfig, NoOffsetForPartition,
+                                OffsetOutOfRange, ZkGroupsError)
 from coordinator.zkclient import DEFAULT_CONNECT, close_client, start_client
 from consumer.fetcher import Fetcher
 from consumer.log import Log
@@ -240,6 +240,7 @@ class Consumer:
         self._commit_lock = threading.Lock()
         self._committed_positions: Dict[TopicPartition, Optional[int]] = {}
         self._user_paused: Set[TopicPartition] = set()
+        self._checked_topics: Set[str] = set()  # topics whose data directory was looked for (member thread)
         self._last_poll = time.monotonic()
         self._in_poll = False
         self._wakeup = False
@@ -478,6 +479,11 @@ class Consumer:
                 known.update(initial)
             except ZkGroupsError as e:
                 log.warning("consumer %s: could not record start offsets: %s", self.consumer_id, e)
+        for topic in {tp.topic for tp in positions} - self._checked_topics:
+            self._checked_topics.add(topic)
+            if not self._log.has_data(topic):
+                log.warning("consumer %s: topic %s has no data under %s yet; if records were produced to it, "
+                            "data_dir points elsewhere", self.consumer_id, topic, self._log.data_dir)
         self._fetcher.assign(positions, paused=True)  # until on_partitions_assigned has run in poll()
         self._handoff.assigned(known)
         if self._in_poll:
@@ -511,6 +517,8 @@ class Consumer:
                         self.config.auto_offset_reset, target)
             self._fetcher.seek(tp, target)
             return
+        if not isinstance(exc, ZkGroupsError):  # name the partition, keep the cause
+            exc = FetchFailed(tp.topic, tp.partition, exc)
         self._handoff.error(exc)
         self._fetcher.wakeup()
 

@@ -699,6 +699,14 @@ class Log:
                                          if ts >= timestamp_ms)
             return None
 
+    def has_data(self, topic: str) -> bool:
+        """Whether anything was ever written to ``topic`` here (a partition directory exists)."""
+        prefix = f"{validate_name(topic)}-"
+        try:
+            return any(name.startswith(prefix) and name[len(prefix):].isdigit() for name in os.listdir(self.data_dir))
+        except FileNotFoundError:
+            return False
+
     def size_bytes(self, topic: str, partition: int) -> int:
         """Bytes of the retained segments (the readable part of the last one)."""
         p = self._partition(topic, partition)

@@ -73,6 +73,16 @@ class LogCorrupted(ZkGroupsError):
         self.path, self.position, self.resume_offset = path, position, resume_offset
 
 
+class FetchFailed(ZkGroupsError):
+    """Reading a partition failed for a reason of the data plane's own (e.g. the operating
+    system refused to open its files); ``cause`` is the original error."""
+
+    def __init__(self, topic: str, partition: int, cause: BaseException):
+        detail = f"{cause.strerror}: {cause.filename}" if isinstance(cause, OSError) and cause.strerror else str(cause)
+        super().__init__(f"{topic}-{partition} cannot be read: {detail or type(cause).__name__}")
+        self.topic, self.partition, self.cause = topic, partition, cause
+
+
 class ConsumerRebalanceFailedException(ZkGroupsError):
     """A group could not be rebalanced within max.rebalance.retries attempts."""
     retriable = True

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import struct
 import json
 import threading
 import time
@@ -371,3 +373,50 @@ def test_a_member_says_once_when_no_coordinator_is_running(zk_connect, data_dir,
                  message="the warning")
         time.sleep(0.5)  # several more housekeeping rounds: the warning is not repeated
     assert len([r for r in caplog.records if "no coordinator is running" in r.getMessage()]) == 1
+
+
+def test_a_damaged_partition_raises_once_from_poll_and_the_others_keep_flowing(cluster, zk, data_dir, make_consumer):
+    """A batch of t-0 is damaged on disk: poll() delivers every intact record before it, raises
+    LogCorrupted once (naming partition, offset and file), keeps delivering t-1, and a seek to
+    the error's resume_offset goes on after the damage."""
+    from coordinator.errors import LogCorrupted
+    cluster.node("n")
+    TopicRegistry(zk).create("t", 2)
+    with Log(data_dir) as log:
+        for base in range(0, 1000, 100):
+            for p in range(2):
+                log.append("t", p, [(None, f"{p}-{base + i}".encode(), 1, ()) for i in range(100)])
+    path = os.path.join(data_dir, "t-0", "00000000000000000000.log")
+    with open(path, "rb") as f:
+        data = f.read()
+    pos = 0
+    for _ in range(5):  # skip batches 0..4: each starts with its length (u32, little-endian)
+        pos += 4 + struct.unpack_from("<I", data, pos)[0]
+    with open(path, "r+b") as f:  # damage the body of batch 5 (offsets 500..599)
+        f.seek(pos + 60)
+        f.write(b"\xff\xff\xff\xff")
+    c = make_consumer(max_poll_records=1000)
+    got, errors = [], []
+    deadline = time.monotonic() + 20
+    while len(got) < 1900 and time.monotonic() < deadline:
+        try:
+            for recs in c.poll(timeout_ms=100).values():
+                got.extend(recs)
+        except LogCorrupted as e:
+            errors.append(e)
+            c.seek(TopicPartition(e.topic, e.partition), e.resume_offset)
+    assert len(errors) == 1
+    e = errors[0]
+    assert (e.topic, e.partition, e.offset, e.resume_offset, e.path) == ("t", 0, 500, 600, path)
+    assert sorted(r.offset for r in got if r.partition == 0) == [o for o in range(1000) if not 500 <= o < 600]
+    assert sorted(r.offset for r in got if r.partition == 1) == list(range(1000))
+
+
+def test_a_topic_without_data_under_data_dir_is_named_once(cluster, zk, data_dir, make_consumer, caplog):
+    cluster.node("n")
+    TopicRegistry(zk).create("elsewhere", 2)
+    c = make_consumer(topics=("elsewhere",))
+    wait_for(lambda: c.assignment(), message="an assignment")
+    c.poll(timeout_ms=100)
+    lines = [r.getMessage() for r in caplog.records if "has no data under" in r.getMessage()]
+    assert len(lines) == 1 and "topic elsewhere" in lines[0] and data_dir in lines[0]
