@@ -14,6 +14,9 @@ _EXPORTS = {
     "CommitFailedError": "coordinator.errors", "NoOffsetForPartition": "coordinator.errors",
     "OffsetOutOfRange": "coordinator.errors", "IllegalStateError": "coordinator.errors",
     "ZkGroupsError": "coordinator.errors", "InvalidConfig": "coordinator.errors",
+    "ZooKeeperUnavailable": "coordinator.errors", "LogCorrupted": "coordinator.errors",
+    "FetchFailed": "coordinator.errors",
+    "start_client": "coordinator.zkclient", "close_client": "coordinator.zkclient",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -27,10 +27,13 @@ import threading
 import time
 from typing import Dict, Optional, Sequence, Tuple
 
+from kazoo.client import KazooClient
+
 from consumer.hashing import partition_for_key
 from consumer.log import Log
 from coordinator.errors import IllegalStateError, InvalidConfig, InvalidPartitions, UnknownTopic
 from coordinator.topics import TopicRegistry
+from coordinator.zkclient import close_client, start_client
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +47,8 @@ class _TopicInfo:
 
 
 class Producer:
-    """Send records to topics registered in ZooKeeper; ``zk`` is a started kazoo client.
+    """Send records to topics registered in ZooKeeper. ``zk`` is a connect string (the producer
+    opens and closes its own client) or a started kazoo client (shared, not closed).
 
     ``log``: share an existing :class:`Log` (not closed by the producer); otherwise one is
     opened on ``data_dir`` with ``log_options`` (fsync, segment_bytes, retention_*, ...).
@@ -60,9 +64,18 @@ class Producer:
                 raise InvalidConfig(f"{name} must be a whole number >= {low}, got {value!r}")
         if log is None and data_dir is None:
             raise InvalidConfig("Producer needs a data_dir or a log")
-        self._registry = TopicRegistry(zk)
+        self._own_client = isinstance(zk, str)
+        if not self._own_client and not isinstance(zk, KazooClient):
+            raise InvalidConfig(f"zk must be a connect string or a started kazoo client, not {type(zk).__name__}")
         self._log = log if log is not None else Log(data_dir, **log_options)
         self._owns_log = log is None
+        try:
+            self._client = start_client(zk) if self._own_client else zk
+        except BaseException:
+            if self._owns_log:
+                self._log.close()
+            raise
+        self._registry = TopicRegistry(self._client)
         self.linger = linger_ms / 1000.0
         self.batch_size = batch_size
         self.auto_create_topics = auto_create_topics
@@ -148,6 +161,8 @@ class Producer:
         finally:
             if self._owns_log:
                 self._log.close()
+            if self._own_client:
+                close_client(self._client)
 
     def __enter__(self) -> "Producer":
         return self

@@ -258,3 +258,17 @@ def test_two_producer_processes_on_one_topic(zk, zk_connect, data_dir, subproces
             seen.update({name: len(mine)})
     assert seen == {b"a": count, b"b": count}
     assert switches > 2  # the two really wrote at the same time
+
+
+def test_zk_may_be_a_connect_string_or_a_client_and_nothing_else(zk, zk_connect, data_dir):
+    from consumer import InvalidConfig
+    TopicRegistry(zk).create("s", 1)
+    with Producer(zk_connect, data_dir=data_dir) as producer:  # its own client, closed with it
+        producer.send("s", b"x")
+    client = producer._client
+    assert not client.connected
+    with Producer(zk, data_dir=data_dir) as producer:  # a shared client stays open
+        producer.send("s", b"y")
+    assert zk.connected
+    with pytest.raises(InvalidConfig, match="connect string or a started kazoo client"):
+        Producer(42, data_dir=data_dir)
