@@ -1,12 +1,22 @@
 """Errors shared by the coordinator, the consumer library and the CLIs.
 
-Every error carries a message fit to show a user on one line; ``retriable`` says whether the
-same call may succeed later (kafka-python's convention).
+Every error carries a message fit to show a user on one line. :class:`RetriableError` marks
+those where the same call may succeed later without anything changing (ZooKeeper came back, a
+group was tried again); its ``retriable`` flag is kafka-python's convention, and the CLIs exit
+with :data:`EXIT_RETRIABLE` for them, so scripts can tell "try again" from "fix something".
 """
+
+#: Exit status of the command-line tools for a retriable error (sysexits' EX_TEMPFAIL).
+EXIT_RETRIABLE = 75
 
 
 class ZkGroupsError(Exception):
     retriable = False
+
+
+class RetriableError(ZkGroupsError):
+    """The same call may succeed later, as is."""
+    retriable = True
 
 
 class InvalidName(ZkGroupsError, ValueError):
@@ -42,8 +52,8 @@ class InvalidPartitions(ZkGroupsError, ValueError):
     """Partition counts must be >= 1 and can only grow."""
 
 
-class ZooKeeperUnavailable(ZkGroupsError):
-    retriable = True
+class ZooKeeperUnavailable(RetriableError):
+    """ZooKeeper did not answer in time (unreachable, failing over, a session being re-established)."""
 
 
 class OffsetOutOfRange(ZkGroupsError):
@@ -83,9 +93,8 @@ class FetchFailed(ZkGroupsError):
         self.topic, self.partition, self.cause = topic, partition, cause
 
 
-class ConsumerRebalanceFailedException(ZkGroupsError):
-    """A group could not be rebalanced within max.rebalance.retries attempts."""
-    retriable = True
+class ConsumerRebalanceFailedException(RetriableError):
+    """A group could not be rebalanced within max.rebalance.retries attempts (tried again later)."""
 
 
 class CommitFailedError(ZkGroupsError):
