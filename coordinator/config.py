@@ -1,12 +1,16 @@
 """Configuration as dataclasses of defaults: unknown keys are rejected with a clear error.
 
 Keys may use dashes or underscores (``rebalance-timeout-ms`` or ``rebalance_timeout_ms``), so
-one TOML file can serve the CLIs and the library.
+one TOML file can serve the CLIs and the library. Every problem with a file (missing, a
+directory, unreadable, too large, not TOML, a section that is not a table, a value of the
+wrong type) is an :class:`InvalidConfig` whose one-line message names the file.
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import os
 import sys
 from typing import Any, Mapping, Type, TypeVar
 
@@ -18,6 +22,13 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 T = TypeVar("T")
+
+MAX_CONFIG_BYTES = 1 << 20  # a configuration file is small; this bounds reading a wrong path (/dev/zero)
+
+
+def _shown(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def build(cls: Type[T], values: Mapping[str, Any], source: str = "config") -> T:
@@ -37,7 +48,9 @@ def build(cls: Type[T], values: Mapping[str, Any], source: str = "config") -> T:
             if expected is tuple and isinstance(value, list):
                 value = tuple(value)
             if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-                raise InvalidConfig(f"{source}: {raw_key} must be {expected.__name__}, got {value!r}")
+                raise InvalidConfig(f"{source}: {raw_key} must be {expected.__name__}, got {_shown(value)}")
+            if expected is float and not math.isfinite(value):
+                raise InvalidConfig(f"{source}: {raw_key} must be a finite number, got {value!r}")
         kwargs[key] = value
     obj = cls(**kwargs)
     validate = getattr(obj, "validate", None)
@@ -46,20 +59,57 @@ def build(cls: Type[T], values: Mapping[str, Any], source: str = "config") -> T:
     return obj
 
 
-def load_toml(path: str, section: str = "") -> dict:
-    """Read a TOML file (optionally one table of it)."""
+def load_toml(path: str, section: str = "", or_top_level: bool = False) -> dict:
+    """Read a TOML file, or only its ``[section]`` table (empty if there is none; with
+    ``or_top_level`` the whole file when it has no such table)."""
+    if os.path.isdir(path):
+        raise InvalidConfig(f"config file {path} is a directory")
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            raw = f.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise InvalidConfig(f"config file {path} does not exist") from None
+    except PermissionError:
+        raise InvalidConfig(f"config file {path} is not readable (permission denied)") from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        raise InvalidConfig(f"config file {path} cannot be read: {getattr(e, 'strerror', None) or e}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise InvalidConfig(f"config file {path} is larger than {MAX_CONFIG_BYTES // 1024} KiB")
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InvalidConfig(f"config file {path} is not valid TOML: it is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as e:
         raise InvalidConfig(f"config file {path} is not valid TOML: {e}") from None
     if section:
-        data = data.get(section, {})
-        if not isinstance(data, dict):
-            raise InvalidConfig(f"config file {path}: [{section}] must be a table")
+        if section in data:
+            data = data[section]
+            if not isinstance(data, dict):
+                raise InvalidConfig(f"config file {path}: [{section}] must be a table, got {_shown(data)}")
+        elif not or_top_level:
+            data = {}
     return data
+
+
+def take(values: dict, key: str, kind: type, source: str, default=None):
+    """Remove ``key`` (spelled with dashes or underscores) from ``values`` and return it, or
+    ``default`` when absent; a value that is not a ``kind`` raises InvalidConfig."""
+    found = [k for k in dict.fromkeys((key, key.replace("_", "-"))) if k in values]
+    if len(found) > 1:
+        raise InvalidConfig(f"{source}: {found[0]} is given twice (as {found[0]} and {found[1]})")
+    if not found:
+        return default
+    value = values.pop(found[0])
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or (kind in (int, float) and isinstance(value, bool)):
+        raise InvalidConfig(f"{source}: {found[0]} must be {_TYPE_NAMES.get(kind, kind.__name__)}, got {_shown(value)}")
+    if kind is float and not math.isfinite(value):
+        raise InvalidConfig(f"{source}: {found[0]} must be a finite number, got {value!r}")
+    return value
+
+
+_TYPE_NAMES = {str: "a string", int: "a whole number", float: "a number", bool: "true or false"}
 
 
 def positive(obj, *names: str) -> None:

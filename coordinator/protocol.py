@@ -63,6 +63,12 @@ GROUP_STATE_TRANSITIONS = {
 }
 
 MAX_NAME_LENGTH = 249
+
+#: Most partitions a topic may have. The topic znode lists every partition, and a group's
+#: state znode every partition's owner (a stream id, ~50 bytes each): at this count they stay
+#: well under ZooKeeper's 1 MB znode limit (jute.maxbuffer). A group's state grows with every
+#: partition it consumes, so a group should consume at most about this many in total.
+MAX_PARTITIONS = 10_000
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 

@@ -1,7 +1,8 @@
 """The topic registry: /brokers/topics/<topic> in Kafka's own JSON format.
 
-Partitions can be added, never removed. The coordinator watches these znodes; producers and
-consumers read partition counts from them.
+Partitions can be added, never removed, up to :data:`protocol.MAX_PARTITIONS` per topic. Topic
+names are checked (:func:`protocol.validate_name`) before any path is built. The coordinator
+watches these znodes; producers and consumers read partition counts from them.
 """
 from __future__ import annotations
 
@@ -41,8 +42,12 @@ class TopicRegistry:
         except NoNodeError:
             return []
 
-    @riding_out_failover()
     def partitions(self, topic: str) -> int:
+        protocol.validate_name(topic)
+        return self._partitions(topic)
+
+    @riding_out_failover()
+    def _partitions(self, topic: str) -> int:
         path = protocol.topic_path(topic)
         try:
             raw, _ = self.client.get(path)
@@ -63,11 +68,15 @@ class TopicRegistry:
                 continue
         return result
 
-    @riding_out_failover()
     def add_partitions(self, topic: str, total: int) -> None:
         """Grow ``topic`` to ``total`` partitions (compare-and-set on the znode version).
         Idempotent, so a connection lost mid-call is retried."""
+        protocol.validate_name(topic)
         _check_count(total)
+        self._add_partitions(topic, total)
+
+    @riding_out_failover()
+    def _add_partitions(self, topic: str, total: int) -> None:
         path = protocol.topic_path(topic)
         try:
             raw, stat = self.client.get(path)
@@ -84,3 +93,5 @@ class TopicRegistry:
 def _check_count(partitions) -> None:
     if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
         raise InvalidPartitions(f"partitions must be a whole number >= 1, got {partitions!r}")
+    if partitions > protocol.MAX_PARTITIONS:
+        raise InvalidPartitions(f"partitions must be at most {protocol.MAX_PARTITIONS:,} per topic, got {partitions:,}")

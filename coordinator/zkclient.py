@@ -4,14 +4,23 @@ kazoo's default ``KazooRetry`` retries forever; here ``client.retry`` (used by k
 recipes) gives up after five tries, reconnecting backs off to at most 1 s between attempts
 for as long as the client is open, and connecting waits at most ``connect_timeout``
 (ENGINEERING.md §2.8). Our own retries are explicit: :func:`riding_out_failover`.
-A connect string may carry a chroot (``127.0.0.1:2181/app``); it is created if missing.
+
+Connect strings are checked up front by :func:`parse_connect` (every client made here, and
+the CLIs' ``--zk``): ``host:port[,host:port...][/chroot]``, ports 1-65535, a chroot that is a
+valid ZooKeeper path (no empty, ``.`` or ``..`` component, no trailing ``/``). A bad one is an
+:class:`InvalidConfig` with one line; kazoo would raise a bare ValueError or quietly use a
+chroot ZooKeeper cannot create. The chroot is created if missing.
 """
 from __future__ import annotations
 
 import logging
+import re
 import selectors
+import threading
+import time
 import types
-from typing import Optional
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import tenacity
 from kazoo.client import KazooClient
@@ -20,11 +29,82 @@ from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandl
 from kazoo.handlers.utils import selector_select
 from kazoo.retry import KazooRetry
 
-from coordinator.errors import ZooKeeperUnavailable
+from coordinator.errors import InvalidConfig, ZkGroupsError, ZooKeeperUnavailable
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CONNECT = "127.0.0.1:2181"
+
+
+# ---------------------------------------------------------------- connect strings
+
+_HOSTNAME = re.compile(r"^[A-Za-z0-9._-]+$")
+_IPV6 = re.compile(r"^\[[0-9A-Fa-f:.]+(%[A-Za-z0-9._-]+)?\]$")
+# Characters ZooKeeper refuses in a path (PathUtils.validatePath), besides NUL.
+_BAD_PATH_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\uf8ff\ufff0-\uffff]")
+
+
+@dataclass(frozen=True)
+class ConnectString:
+    """A checked connect string: ``hosts`` as ``host:port,...`` and ``chroot`` ("" for none)."""
+    hosts: str
+    chroot: str = ""
+
+    def __str__(self) -> str:
+        return self.hosts + self.chroot
+
+
+def parse_connect(connect) -> ConnectString:
+    """Check ``host:port[,host:port...][/chroot]``; raise :class:`InvalidConfig` (one line).
+
+    A chroot of ``/`` alone means none, as for ZooKeeper's own client."""
+    def bad(problem: str) -> InvalidConfig:
+        shown = connect if len(connect) <= 100 else connect[:100] + "..."
+        return InvalidConfig(f"bad ZooKeeper connect string {shown!r}: {problem}")
+
+    if not isinstance(connect, str):
+        raise InvalidConfig(f"a ZooKeeper connect string must be text, got {type(connect).__name__}")
+    if not connect.strip():
+        raise bad("it is empty (expected host:port[,host:port...][/chroot])")
+    hosts_part, slash, chroot = connect.partition("/")
+    hosts = []
+    for entry in hosts_part.split(","):
+        entry = entry.strip()
+        if not entry:
+            raise bad("an empty host entry (expected host:port[,host:port...])")
+        host, colon, port = entry.rpartition(":")
+        if not colon:
+            raise bad(f"{entry!r} has no port (expected host:port)")
+        if not host:
+            raise bad(f"{entry!r} has no host")
+        if not (_HOSTNAME.match(host) or _IPV6.match(host)):
+            raise bad(f"{host!r} is not a host name or address")
+        if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+            raise bad(f"port {port!r} is not a number from 1 to 65535")
+        hosts.append(f"{host}:{int(port)}")
+    chroot = slash + chroot
+    if chroot == "/":
+        chroot = ""
+    if chroot:
+        problem = _chroot_problem(chroot)
+        if problem:
+            raise bad(f"chroot {chroot!r} {problem}")
+    return ConnectString(",".join(hosts), chroot)
+
+
+def _chroot_problem(path: str) -> Optional[str]:
+    if path.endswith("/"):
+        return "ends with '/'"
+    parts = path[1:].split("/")
+    if any(part == "" for part in parts):
+        return "has an empty component ('//')"
+    if any(part in (".", "..") for part in parts):
+        return "has a '.' or '..' component"
+    if _BAD_PATH_CHARS.search(path):
+        return "has a character ZooKeeper does not allow in a path"
+    if parts[0] == "zookeeper":
+        return "is inside /zookeeper, which ZooKeeper reserves"
+    return None
 
 
 _POLL = types.SimpleNamespace(DefaultSelector=selectors.PollSelector, EVENT_READ=selectors.EVENT_READ,
@@ -55,7 +135,7 @@ def make_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = 6000,
                 read_only: bool = False) -> KazooClient:
     """A started-later client with bounded retries (call :func:`start_client`)."""
     return KazooClient(
-        hosts=connect,
+        hosts=str(parse_connect(connect)),
         timeout=session_timeout_ms / 1000.0,
         connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
         command_retry=KazooRetry(max_tries=5, delay=0.05, backoff=2, max_delay=1.0, deadline=30),
@@ -66,12 +146,58 @@ def make_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = 6000,
 
 def start_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = 6000,
                  connect_timeout: float = 10.0) -> KazooClient:
-    """Connect, or raise :class:`ZooKeeperUnavailable` after ``connect_timeout`` seconds."""
-    if "/" in connect:
+    """Connect, or raise :class:`ZooKeeperUnavailable` after ``connect_timeout`` seconds
+    (:class:`InvalidConfig` for a bad connect string, :class:`ZkGroupsError` for a chroot
+    that cannot be created)."""
+    parsed = parse_connect(connect)
+    if parsed.chroot:
         # kazoo does not create a chroot itself; create it through an unrooted client first.
-        hosts, chroot = connect.split("/", 1)
-        _ensure_path(hosts, "/" + chroot, connect_timeout)
-    return _start(make_client(connect, session_timeout_ms), connect, connect_timeout)
+        root = _start(make_client(parsed.hosts), parsed.hosts, connect_timeout)
+        try:
+            ensure_chroot(root, parsed)
+        finally:
+            close_client(root)
+    return _start(make_client(str(parsed), session_timeout_ms), str(parsed), connect_timeout)
+
+
+def ensure_chroot(root: KazooClient, parsed: ConnectString) -> None:
+    """Create ``parsed.chroot`` through ``root``, a client without a chroot."""
+    try:
+        root.ensure_path(parsed.chroot)
+    except KazooException as e:
+        raise ZkGroupsError(f"cannot create the chroot {parsed.chroot} on ZooKeeper at {parsed.hosts}: "
+                            f"{type(e).__name__}") from None
+
+
+def wait_for_zookeeper(connect: str, timeout: Optional[float], stop: threading.Event,
+                       still_waiting: Callable[[float], None], report_every: float = 10.0) -> bool:
+    """Wait until ZooKeeper at ``connect`` answers and its chroot exists.
+
+    ``timeout`` None waits for as long as it takes, calling ``still_waiting(seconds so far)``
+    every ``report_every`` seconds; otherwise raises :class:`ZooKeeperUnavailable` after
+    ``timeout`` seconds. Returns False if ``stop`` was set meanwhile. One client keeps trying
+    (kazoo's reconnect backs off to 1 s), so ZooKeeper is used as soon as it is up.
+    """
+    parsed = parse_connect(connect)
+    client = make_client(parsed.hosts)
+    started = time.monotonic()
+    next_report = started + report_every
+    try:
+        connected = client.start_async()
+        while not connected.wait(0.1):
+            if stop.is_set():
+                return False
+            now = time.monotonic()
+            if timeout is not None and now - started >= timeout:
+                raise ZooKeeperUnavailable(f"ZooKeeper at {parsed} did not answer within {timeout:g}s")
+            if timeout is None and now >= next_report:
+                still_waiting(now - started)
+                next_report = now + report_every
+        if parsed.chroot:
+            ensure_chroot(client, parsed)
+        return True
+    finally:
+        close_client(client)
 
 
 def _start(client: KazooClient, connect: str, connect_timeout: float) -> KazooClient:
@@ -82,14 +208,6 @@ def _start(client: KazooClient, connect: str, connect_timeout: float) -> KazooCl
         raise ZooKeeperUnavailable(
             f"ZooKeeper at {connect} did not answer within {connect_timeout:g}s") from None
     return client
-
-
-def _ensure_path(hosts: str, path: str, connect_timeout: float) -> None:
-    root = _start(make_client(hosts), hosts, connect_timeout)
-    try:
-        root.ensure_path(path.rstrip("/") or "/")
-    finally:
-        close_client(root)
 
 
 def close_client(client: KazooClient) -> None:

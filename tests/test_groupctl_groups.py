@@ -20,6 +20,8 @@ from consumer import Consumer
 from consumer.log import Log
 from coordinator import protocol
 from coordinator.cli.groupctl import main
+from coordinator.cli.groups import StoredOffset, read_offsets, write_offsets
+from coordinator.errors import ZkGroupsError
 from coordinator.topics import TopicRegistry
 from tests.groups import leader_info, read_state, wait_stable
 from tests.helpers import wait_for
@@ -211,6 +213,17 @@ def test_corrupt_znodes_give_clear_output(groupctl, zk):
     assert any(line.split()[:2] == ["t", "1"] and "3" in line.split() for line in out.splitlines())
 
 
+def test_describe_warns_once_per_topic_without_data_here(groupctl, zk, data_dir):
+    fill(zk, data_dir, "here", [2, 0])  # partition 1 has no records (and no directory): still here
+    TopicRegistry(zk).create("away", 2)
+    assignment = {t: {0: "x-0", 1: "x-0"} for t in ("here", "away")}
+    zk.create(protocol.state_path("g"), protocol.GroupState(state=protocol.STABLE, generation=1,
+                                                            assignment=assignment).encode(), makepath=True)
+    result = groupctl("groups", "describe", "g")
+    assert [row[:2] for row in table(ok(result), "TOPIC")] == [["away", "0"], ["away", "1"], ["here", "0"], ["here", "1"]]
+    assert result.stderr.splitlines() == [f"warning: topic away has no data under {data_dir} (is --data-dir right?)"]
+
+
 # ---------------------------------------------------------------- groups reset-offsets
 
 def reset(groupctl, *args):
@@ -274,6 +287,52 @@ def test_reset_offsets_errors(groupctl, zk, data_dir):
     assert_failed(groupctl("groups", "reset-offsets", "g", "--to-earliest"), "Missing option '--topic'", 2)
     assert_failed(groupctl("groups", "reset-offsets", "bad/name", "--topic", "t", "--to-earliest"), "illegal")
     assert not zk.exists(protocol.group_path("g"))
+
+
+def test_reset_offsets_shows_a_claimed_but_empty_offsets_znode_as_none(groupctl, zk, data_dir):
+    fill(zk, data_dir, "t", [10, 4])
+    zk.create(protocol.offsets_path("g", "t", 0), protocol.NO_OFFSET, makepath=True)  # a claim, no commit yet
+    assert [row[2] for row in table(ok(reset(groupctl, "--to-latest")), "TOPIC")] == ["-", "-"]
+    ok(reset(groupctl, "--to-latest", "--execute"))
+    assert committed(zk, "g", "t", 2) == {0: 10, 1: 4}
+
+
+def test_reset_offsets_repairs_an_unreadable_offset(groupctl, zk, data_dir):
+    fill(zk, data_dir, "t", [10])
+    zk.create(protocol.offsets_path("g", "t", 0), b"ten", makepath=True)
+    shown = table(ok(reset(groupctl, "--to-offset", "4")), "TOPIC")
+    assert shown[0][:2] == ["t", "0"] and " ".join(shown[0][2:]).startswith("unreadable (committed offset b'ten'")
+    ok(reset(groupctl, "--to-offset", "4", "--execute"))
+    assert committed(zk, "g", "t", 1) == {0: 4}
+
+
+def test_reset_offsets_writes_by_compare_and_set(zk, data_dir):
+    """What reset-offsets read must be what it overwrites: a change in between (a member's
+    commit or claim, another reset) makes the whole write fail, and nothing changes."""
+    fill(zk, data_dir, "t", [10, 4, 4])
+    zk.create(protocol.offsets_path("g", "t", 0), b"3", makepath=True)
+    zk.create(protocol.offsets_path("g", "t", 1), protocol.NO_OFFSET)
+    read = read_offsets(zk, "g", "t", range(3))
+    assert read == {0: StoredOffset(3, 0), 1: StoredOffset(None, 0), 2: StoredOffset(None, None)}
+
+    def raw():
+        return {p: zk.get(protocol.offsets_path("g", "t", p))[0] if zk.exists(protocol.offsets_path("g", "t", p))
+                else None for p in range(3)}
+
+    zk.set(protocol.offsets_path("g", "t", 1), b"2")  # a member commits meanwhile
+    with pytest.raises(ZkGroupsError, match="the committed offset of t-1 in group 'g' changed while resetting; "
+                                            "nothing was written"):
+        write_offsets(zk, "g", "t", {0: 0, 1: 0, 2: 0}, read)
+    assert raw() == {0: b"3", 1: b"2", 2: None}
+
+    read = read_offsets(zk, "g", "t", range(3))
+    zk.create(protocol.offsets_path("g", "t", 2), b"1")  # created meanwhile
+    with pytest.raises(ZkGroupsError, match="t-2"):
+        write_offsets(zk, "g", "t", {0: 0, 1: 0, 2: 0}, read)
+    assert raw() == {0: b"3", 1: b"2", 2: b"1"}
+
+    write_offsets(zk, "g", "t", {0: 0, 1: 0, 2: 0}, read_offsets(zk, "g", "t", range(3)))
+    assert raw() == {0: b"0", 1: b"0", 2: b"0"}
 
 
 # ---------------------------------------------------------------- consume
@@ -359,6 +418,22 @@ def test_consume_pattern(groupctl, cluster, zk, data_dir):
         [("orders-eu", 0, o) for o in range(3)] + [("orders-us", p, o) for p in (0, 1) for o in range(2)]
     assert committed(zk, "g", "orders-us", 2) == {0: 2, 1: 2}
     assert not zk.exists(protocol.offsets_path("g", "other"))
+
+
+def test_consume_takes_zk_and_data_dir_from_its_config_file(cluster, zk, zk_connect, data_dir, tmp_path):
+    cluster.node("n")
+    fill(zk, data_dir, "t", [3])
+    config = tmp_path / "consumer.toml"
+    config.write_text(f'zk = "{zk_connect}"\ndata-dir = "{data_dir}"\nmax_poll_records = 2\n')  # top level
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        result = CliRunner().invoke(main, ["consume", "g", "t", "--config", str(config), "--max-records", "3"],
+                                    env={"ZK_CONNECT": None, "ZKGROUPS_DATA_DIR": None})
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert [r["offset"] for r in json_lines(ok(result))] == [0, 1, 2]
+    assert committed(zk, "g", "t", 1) == {0: 3}
 
 
 @pytest.mark.parametrize("args, match, code", [

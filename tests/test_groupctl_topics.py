@@ -11,8 +11,9 @@ from click.testing import CliRunner
 from consumer.hashing import partition_for_key
 from consumer.log import Log
 from coordinator.cli.common import load_config, print_table
-from coordinator.cli.groupctl import main
+from coordinator.cli.groupctl import MAX_VALUE_BYTES, main
 from coordinator.errors import InvalidConfig
+from coordinator.topics import TopicRegistry
 from coordinator.zkserver import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -104,6 +105,38 @@ def test_produce_generate(groupctl, data_dir):
     assert sorted(int(r.value) for r in records) == list(range(2000))
     ok(groupctl("produce", "load", "--generate", "5", "--partition", "2"))
     assert len(all_records(data_dir, "load", 3)[2]) > 5
+
+
+def test_describe_warns_once_when_a_topic_has_no_data_under_the_data_dir(groupctl, zk, zk_connect, data_dir, tmp_path):
+    ok(groupctl("topics", "create", "t", "--partitions", "3"))  # makes its partition directories
+    fresh = groupctl("topics", "describe", "t")
+    assert ok(fresh) and fresh.stderr == "", "no records yet, but its data is here: no warning"
+
+    TopicRegistry(zk).create("away", 2)  # registered by a producer that writes somewhere else
+    away = groupctl("topics", "describe", "away")
+    assert [line.split() for line in ok(away).splitlines()[2:]] == [[str(p), "0", "0", "0", "0"] for p in (0, 1)]
+    assert away.stderr.splitlines() == [f"warning: topic away has no data under {data_dir} (is --data-dir right?)"]
+
+    other = str(tmp_path / "elsewhere")  # a wrong --data-dir
+    wrong = CliRunner().invoke(main, ["--zk", zk_connect, "--data-dir", other, "topics", "describe", "t"])
+    assert wrong.exit_code == 0
+    assert wrong.stderr.splitlines() == [f"warning: topic t has no data under {other} (is --data-dir right?)"]
+
+
+def test_add_partitions_makes_the_new_partition_directories(groupctl, data_dir):
+    ok(groupctl("topics", "create", "t", "--partitions", "2"))
+    ok(groupctl("topics", "add-partitions", "t", "--to", "4"))
+    assert sorted(os.listdir(data_dir)) == ["t-0", "t-1", "t-2", "t-3"]
+
+
+def test_a_line_longer_than_the_largest_value_is_one_line(groupctl, tmp_path):
+    ok(groupctl("topics", "create", "t"))
+    big = tmp_path / "big.txt"
+    big.write_bytes(b"ok\n" + b"x" * (MAX_VALUE_BYTES + 1) + b"\n")
+    assert_failed(groupctl("produce", "t", "-f", str(big)), f"line 2 is longer than {MAX_VALUE_BYTES:,} bytes")
+    exact = tmp_path / "exact.txt"
+    exact.write_bytes(b"y" * MAX_VALUE_BYTES + b"\r\n")
+    assert "produced 1 records" in ok(groupctl("produce", "t", "-f", str(exact)))
 
 
 # ---------------------------------------------------------------- errors: one line, no traceback

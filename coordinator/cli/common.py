@@ -6,11 +6,15 @@
   bounded connect timeout, and closed when the command ends.
 * :class:`CliGroup` / :class:`CliCommand` (``cls=`` for ``click.group`` / ``click.command``):
   every :class:`ZkGroupsError`, ZooKeeper error, ``OSError`` or click error is reported as
-  one line on stderr, ``error: ...``, with exit status 1 (2 for usage errors); never a
-  traceback. Subcommands and subgroups inherit these classes.
+  one line on stderr, ``error: ...``, with exit status 1 (2 for usage errors, with a pointer
+  to ``--help``); never a traceback. Subcommands and subgroups inherit these classes. Every
+  zkgroups tool (groupctl, coordinatord, pipeline) uses them.
+* Option types that check values before anything is allocated or connected:
+  :data:`ZK_CONNECT` (a connect string, :func:`coordinator.zkclient.parse_connect`),
+  :class:`Limited` (a bounded whole number) and :class:`Seconds` (a finite, bounded duration).
 * :func:`load_config` reads a TOML file into a config dataclass, rejecting unknown keys.
 * :func:`print_table` prints aligned columns; :func:`setup_logging` sends log records to
-  stderr as ``level: message``.
+  stderr as ``level: message``, one line each (a logged exception's traceback only with -vv).
 
 A new tool::
 
@@ -29,6 +33,8 @@ from __future__ import annotations
 import errno
 import functools
 import logging
+import math
+import os
 import sys
 from typing import Any, Iterable, Mapping, Optional, Sequence, Type, TypeVar
 
@@ -37,9 +43,9 @@ from kazoo.exceptions import KazooException
 
 from consumer.log import Log
 from coordinator import config as _config
-from coordinator.errors import ZkGroupsError
+from coordinator.errors import InvalidConfig, ZkGroupsError
 from coordinator.topics import TopicRegistry
-from coordinator.zkclient import DEFAULT_CONNECT, close_client, start_client
+from coordinator.zkclient import DEFAULT_CONNECT, close_client, parse_connect, start_client
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +53,8 @@ T = TypeVar("T")
 
 DEFAULT_DATA_DIR = "./data"
 DEFAULT_ZK_TIMEOUT = 10.0
+MAX_WAIT_S = 3600.0  # upper bound of --zk-timeout and similar waits
+MAX_MS = 2**31 - 1   # upper bound of millisecond options: ZooKeeper's session timeout is an int32
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -119,6 +127,8 @@ class _OneLineErrors:
         try:
             return super().invoke(ctx)
         except Exception as e:
+            if isinstance(e, click.UsageError) and e.ctx is None:
+                e.ctx = ctx  # raised by a command's own checks: point to that command's --help
             converted = _convert(e)
             if converted is None:
                 raise
@@ -140,16 +150,69 @@ class CliGroup(_OneLineErrors, click.Group):
         super().__init__(*args, **kwargs)
 
 
+# ---------------------------------------------------------------- option types
+
+class _ZkConnectType(click.ParamType):
+    """A ZooKeeper connect string, checked (and normalized) by ``parse_connect``."""
+
+    name = "HOST:PORT[,...][/CHROOT]"
+
+    def convert(self, value, param, ctx):
+        try:
+            return str(parse_connect(value))
+        except InvalidConfig as e:
+            self.fail(str(e), param, ctx)
+
+
+ZK_CONNECT = _ZkConnectType()
+
+
+class Limited(click.IntRange):
+    """A whole number >= ``min`` and at most ``max``, where going over names the limit:
+    ``Limited(1, 10_000, "the most partitions a topic may have")``."""
+
+    def __init__(self, min: int, max: int, limit_name: str):
+        super().__init__(min=min)
+        self.most, self.limit_name = max, limit_name
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if number > self.most:
+            self.fail(f"{number} is more than {self.limit_name} ({self.most:,})", param, ctx)
+        return number
+
+
+class Seconds(click.FloatRange):
+    """A duration in seconds: > 0, finite, at most ``max`` (default :data:`MAX_WAIT_S`)."""
+
+    name = "seconds"
+
+    def __init__(self, max: float = MAX_WAIT_S):
+        super().__init__(min=0, max=max, min_open=True)
+
+    def convert(self, value, param, ctx):
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return seconds
+
+
 # ---------------------------------------------------------------- shared options and context
 
 class CliContext:
-    """What every subcommand needs; ZooKeeper client and log are opened on first use."""
+    """What every subcommand needs; ZooKeeper client and log are opened on first use.
+
+    ``given`` names the global options the user set (command line or environment), so a
+    command can let them win over a configuration file and the file win over defaults.
+    """
 
     def __init__(self, zk_connect: str = DEFAULT_CONNECT, data_dir: str = DEFAULT_DATA_DIR,
-                 zk_timeout: float = DEFAULT_ZK_TIMEOUT):
+                 zk_timeout: float = DEFAULT_ZK_TIMEOUT, given: Iterable[str] = ()):
         self.zk_connect, self.data_dir, self.zk_timeout = zk_connect, data_dir, zk_timeout
+        self.given = frozenset(given)
         self._zk = None
         self._log = None
+        self._warned_no_data = set()
 
     @property
     def zk(self):
@@ -167,6 +230,30 @@ class CliContext:
         if self._log is None:
             self._log = Log(self.data_dir, **options)
         return self._log
+
+    def partition_dir(self, topic: str, partition: int) -> str:
+        """Where the log keeps a partition under ``--data-dir`` (consumer.log's layout)."""
+        return os.path.join(self.data_dir, f"{topic}-{partition}")
+
+    def make_partition_dirs(self, topic: str, partitions: Iterable[int]) -> None:
+        """Create the partitions' directories, so a topic without records yet is known to have
+        its data here. Best effort: a failure is one warning (the topic itself exists)."""
+        try:
+            for p in partitions:
+                os.makedirs(self.partition_dir(topic, p), exist_ok=True)
+        except OSError as e:
+            log.warning("could not create the partition directories of %s under %s: %s",
+                        topic, self.data_dir, e.strerror or e)
+
+    def warn_if_no_data(self, topic: str, partitions: Iterable[int]) -> None:
+        """Warn once when none of these partitions has a directory under ``--data-dir``: the
+        topic's data is somewhere else (another directory, a wrong ``--data-dir``), and what
+        the command shows would look empty without a word."""
+        if topic in self._warned_no_data:
+            return
+        if not any(os.path.isdir(self.partition_dir(topic, p)) for p in partitions):
+            self._warned_no_data.add(topic)
+            click.echo(f"warning: topic {topic} has no data under {self.data_dir} (is --data-dir right?)", err=True)
 
     def close(self) -> None:
         """Release the log and the client; errors here are logged, never raised."""
@@ -189,12 +276,12 @@ pass_cli = click.make_pass_decorator(CliContext)
 
 _GLOBAL_OPTIONS = (
     click.option("--zk", envvar="ZK_CONNECT", default=DEFAULT_CONNECT, show_default=True, show_envvar=True,
-                 help="ZooKeeper connect string, optionally with a chroot (host:port,host:port/app)."),
+                 type=ZK_CONNECT, help="ZooKeeper connect string, optionally with a chroot (host:port,host:port/app)."),
     click.option("--data-dir", envvar="ZKGROUPS_DATA_DIR", default=DEFAULT_DATA_DIR, show_default=True,
                  show_envvar=True, type=click.Path(file_okay=False), help="Where topics' data lives."),
     click.option("--zk-timeout", envvar="ZKGROUPS_ZK_TIMEOUT", default=DEFAULT_ZK_TIMEOUT, show_default=True,
-                 show_envvar=True, type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-                 help="How long to wait for ZooKeeper to answer."),
+                 show_envvar=True, type=Seconds(), metavar="SECONDS",
+                 help=f"How long to wait for ZooKeeper to answer (at most {MAX_WAIT_S:g})."),
     click.option("-v", "--verbose", count=True, help="Log more (-v: info, -vv: debug)."),
 )
 
@@ -206,7 +293,9 @@ def global_options(f):
     def callback(*args, zk: str, data_dir: str, zk_timeout: float, verbose: int, **kwargs):
         setup_logging(verbose)
         ctx = click.get_current_context()
-        ctx.obj = CliContext(zk, data_dir, zk_timeout)
+        given = [name for name in ("zk", "data_dir", "zk_timeout")
+                 if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)]
+        ctx.obj = CliContext(zk, data_dir, zk_timeout, given)
         ctx.call_on_close(ctx.obj.close)
         return f(*args, **kwargs)
 
@@ -230,22 +319,37 @@ class _StderrHandler(logging.StreamHandler):
 
 
 class _Formatter(logging.Formatter):
+    """``level: message`` on one line; a logged exception is summed up at the end of the line
+    (its traceback follows only with ``tracebacks``)."""
+
+    def __init__(self, tracebacks: bool = False):
+        super().__init__("%(message)s")
+        self.tracebacks = tracebacks
+
     def format(self, record: logging.LogRecord) -> str:
-        return f"{record.levelname.lower()}: {super().format(record)}"
+        if self.tracebacks:
+            return f"{record.levelname.lower()}: {super().format(record)}"
+        line = _one_line(record.getMessage())
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None:
+            line += f" ({type(exc).__name__}: {_one_line(str(exc))})" if str(exc) else f" ({type(exc).__name__})"
+        return f"{record.levelname.lower()}: {line}"
 
 
 def setup_logging(verbose: int = 0) -> None:
-    """Log to stderr as ``level: message``: warnings by default, info with -v, debug with -vv.
+    """Log to stderr as ``level: message``: warnings by default, info with -v, debug (and
+    tracebacks of logged exceptions) with -vv.
 
     kazoo's own connection chatter is hidden unless -v: the tools report a ZooKeeper that
     does not answer as an error of their own.
     """
     level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
     root = logging.getLogger()
-    if not any(isinstance(h, _StderrHandler) for h in root.handlers):
+    handler = next((h for h in root.handlers if isinstance(h, _StderrHandler)), None)
+    if handler is None:
         handler = _StderrHandler()
-        handler.setFormatter(_Formatter("%(message)s"))
         root.addHandler(handler)
+    handler.setFormatter(_Formatter(tracebacks=verbose >= 2))
     root.setLevel(level)
     logging.getLogger("kazoo").setLevel(logging.CRITICAL if verbose <= 0 else level)
 
@@ -260,6 +364,18 @@ def load_config(path: str, cls: Type[T], section: str = "", overrides: Optional[
     values = dict(_config.load_toml(path, section))
     values.update({k: v for k, v in (overrides or {}).items() if v is not None})
     return _config.build(cls, values, source=path)
+
+
+def take_connect(values: dict, source: str) -> Optional[str]:
+    """Remove a ``zk`` connect string from a config file's ``values``; checked and normalized
+    (InvalidConfig naming ``source``), or None when the file has none."""
+    connect = _config.take(values, "zk", str, source)
+    if connect is None:
+        return None
+    try:
+        return str(parse_connect(connect))
+    except InvalidConfig as e:
+        raise InvalidConfig(f"{source}: zk: {e}") from None
 
 
 def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

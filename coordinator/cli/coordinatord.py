@@ -1,7 +1,16 @@
 """``coordinatord``: run one coordinator node. Any number run; one leads.
 
+Startup: the connect string, the options and the ``--config`` file are checked first; anything
+wrong is one line on stderr and exit status 1 (2 for a usage error), before ZooKeeper is
+contacted. Then the node waits for ZooKeeper (and creates the chroot): at most ``--zk-timeout``
+seconds, after which it exits 1 with one line; or, with ``--wait-for-zk``, as long as it takes,
+saying so once every 10 s (kazoo's own retry warnings are muted meanwhile). A chroot that
+cannot be created is one line and exit 1.
+
+Precedence: command line (or environment) > ``--config`` file > defaults.
+
 SIGTERM/SIGINT: the leader abandons its current attempt, resigns (another node leads at
-once) and exits 0.
+once) and exits 0; a node still waiting for ZooKeeper exits 0 at once.
 """
 from __future__ import annotations
 
@@ -13,54 +22,94 @@ import threading
 import click
 
 from coordinator import config as cfg
+from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, MAX_MS, MAX_WAIT_S, ZK_CONNECT, CliCommand, Seconds,
+                                    take_connect)
 from coordinator.coordinator import Coordinator, CoordinatorConfig
-from coordinator.errors import ZkGroupsError
-from coordinator.zkclient import DEFAULT_CONNECT
+from coordinator.errors import InvalidConfig
+from coordinator.zkclient import DEFAULT_CONNECT, wait_for_zookeeper
+
+log = logging.getLogger("zkgroups.coordinator")
 
 OPTION_KEYS = ("session_timeout_ms", "rebalance_timeout_ms", "max_rebalance_retries", "rebalance_backoff_ms",
                "failed_retry_interval_ms", "check_interval_ms")
 
+#: Upper bounds of the configuration (lower bounds are CoordinatorConfig.validate's).
+LIMITS = {"session_timeout_ms": MAX_MS, "rebalance_timeout_ms": MAX_MS, "rebalance_backoff_ms": MAX_MS,
+          "failed_retry_interval_ms": MAX_MS, "check_interval_ms": MAX_MS, "settle_ms": MAX_MS,
+          "max_rebalance_retries": 100, "handler_threads": 64}
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--zk", envvar="ZK_CONNECT", default=DEFAULT_CONNECT, show_default=True,
-              help="ZooKeeper connect string, optionally with a chroot (host:port/app).")
+
+@click.command(cls=CliCommand)
+@click.option("--zk", envvar="ZK_CONNECT", default=DEFAULT_CONNECT, show_default=True, type=ZK_CONNECT,
+              help="ZooKeeper connect string, optionally with a chroot (host:port,host:port/app).")
 @click.option("--node-id", default=None, help="This node's id (default: host-pid).")
 @click.option("--session-timeout-ms", type=int, help="ZooKeeper session timeout [6000].")
 @click.option("--rebalance-timeout-ms", type=int, help="How long to wait for members' acks [30000].")
-@click.option("--max-rebalance-retries", type=int, help="Retries before a group is Failed [4].")
+@click.option("--max-rebalance-retries", type=int, help="Retries before a group is Failed [4] (at most 100).")
 @click.option("--rebalance-backoff-ms", type=int, help="Backoff between attempts, doubled each time [200].")
 @click.option("--failed-retry-interval-ms", type=int, help="When a Failed group is tried again [30000].")
 @click.option("--check-interval-ms", type=int, help="Periodic full check of every group [60000].")
+@click.option("--zk-timeout", envvar="ZKGROUPS_ZK_TIMEOUT", type=Seconds(), metavar="SECONDS",
+              help=f"How long to wait for ZooKeeper at startup [{DEFAULT_ZK_TIMEOUT:g}] (at most {MAX_WAIT_S:g}).")
+@click.option("--wait-for-zk", is_flag=True, default=None,
+              help="Wait for ZooKeeper at startup as long as it takes, saying so every --zk-timeout seconds.")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
-@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+@click.option("--config", "config_file", type=click.Path(),
               help="TOML file with the options above ([coordinator] table or top level).")
-def main(zk, node_id, log_level, config_file, **options):
+def main(zk, node_id, zk_timeout, wait_for_zk, log_level, config_file, **options):
     """Run a zkgroups coordinator node."""
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kazoo").setLevel(logging.WARNING)
-    try:
-        values = {}
-        if config_file:
-            data = cfg.load_toml(config_file)
-            values.update(data.get("coordinator", data))  # a [coordinator] table, or the top level
-            zk = values.pop("zk", zk)
-            node_id = values.pop("node_id", node_id)
-        values.update({k: v for k, v in options.items() if v is not None})
-        config = cfg.build(CoordinatorConfig, values, config_file or "options")
-        node = Coordinator(zk, node_id, config).start()
-    except ZkGroupsError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(1)
+    source = config_file or "options"
+    startup = {"zk": zk, "node_id": node_id, "zk_timeout": zk_timeout or DEFAULT_ZK_TIMEOUT, "wait_for_zk": wait_for_zk}
+    values = {}
+    if config_file:
+        values = dict(cfg.load_toml(config_file, "coordinator", or_top_level=True))
+        from_file = _startup_from_file(values, source)
+        ctx = click.get_current_context()
+        for name, value in from_file.items():
+            if value is not None and ctx.get_parameter_source(name) in (None, click.core.ParameterSource.DEFAULT):
+                startup[name] = value
+    values.update({k: v for k, v in options.items() if v is not None})
+    config = cfg.build(CoordinatorConfig, values, source)
+    for name, limit in LIMITS.items():
+        if getattr(config, name) > limit:
+            raise InvalidConfig(f"{source}: {name} must be at most {limit}, got {getattr(config, name)}")
+
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    logging.getLogger("zkgroups.coordinator").info("node %s started (zk %s)", node.node_id, zk)
+    kazoo_log = logging.getLogger("kazoo")
+    kazoo_log.setLevel(logging.CRITICAL)  # while waiting: one line of our own, not kazoo's retries
+    try:
+        zk = startup["zk"]
+        reachable = wait_for_zookeeper(
+            zk, None if startup["wait_for_zk"] else startup["zk_timeout"], stop,
+            lambda waited: log.warning("ZooKeeper at %s not reachable yet (%.0f s); waiting", zk, waited),
+            report_every=startup["zk_timeout"])
+        if not reachable:
+            log.info("stopped while waiting for ZooKeeper")
+            return
+        node = Coordinator(zk, startup["node_id"], config).start()
+    finally:
+        kazoo_log.setLevel(logging.WARNING)
+    log.info("node %s started (zk %s)", node.node_id, zk)
     while not stop.wait(0.5):
         pass
     node.close()
 
 
+def _startup_from_file(values: dict, source: str) -> dict:
+    """Take the startup keys (zk, node_id, zk_timeout, wait_for_zk) out of the file's values,
+    checked; None for those it does not set."""
+    found = {"zk": take_connect(values, source), "node_id": cfg.take(values, "node_id", str, source),
+             "zk_timeout": cfg.take(values, "zk_timeout", float, source),
+             "wait_for_zk": cfg.take(values, "wait_for_zk", bool, source)}
+    if found["zk_timeout"] is not None and not 0 < found["zk_timeout"] <= MAX_WAIT_S:
+        raise InvalidConfig(f"{source}: zk_timeout must be > 0 and at most {MAX_WAIT_S:g} seconds")
+    return found
+
+
 if __name__ == "__main__":
-    main()
+    main(prog_name="coordinatord")

@@ -9,7 +9,9 @@
 
 Global options (``--zk``, ``--data-dir``, ``--zk-timeout``, ``-v``) come from
 :mod:`coordinator.cli.common`, as does the error handling: every failure is one line on
-stderr, ``error: ...``, exit status 1 (2 for usage errors).
+stderr, ``error: ...``, exit status 1 (2 for usage errors). Numbers are range-checked before
+anything is allocated: at most :data:`protocol.MAX_PARTITIONS` partitions per topic, values of
+at most :data:`MAX_VALUE_BYTES`. Names are checked before any path is built.
 
 Adding commands: decorate a function with ``@main.command()`` (or ``@main.group()`` for a
 family like ``topics``) and take the shared context with ``@pass_cli``.
@@ -25,12 +27,18 @@ import click
 
 from consumer.log import FSYNC_POLICIES
 from consumer.producer import Producer
+from coordinator import protocol
 from coordinator.cli import groups
-from coordinator.cli.common import CliContext, CliGroup, CliUsageError, global_options, pass_cli, print_table
+from coordinator.cli.common import (CliContext, CliError, CliGroup, CliUsageError, Limited, global_options, pass_cli,
+                                    print_table)
 from coordinator.errors import CorruptZnode, TopicExists
 
 #: --generate shows a progress bar when stderr is a terminal, or for at least this many records.
 PROGRESS_MIN_RECORDS = 1_000_000
+#: Largest value ``produce`` writes (a line of input, or --size): Kafka's default maximum
+#: message size (message.max.bytes, ~1 MiB).
+MAX_VALUE_BYTES = 1 << 20
+PARTITION_COUNT = Limited(1, protocol.MAX_PARTITIONS, "the most partitions a topic may have")  # option type
 _CHUNK = 10_000  # records between progress updates
 
 
@@ -49,12 +57,13 @@ def topics() -> None:
 
 @topics.command("create")
 @click.argument("name")
-@click.option("--partitions", "-p", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Number of partitions.")
+@click.option("--partitions", "-p", type=PARTITION_COUNT, default=1, show_default=True,
+              help=f"Number of partitions (at most {protocol.MAX_PARTITIONS:,}).")
 @click.option("--if-not-exists", is_flag=True, help="Succeed if the topic already exists.")
 @pass_cli
 def topics_create(cli: CliContext, name: str, partitions: int, if_not_exists: bool) -> None:
     """Create topic NAME."""
+    protocol.validate_name(name)
     try:
         cli.topics.create(name, partitions)
     except TopicExists:
@@ -62,6 +71,7 @@ def topics_create(cli: CliContext, name: str, partitions: int, if_not_exists: bo
             raise
         click.echo(f"topic {name} already exists with {cli.topics.partitions(name)} partitions")
         return
+    cli.make_partition_dirs(name, range(partitions))
     click.echo(f"created topic {name} with {partitions} partition{'s' * (partitions != 1)}")
 
 
@@ -91,7 +101,9 @@ def topics_list(cli: CliContext) -> None:
 @pass_cli
 def topics_describe(cli: CliContext, name: str) -> None:
     """Show each partition of NAME: offsets, record count and bytes on disk."""
+    protocol.validate_name(name)
     partitions = cli.topics.partitions(name)
+    cli.warn_if_no_data(name, range(partitions))
     log = cli.log()
     rows = []
     for p in range(partitions):
@@ -103,13 +115,15 @@ def topics_describe(cli: CliContext, name: str) -> None:
 
 @topics.command("add-partitions")
 @click.argument("name")
-@click.option("--to", "total", type=click.IntRange(min=1), required=True, metavar="N",
-              help="The new total number of partitions.")
+@click.option("--to", "total", type=PARTITION_COUNT, required=True, metavar="N",
+              help=f"The new total number of partitions (at most {protocol.MAX_PARTITIONS:,}).")
 @pass_cli
 def topics_add_partitions(cli: CliContext, name: str, total: int) -> None:
     """Grow topic NAME to N partitions (partitions are never removed)."""
+    protocol.validate_name(name)
     before = cli.topics.partitions(name)
     cli.topics.add_partitions(name, total)
+    cli.make_partition_dirs(name, range(before, total))
     if total == before:
         click.echo(f"topic {name} already has {total} partitions")
     else:
@@ -124,12 +138,13 @@ def topics_add_partitions(cli: CliContext, name: str, total: int) -> None:
               help="Read values from FILE, one per line (default: standard input).")
 @click.option("--key", help="Key of every record (UTF-8).")
 @click.option("--key-separator", metavar="SEP", help="Lines are KEY<SEP>VALUE.")
-@click.option("--partition", type=click.IntRange(min=0),
+@click.option("--partition", type=Limited(0, protocol.MAX_PARTITIONS - 1, "the highest partition there can be"),
               help="Write to this partition (default: by key, else round robin).")
 @click.option("--generate", type=click.IntRange(min=1), metavar="N",
               help="Produce N generated records instead of reading lines.")
-@click.option("--size", type=click.IntRange(min=1), default=100, show_default=True, metavar="B",
-              help="Bytes per generated value (zero-padded sequence numbers).")
+@click.option("--size", type=Limited(1, MAX_VALUE_BYTES, "the largest record value"), default=100, show_default=True,
+              metavar="B",
+              help=f"Bytes per generated value (zero-padded sequence numbers; at most {MAX_VALUE_BYTES:,}).")
 @click.option("--fsync", type=click.Choice(FSYNC_POLICIES), default="interval", show_default=True,
               help="When the log syncs to disk.")
 @pass_cli
@@ -138,12 +153,13 @@ def produce(cli: CliContext, topic: str, source: Optional[BinaryIO], key: Option
             size: int, fsync: str) -> None:
     """Append records to TOPIC: lines of FILE or stdin, or --generate N of them.
 
-    Prints how many records were written and how fast.
+    Prints how many records were written and how fast. A line may hold at most 1 MiB.
     """
     if generate is not None and (source is not None or key_separator is not None):
         raise CliUsageError("--generate cannot be combined with --file or --key-separator")
     if key is not None and key_separator is not None:
         raise CliUsageError("--key and --key-separator are mutually exclusive")
+    protocol.validate_name(topic)
     cli.topics.partitions(topic)  # fail fast on an unknown or unreadable topic, before reading input
     fixed_key = key.encode() if key is not None else None
     if generate is not None:
@@ -165,9 +181,18 @@ def produce(cli: CliContext, topic: str, source: Optional[BinaryIO], key: Option
 
 
 def _lines(stream: BinaryIO) -> Iterator[bytes]:
-    for line in stream:
+    """The lines of ``stream`` without their line ends; a line longer than MAX_VALUE_BYTES is
+    an error once that much is read (input without newlines never fills memory)."""
+    number = 0
+    while True:
+        line = stream.readline(MAX_VALUE_BYTES + 2)  # room for "\r\n"
+        if not line:
+            return
+        number += 1
         if line.endswith(b"\n"):
             line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+        if len(line) > MAX_VALUE_BYTES:
+            raise CliError(f"line {number} is longer than {MAX_VALUE_BYTES:,} bytes (the largest record value)")
         yield line
 
 

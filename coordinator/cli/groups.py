@@ -5,26 +5,45 @@
     groupctl groups describe GROUP
     groupctl groups reset-offsets GROUP --topic T (--to-earliest|--to-latest|--to-offset N|--to-datetime ISO) [--execute]
     groupctl consume GROUP TOPIC... [--pattern REGEX] [--max-records N] [--idle-exit SECONDS]
+
+``reset-offsets`` writes by compare-and-set: every offsets znode is read with its version and
+written in one transaction that requires the same version (or creates a missing one), so a
+concurrent change (a member's claim or commit, another reset) makes it fail and change nothing.
+
+``consume`` is a model consumer: it prints a batch, then commits exactly what it printed. A
+refused commit (the partition moved to another member) is one warning and consumption goes on;
+the new owner starts from the last commit that succeeded, so those records are delivered again
+(at-least-once). While ZooKeeper is unreachable (a server failing over) it waits: ``poll()``
+hands out nothing, and offsets not yet committed are committed once ZooKeeper is back. Any other
+error of ``poll()`` (e.g. a damaged log) ends it with one line and exit status 1, after it left
+the group cleanly.
 """
 from __future__ import annotations
 
 import base64
 import datetime as dt
 import json
+import logging
+import re
 import signal
 import sys
 import threading
 import time
-from typing import Dict, List, Optional
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
 
 import click
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
 
+from coordinator import config as _config
 from coordinator import protocol
 from coordinator.assignors import STRATEGIES
-from coordinator.cli.common import CliContext, CliUsageError, pass_cli, print_table
-from coordinator.errors import CorruptZnode, ZkGroupsError
+from coordinator.cli.common import (MAX_MS, CliContext, CliError, CliUsageError, Limited, Seconds, pass_cli,
+                                    print_table, take_connect)
+from coordinator.errors import CommitFailedError, CorruptZnode, InvalidConfig, ZkGroupsError, ZooKeeperUnavailable
 from coordinator.zkclient import TransactionFailed, commit
+
+log = logging.getLogger("zkgroups.groupctl")
 
 
 def _children(zk, path: str) -> List[str]:
@@ -127,6 +146,7 @@ def groups_describe(cli: CliContext, group: str) -> None:
     log = cli.log()
     rows = []
     for topic in sorted(s.assignment):
+        cli.warn_if_no_data(topic, s.assignment[topic])
         for p in sorted(s.assignment[topic]):
             end = log.latest_offset(topic, p)
             try:
@@ -155,19 +175,24 @@ def groups_reset_offsets(cli: CliContext, group: str, topic: str, to_earliest: b
     chosen = [x for x in (to_earliest, to_latest, to_offset is not None, to_datetime) if x]
     if len(chosen) != 1:
         raise CliUsageError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime")
-    zk = cli.zk
-    protocol.validate_name(group, "group")
-    partitions = cli.topics.partitions(topic)
-    live = _children(zk, protocol.ids_path(group))
-    if live and execute:
-        raise ZkGroupsError(f"group {group!r} has {len(live)} live members; stop them before resetting offsets")
-    log = cli.log()
     if to_datetime:
         try:
             when = dt.datetime.fromisoformat(to_datetime)
         except ValueError:
             raise CliUsageError(f"--to-datetime {to_datetime!r} is not ISO 8601") from None
-        ts = int(when.timestamp() * 1000)
+        try:
+            ts = int(when.timestamp() * 1000)
+        except (ValueError, OverflowError, OSError):
+            raise CliUsageError(f"--to-datetime {to_datetime!r} is out of range") from None
+    protocol.validate_name(group, "group")
+    protocol.validate_name(topic)
+    zk = cli.zk
+    partitions = cli.topics.partitions(topic)
+    live = _children(zk, protocol.ids_path(group))
+    if live and execute:
+        raise ZkGroupsError(f"group {group!r} has {len(live)} live members; stop them before resetting offsets")
+    cli.warn_if_no_data(topic, range(partitions))
+    log = cli.log()
     targets: Dict[int, int] = {}
     for p in range(partitions):
         earliest, latest = log.earliest_offset(topic, p), log.latest_offset(topic, p)
@@ -180,25 +205,67 @@ def groups_reset_offsets(cli: CliContext, group: str, topic: str, to_earliest: b
         else:
             found = log.offset_for_time(topic, p, ts)
             targets[p] = latest if found is None else found
-    current = {p: _committed(zk, group, topic, p) for p in range(partitions)}
+    current = read_offsets(zk, group, topic, range(partitions))
     print_table(["TOPIC", "PARTITION", "CURRENT", "NEW"],
-                [(topic, p, "-" if current[p] is None else current[p], targets[p]) for p in range(partitions)])
+                [(topic, p, current[p].shown, targets[p]) for p in range(partitions)])
     if not execute:
         click.echo("dry run: nothing changed (add --execute to apply)")
         return
+    write_offsets(zk, group, topic, targets, current)
+    click.echo(f"reset {len(targets)} partitions of {topic}")
+
+
+@dataclass(frozen=True)
+class StoredOffset:
+    """An offsets znode as read: its offset (None: no znode, or one a claim created before
+    anything was committed), its znode version (None: no znode), and what is wrong with data
+    that is not an offset."""
+    offset: Optional[int]
+    version: Optional[int]
+    problem: str = ""
+
+    @property
+    def shown(self):
+        if self.problem:
+            return f"unreadable ({self.problem})"
+        return "-" if self.offset is None else self.offset
+
+
+def read_offsets(zk, group: str, topic: str, partitions) -> Dict[int, StoredOffset]:
+    """Every partition's offsets znode with its version (reads pipelined)."""
+    reads = [(p, protocol.offsets_path(group, topic, p)) for p in partitions]
+    pending = [(p, path, zk.get_async(path)) for p, path in reads]
+    out = {}
+    for p, path, result in pending:
+        try:
+            raw, stat = result.get()
+        except NoNodeError:
+            out[p] = StoredOffset(None, None)
+            continue
+        try:
+            out[p] = StoredOffset(protocol.decode_offset(raw, path), stat.version)
+        except CorruptZnode as e:
+            out[p] = StoredOffset(None, stat.version, e.problem)  # a reset is how it gets repaired
+    return out
+
+
+def write_offsets(zk, group: str, topic: str, targets: Dict[int, int], read: Dict[int, StoredOffset]) -> None:
+    """Write ``targets`` in one transaction, each znode only if it is still as ``read`` (same
+    version, or still absent); otherwise nothing is written and ZkGroupsError says so."""
     zk.ensure_path(protocol.offsets_path(group, topic))
     t = zk.transaction()
-    for p, offset in targets.items():
-        path = protocol.offsets_path(group, topic, p)
-        if current[p] is None:
-            t.create(path, protocol.encode_offset(offset))
+    order = sorted(targets)
+    for p in order:
+        path, data = protocol.offsets_path(group, topic, p), protocol.encode_offset(targets[p])
+        if read[p].version is None:
+            t.create(path, data)
         else:
-            t.set_data(path, protocol.encode_offset(offset))
+            t.set_data(path, data, version=read[p].version)
     try:
         commit(t)
-    except TransactionFailed:
-        raise ZkGroupsError(f"offsets of group {group!r} changed while resetting; nothing was written") from None
-    click.echo(f"reset {len(targets)} partitions of {topic}")
+    except TransactionFailed as e:
+        raise ZkGroupsError(f"the committed offset of {topic}-{order[e.index]} in group {group!r} changed "
+                            "while resetting; nothing was written (run the command again)") from None
 
 
 @groups.command("delete")
@@ -238,12 +305,15 @@ def _subtree(zk, path: str) -> List[str]:
 @click.argument("topics", nargs=-1)
 @click.option("--pattern", help="Follow every topic matching this regex (instead of TOPICS).")
 @click.option("--max-records", type=click.IntRange(min=1), help="Exit after this many records.")
-@click.option("--idle-exit", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              help="Exit after this long without a record.")
+@click.option("--idle-exit", type=Seconds(max=None), metavar="SECONDS",
+              help="Exit after this long without a record (counted from the start, and again from each new "
+                   "assignment).")
 @click.option("--from-beginning/--from-end", default=True, show_default=True,
               help="Where to start when the group has no committed offset.")
-@click.option("--session-timeout-ms", type=click.IntRange(min=100), default=6000, show_default=True)
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), help="TOML file of consumer settings.")
+@click.option("--session-timeout-ms", type=Limited(100, MAX_MS, "ZooKeeper's largest session timeout"), default=6000,
+              show_default=True)
+@click.option("--config", "config_file", type=click.Path(),
+              help="TOML file of consumer settings ([consumer] table or top level; may set zk and data_dir).")
 @click.option("--consumer-id", help="This member's id (default: <group>_<host>-<ms>-<8 hex>).")
 @click.option("--strategy", "strategies", multiple=True, type=click.Choice(sorted(STRATEGIES)),
               help="Assignment strategy this member supports; repeat in order of preference (default: range).")
@@ -254,51 +324,166 @@ def _subtree(zk, path: str) -> List[str]:
 def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_records: Optional[int],
             idle_exit: Optional[float], from_beginning: bool, session_timeout_ms: int,
             config_file: Optional[str], consumer_id: Optional[str], strategies, with_metadata: bool) -> None:
-    """Consume as a member of GROUP; print records as JSON lines and commit as it goes."""
-    from consumer.consumer import Consumer
-    from coordinator.config import load_toml
+    """Consume as a member of GROUP; print records as JSON lines and commit as it goes.
+
+    A refused commit is a warning and consumption goes on (records may be delivered again); an
+    unreachable ZooKeeper is waited for; any other error ends it (exit 1) after leaving the group.
+    """
+    from consumer.consumer import Consumer, ConsumerConfig
+    started = time.monotonic()
     if bool(topics) == bool(pattern):
         raise CliUsageError("give TOPICS or --pattern (one of them)")
+    protocol.validate_name(group, "group")
     for topic in topics:
         protocol.validate_name(topic)
-    settings = dict(load_toml(config_file, "consumer")) if config_file else {}
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise CliUsageError(f"--pattern {pattern!r} is not a regular expression: {e}") from None
+    if consumer_id:
+        protocol.validate_name(consumer_id, "consumer id")
+    zk_connect, data_dir, settings = _consumer_settings(cli, config_file)
     settings.setdefault("auto_offset_reset", "earliest" if from_beginning else "latest")
     settings.setdefault("session_timeout_ms", session_timeout_ms)
     settings.setdefault("enable_auto_commit", False)
+    settings.setdefault("connect_timeout_s", cli.zk_timeout)
     if strategies:
         settings["assignment_strategy"] = strategies
-    count, out = 0, sys.stdout
-    settings.setdefault("connect_timeout_s", cli.zk_timeout)
-    # Its own ZooKeeper session, so that --session-timeout-ms applies to this member.
+    checked = _config.build(ConsumerConfig, settings, config_file or "options")  # names the file; before connecting
+    if checked.session_timeout_ms > MAX_MS:
+        raise InvalidConfig(f"{config_file or 'options'}: session_timeout_ms must be at most {MAX_MS}")
+    count = 0
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # leave the group cleanly: commit, release, deregister
         signal.signal(sig, lambda *_: stopping.set())
-    if consumer_id:
-        protocol.validate_name(consumer_id, "consumer id")
-    with Consumer(group, list(topics) or None, pattern, zk=cli.zk_connect, data_dir=cli.data_dir,
+    committer = _Committer()
+    # Its own ZooKeeper session, so that --session-timeout-ms applies to this member.
+    with Consumer(group, list(topics) or None, pattern, zk=zk_connect, data_dir=data_dir, listener=committer,
                   consumer_id=consumer_id, **settings) as c:
-        last = time.monotonic()
-        while (max_records is None or count < max_records) and not stopping.is_set():
-            batch = c.poll(timeout_ms=200, max_records=None if max_records is None else max_records - count)
-            if not batch:
-                if c.group_metadata().generation < 0:
-                    last = time.monotonic()  # idle time counts from the first assignment
-                elif idle_exit and time.monotonic() - last > idle_exit:
-                    break
-                continue
-            meta = {"member": c.consumer_id, "generation": c.group_metadata().generation, "at": time.time()} \
-                if with_metadata else {}
-            lines = []
-            for tp, records in batch.items():
-                for r in records:
-                    lines.append(json.dumps({"topic": r.topic, "partition": r.partition, "offset": r.offset,
-                                             "key": _text(r.key), "value": _text(r.value), **meta}))
-            out.write("\n".join(lines) + "\n")
-            out.flush()
-            count += len(lines)
-            last = time.monotonic()
-            c.commit()  # after printing: at-least-once
+        committer.consumer = c
+        last, generation = started, c.group_metadata().generation
+        try:
+            while (max_records is None or count < max_records) and not stopping.is_set():
+                batch = _poll(c, None if max_records is None else max_records - count)
+                if c.group_metadata().generation != generation:  # a new assignment: idle time starts over
+                    generation, last = c.group_metadata().generation, time.monotonic()
+                if not batch:
+                    committer.commit()  # one that waited for ZooKeeper goes through once it answers
+                    if idle_exit and time.monotonic() - last > idle_exit:
+                        break
+                    continue
+                meta = {"member": c.consumer_id, "generation": generation, "at": time.time()} \
+                    if with_metadata else {}
+                lines = []
+                for tp, records in batch.items():
+                    for r in records:
+                        lines.append(json.dumps({"topic": r.topic, "partition": r.partition, "offset": r.offset,
+                                                 "key": _text(r.key), "value": _text(r.value), **meta}))
+                _print("\n".join(lines) + "\n")
+                count += len(lines)
+                last = time.monotonic()
+                committer.commit()  # after printing: at-least-once
+        finally:
+            committer.commit()
     click.echo(f"consumed {count} records", err=True)
+
+
+def _print(text: str) -> None:
+    """Write all of ``text`` to stdout. An unbuffered stdout (``python -u``) is a raw file whose
+    write may take only part of the data (a signal arrives while the pipe is full), and the
+    text layer would drop the rest: write the bytes until every one is out."""
+    stream = getattr(sys.stdout, "buffer", None)
+    if stream is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    sys.stdout.flush()
+    data = memoryview(text.encode("utf-8"))
+    while data:
+        data = data[stream.write(data):]
+    stream.flush()
+
+
+def _poll(c, max_records: Optional[int]):
+    """One poll; an error it raises (for a partition, e.g. a damaged log) ends ``consume``."""
+    try:
+        return c.poll(timeout_ms=200, max_records=max_records)
+    except ZkGroupsError:
+        raise
+    except Exception as e:
+        raise CliError(f"consuming failed: {type(e).__name__}: {e}") from None
+
+
+def _positions(c) -> Dict[object, int]:
+    out = {}
+    for tp in c.assignment():
+        try:
+            out[tp] = c.position(tp)
+        except (KeyError, ZkGroupsError):  # not fetched yet
+            continue
+    return out
+
+
+def _consumer_settings(cli: CliContext, config_file: Optional[str]) -> Tuple[str, str, dict]:
+    """(zk, data_dir, consumer settings): ``zk`` and ``data_dir`` from the file unless given
+    on the command line or in the environment."""
+    if not config_file:
+        return cli.zk_connect, cli.data_dir, {}
+    settings = dict(_config.load_toml(config_file, "consumer", or_top_level=True))
+    zk = take_connect(settings, config_file)
+    data_dir = _config.take(settings, "data_dir", str, config_file)
+    if zk is None or "zk" in cli.given:
+        zk = cli.zk_connect
+    if data_dir is None or "data_dir" in cli.given:
+        data_dir = cli.data_dir
+    return zk, data_dir, settings
+
+
+class _Committer:
+    """Commits the positions of what ``consume`` printed (the consumer's own positions: they
+    belong to the partitions it owns now, and its commits are fenced, so nothing it commits can
+    overwrite a newer owner's offset). A refused commit or an unreachable ZooKeeper is one
+    warning and consuming goes on; repeats of the same warning are not printed. It is also the
+    rebalance listener: revoked partitions are committed before they are released. Every call
+    comes from the consuming thread."""
+
+    def __init__(self):
+        self.consumer = None
+        self.last_warning = ""
+
+    def commit(self, offsets=None) -> None:
+        try:
+            self.consumer.commit(offsets)
+        except CommitFailedError as e:
+            self._warn(f"{e}; consuming goes on (records since the last commit of those partitions will be "
+                       "delivered again)")
+            return
+        except ZooKeeperUnavailable as e:
+            self._warn(f"{e}; the commit waits for ZooKeeper, consuming goes on")
+            return
+        if self.last_warning:
+            self.last_warning = ""
+            log.warning("offsets committed again")
+
+    # ---- the consumer's rebalance listener (called inside poll() and close())
+
+    def on_partitions_revoked(self, revoked) -> None:
+        positions = _positions(self.consumer)
+        self.commit({tp: positions[tp] for tp in revoked if tp in positions})
+
+    def on_partitions_assigned(self, assigned) -> None:
+        pass
+
+    def on_partitions_lost(self, lost) -> None:
+        self._warn(f"partitions {', '.join(sorted(map(str, lost)))} were lost (the ZooKeeper session ended); "
+                   "consuming goes on (records printed since their last commit will be delivered again)")
+
+    def _warn(self, message: str) -> None:
+        if message != self.last_warning:  # the same again (until a commit succeeds) is not news
+            log.warning("%s", message)
+        self.last_warning = message
+
 
 
 def _text(data: Optional[bytes]):

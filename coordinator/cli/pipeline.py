@@ -39,6 +39,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import click
 
+from coordinator import protocol
+from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, MAX_MS, ZK_CONNECT, CliCommand, CliError, CliUsageError,
+                                    Limited, Seconds)
 from coordinator.errors import ZkGroupsError
 from coordinator.zkclient import DEFAULT_CONNECT
 
@@ -248,7 +251,7 @@ def _parse_conf(values) -> Dict[str, str]:
     conf = {}
     for item in values:
         if "=" not in item:
-            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--conf")
+            raise CliUsageError(f"--conf {item!r} is not KEY=VALUE")
         k, v = item.split("=", 1)
         conf[k.strip()] = v.strip()
     return conf
@@ -273,23 +276,28 @@ def _jvm_stderr_to(path: Optional[str]):
 
 
 def _fail(message: str, code: int = 1):
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
+    error = CliError(message)
+    error.exit_code = code
+    raise error
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--zk", envvar="ZK_CONNECT", default=DEFAULT_CONNECT, show_default=True,
+@click.command(cls=CliCommand)
+@click.option("--zk", envvar="ZK_CONNECT", default=DEFAULT_CONNECT, show_default=True, type=ZK_CONNECT,
               help="ZooKeeper connect string, optionally with a chroot (host:port/app).")
+@click.option("--zk-timeout", envvar="ZKGROUPS_ZK_TIMEOUT", default=DEFAULT_ZK_TIMEOUT, show_default=True,
+              type=Seconds(), metavar="SECONDS", help="How long to wait for ZooKeeper to answer.")
 @click.option("--data-dir", default="./data", show_default=True, type=click.Path(file_okay=False),
               help="The log's directory (shared disk: the same files for the driver and every executor).")
 @click.option("--group", default="pipeline", show_default=True, help="Consumer group id.")
 @click.option("--topic", required=True, help="Topic to read.")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False),
               help="Output directory: records/ and counts/ (Parquet).")
-@click.option("--workers", default=2, show_default=True, type=click.IntRange(1), help="Worker tasks (group members).")
+@click.option("--workers", default=2, show_default=True,
+              type=Limited(1, protocol.MAX_PARTITIONS, "the most partitions a topic may have"),
+              help="Worker tasks (group members; more than the topic's partitions would idle).")
 @click.option("--mode", default="drain", show_default=True, type=click.Choice(["drain", "stream"]),
               help="drain: what is in the topic now, then exit; stream: until --duration, --stop-file or Ctrl-C.")
-@click.option("--duration", type=click.FloatRange(min=0, min_open=True),
+@click.option("--duration", type=Seconds(max=None),
               help="Seconds: stream for this long; in drain mode, give up after this long (exit 2).")
 @click.option("--batch-size", default=10000, show_default=True, type=click.IntRange(1),
               help="Records per output file: partitions are cut at offsets that are multiples of this.")
@@ -297,30 +305,30 @@ def _fail(message: str, code: int = 1):
               help="Spark master [local[WORKERS,4]: WORKERS threads, a failed task is retried up to 3 times].")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Spark configuration (repeatable).")
 @click.option("--stop-file", type=click.Path(dir_okay=False), help="Stop (after the current batch) when this file appears.")
-@click.option("--session-timeout-ms", type=click.IntRange(1), help="Workers' ZooKeeper session timeout [6000].")
+@click.option("--session-timeout-ms", type=Limited(1, MAX_MS, "ZooKeeper's largest session timeout"),
+              help="Workers' ZooKeeper session timeout [6000].")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--verbose", is_flag=True, help="Show Spark's own log on stderr (default: <out>/_spark.log).")
-def main(zk, data_dir, group, topic, out, workers, mode, duration, batch_size, master, confs, stop_file,
+def main(zk, zk_timeout, data_dir, group, topic, out, workers, mode, duration, batch_size, master, confs, stop_file,
          session_timeout_ms, as_json, verbose):
     """Read TOPIC through a consumer group on Spark; write the records and per-key counts as Parquet."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.ERROR)
     logging.getLogger("py4j").setLevel(logging.ERROR)
-    try:
-        conf = _parse_conf(confs)
-        from consumer.spark import check_spark_conf
+    protocol.validate_name(group, "group")
+    protocol.validate_name(topic)
+    conf = _parse_conf(confs)
+    from consumer.spark import check_spark_conf
 
-        check_spark_conf(conf)  # before paying for a JVM
-        _preflight(zk, data_dir, topic)
-        if importlib.util.find_spec("pyspark") is None:
-            _fail("pyspark is not installed (pip install 'zkgroups[spark]')")
-        os.makedirs(out, exist_ok=True)
-        conf.setdefault("spark.task.maxFailures", "4")
-        conf.setdefault("spark.sql.shuffle.partitions", str(max(2, workers)))
-        spark = _start_spark(master or f"local[{workers},4]", conf, None if verbose else os.path.join(out, "_spark.log"))
-    except (ZkGroupsError, OSError) as e:
-        _fail(str(e))
+    check_spark_conf(conf)  # before paying for a JVM
+    _preflight(zk, zk_timeout, data_dir, topic)
+    if importlib.util.find_spec("pyspark") is None:
+        _fail("pyspark is not installed (pip install 'zkgroups[spark]')")
+    os.makedirs(out, exist_ok=True)
+    conf.setdefault("spark.task.maxFailures", "4")
+    conf.setdefault("spark.sql.shuffle.partitions", str(max(2, workers)))
+    spark = _start_spark(master or f"local[{workers},4]", conf, None if verbose else os.path.join(out, "_spark.log"))
     consumer_config = {"session_timeout_ms": session_timeout_ms} if session_timeout_ms else None
     stop = threading.Event()
 
@@ -361,7 +369,7 @@ def main(zk, data_dir, group, topic, out, workers, mode, duration, batch_size, m
               "run again to continue", code=2)
 
 
-def _preflight(zk: str, data_dir: str, topic: str) -> None:
+def _preflight(zk: str, zk_timeout: float, data_dir: str, topic: str) -> None:
     """Fail fast, before Spark starts: ZooKeeper reachable, a coordinator running, the topic known."""
     from coordinator import protocol
     from coordinator.topics import TopicRegistry
@@ -369,7 +377,7 @@ def _preflight(zk: str, data_dir: str, topic: str) -> None:
 
     if not os.path.isdir(data_dir):
         raise ZkGroupsError(f"data directory {data_dir} does not exist")
-    client = start_client(zk, connect_timeout=10.0)
+    client = start_client(zk, connect_timeout=zk_timeout)
     try:
         TopicRegistry(client).partitions(topic)
         if client.exists(protocol.LEADER) is None:
@@ -386,4 +394,4 @@ def _start_spark(master: str, conf: Dict[str, str], jvm_log: Optional[str]):
 
 
 if __name__ == "__main__":
-    main()
+    main(prog_name="pipeline")
