@@ -48,14 +48,9 @@ class Ownership:
     end_ms: Optional[int] = None
     end_reason: Optional[str] = None
 
-    def holds_at(self, at_ms: float) -> bool:
-        return self.start_ms <= at_ms and (self.end_ms is None or at_ms <= self.end_ms)
-
-    def distance_ms(self, at_ms: float) -> float:
-        """How far ``at_ms`` lies outside this interval (0 inside)."""
-        if at_ms < self.start_ms:
-            return self.start_ms - at_ms
-        return 0.0 if self.end_ms is None or at_ms <= self.end_ms else at_ms - self.end_ms
+    def holds_at(self, at_ms: float, slack_ms: float = 0.0) -> bool:
+        """Whether ``at_ms`` lies in [start, end + slack_ms]."""
+        return self.start_ms <= at_ms and (self.end_ms is None or at_ms <= self.end_ms + slack_ms)
 
     def describe(self) -> str:
         end = "open" if self.end_zxid is None else f"zxid {self.end_zxid:#x} t={self.end_ms} ({self.end_reason})"

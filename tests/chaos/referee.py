@@ -154,20 +154,17 @@ def check_lost(produced: Dict[Partition, Sequence[str]], printed: Sequence[Print
 
 def holding(intervals: Iterable[Ownership], at_ms: float) -> Optional[Ownership]:
     """The interval (latest start first) that holds ``at_ms``, allowing the ms truncation."""
-    for o in sorted(intervals, key=lambda o: o.start_zxid, reverse=True):
-        if o.start_ms <= at_ms and (o.end_ms is None or at_ms <= o.end_ms + TRUNCATION_MS):
-            return o
-    return None
+    return next((o for o in sorted(intervals, key=lambda o: o.start_zxid, reverse=True)
+                 if o.holds_at(at_ms, TRUNCATION_MS)), None)
 
 
 def check_ownership(printed: Sequence[Printed], history: GroupHistory) -> CheckResult:
-    violations = []  # (gap ms, record, nearest interval)
+    violations = []  # (gap ms, record, the interval the gap is measured from)
     for r in printed:
         intervals = history.intervals(r.member, r.tp)
         if holding(intervals, r.at_ms) is None:
-            nearest = min(intervals, key=lambda o: o.distance_ms(r.at_ms), default=None)
-            gap = nearest.distance_ms(r.at_ms) if nearest else float("inf")
-            violations.append((gap, r, nearest))
+            gap, reference = _gap(intervals, r.at_ms)
+            violations.append((gap, r, reference))
     if not violations:
         return CheckResult("outside-ownership", True, "outside-ownership=0")
     by_member: Dict[str, List[float]] = defaultdict(list)
@@ -177,12 +174,32 @@ def check_ownership(printed: Sequence[Printed], history: GroupHistory) -> CheckR
     details = [f"{len(violations)} records printed by a member that did not own the partition at that moment",
                "per member: " + ", ".join(f"{m}: {len(g)} records, gap up to {_seconds(max(g))}"
                                           for m, g in sorted(by_member.items()))]
-    for gap, r, nearest in sorted(violations, key=lambda v: (v[1].member, v[1].at)):
-        where = nearest.describe() if nearest else "its sessions never owned it"
-        details.append(f"{r.member} printed {r.topic}/{r.partition} offset {r.offset} at {r.at:.3f}: "
-                       f"{_seconds(gap)} outside; nearest: {where}; {r.source}")
+    for gap, r, reference in sorted(violations, key=lambda v: (v[1].member, v[1].at)):
+        if reference is None:
+            where = "its sessions never owned it"
+        elif reference.end_ms is not None and reference.end_ms < r.at_ms:
+            where = f"{_seconds(gap)} after its ownership ended: {reference.describe()}"
+        else:
+            where = f"{_seconds(gap)} before its ownership began: {reference.describe()}"
+        details.append(f"{r.member} printed {r.topic}/{r.partition} offset {r.offset} at {r.at:.3f}, {where}; "
+                       f"{r.source}")
     return CheckResult("outside-ownership", False,
                        f"outside-ownership={len(violations)} (max gap {_seconds(worst)})", details)
+
+
+def _gap(intervals: Sequence[Ownership], at_ms: float) -> Tuple[float, Optional[Ownership]]:
+    """How far outside ownership ``at_ms`` is: since the member's last ownership of the
+    partition ended if there was one (a member handing out what it lost), else until its
+    first began; infinite if it never owned the partition."""
+    ended = [o for o in intervals if o.end_ms is not None and o.end_ms < at_ms]
+    if ended:
+        last = max(ended, key=lambda o: o.end_zxid)
+        return at_ms - last.end_ms, last
+    later = [o for o in intervals if o.start_ms > at_ms]
+    if later:
+        first = min(later, key=lambda o: o.start_zxid)
+        return first.start_ms - at_ms, first
+    return float("inf"), None
 
 
 def _seconds(ms: float) -> str:

@@ -2,6 +2,7 @@
 ZooKeeper's own transaction log.
 
     bin/chaos [--seed N] [--duration SECONDS] [--consumers 5] [--partitions 8] [--keep]
+    bin/chaos --judge RUN_DIR      (judge a kept run again, e.g. after changing the referee)
 
 The cluster: a 3-server ZooKeeper ensemble (``tickTime`` 200 ms), three ``coordinatord``
 nodes, a producer writing uniquely numbered records (:mod:`tests.chaos.producer`) and
@@ -22,15 +23,20 @@ The first six faults are the six kinds in a seeded order (the nemesis goes on pa
 ``--duration``, by 60 s at most, until each happened), then kinds are drawn at random (no
 second quorum loss). Then everything is healed, the producer stopped, the consumers drain until the
 group's committed offsets reach the end offsets (bounded) and are stopped with SIGTERM, the
-coordinators too, and ZooKeeper. The referee (:mod:`tests.chaos.referee`) reads the servers'
-transaction logs, every printed line and every exit, prints one verdict line (and one line per
-failed check) and the run directory. Exit status: 0 on pass, 1 on fail, 2 on a harness error.
+coordinators too, and ZooKeeper. The referee (:mod:`tests.chaos.judge`, checks in
+:mod:`tests.chaos.referee`) reads the servers' transaction logs, every printed line and every
+exit; the run prints one verdict line (and one line per failed check) and the run directory.
+Exit status: 0 on pass, 1 on fail, 2 when the run itself could not be made.
 
 Run directory (``--run-dir``, else a new one under the system's temp dir): ``logs/`` (one
-file per process: ``consumer-NNN.out`` holds its printed records, ``.log`` its stderr),
-``nemesis.log``, ``referee/`` (``verdict.txt``, one file per check, ``ownership.txt``), and
-the bulky ``zk/`` (servers' data and logs) and ``data/`` (the topic). Logs and the referee's
-files are always kept; ``zk/`` and ``data/`` only on failure or with ``--keep``.
+file per process: ``consumer-NNN.out`` holds its printed records, ``.log`` its stderr;
+``harness.log``), ``nemesis.log`` (every fault and process event, wall-clock seconds, to set
+beside the records' ``at``), ``run.json``, ``referee/`` (``verdict.txt``, one file per check,
+``ownership.txt``), and the bulky ``zk/`` (servers' data and logs) and ``data/`` (the topic).
+All is kept, except ``zk/`` and ``data/`` after a pass without ``--keep``.
+
+Not covered: network partitions (processes are killed or frozen, links never cut), clock
+jumps, disk faults, and a producer under faults (it needs ZooKeeper only at start).
 """
 from __future__ import annotations
 
@@ -47,7 +53,7 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
 from kazoo.exceptions import NoNodeError
@@ -57,14 +63,13 @@ from coordinator import protocol
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 from coordinator.zkserver import Ensemble, ZooKeeperNotFound, die_with_parent
-from tests.chaos import referee, txnlog
-from tests.chaos.history import group_history
+from tests.chaos import judge, referee
+from tests.chaos.judge import KINDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHROOT = "/chaos"
 GROUP = "chaos"
 TOPIC = "records"
-KINDS = ("kill", "term", "pause", "leader-kill", "zk-restart", "quorum-loss")
 REPEATED = {"kill": 3, "term": 2, "pause": 3, "leader-kill": 2, "zk-restart": 2}  # weights after the first six
 WARMUP_S = 4.0
 FAULT_GAP_S = (2.0, 4.0)
@@ -85,6 +90,7 @@ class Options:
     session_timeout_ms: int = 2000
     drain_timeout: float = 90.0
     run_dir: Optional[str] = None
+    judge_only: Optional[str] = None  # a kept run directory to judge again
 
 
 @dataclass
@@ -112,16 +118,10 @@ class Pending:
     action: Callable[[], None]
 
 
-@dataclass
-class Outcome:
-    results: List[referee.CheckResult]
-    verdict: str
-    passed: bool
-    faults: Counter = field(default_factory=Counter)
-
-
 class ChaosRun:
-    """One run: start, nemesis, heal, drain, stop; then :meth:`judge`. Single-threaded."""
+    """One run: start, nemesis, heal, stop the producer, drain, stop (which leaves
+    ``run.json`` for :func:`tests.chaos.judge.judge`). Single-threaded: the nemesis, the
+    reaping of processes and the delayed actions (resumes, restarts) all run in one loop."""
 
     def __init__(self, options: Options, run_dir: str):
         self.o, self.dir = options, run_dir
@@ -143,6 +143,7 @@ class ChaosRun:
         self.replacing = True  # start a new process for one that exits on its own (until the end)
         self.produced_count: Optional[int] = None
         self.live_committed: Optional[Dict] = None
+        self.notes: List[str] = []  # what went wrong in the harness's own steps, for the referee's files
         self._nemesis_log = open(os.path.join(run_dir, "nemesis.log"), "a")
 
     # ------------------------------------------------------------ helpers
@@ -150,6 +151,10 @@ class ChaosRun:
     @property
     def connect(self) -> str:
         return self.ensemble.connect + CHROOT
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+        self.say(message)
 
     def say(self, message: str) -> None:
         self._nemesis_log.write(f"{time.time():.3f} {message}\n")
@@ -224,7 +229,7 @@ class ChaosRun:
     def reap(self) -> None:
         """Record every process that ended; replace those that ended on their own; SIGKILL
         those that did not exit within the grace of their SIGTERM."""
-        for p in self.procs:
+        for p in list(self.procs):
             if p.end is not None:
                 continue
             rc = p.popen.poll()
@@ -371,7 +376,7 @@ class ChaosRun:
             with open(self.producer.out) as f:
                 self.produced_count = json.loads(f.read().strip().splitlines()[-1])["produced"]
         except (OSError, ValueError, KeyError, IndexError):
-            self.say("the producer did not report how many records it sent")
+            self.note("the producer did not report how many records it sent")
 
     def end_offsets(self) -> Dict:
         log = Log(self.data_dir)
@@ -403,7 +408,7 @@ class ChaosRun:
                     return True
             except Exception as e:  # ZooKeeper still settling: look again
                 self.say(f"drain: reading offsets failed ({type(e).__name__})")
-        self.say(f"drain: not done after {self.o.drain_timeout:.0f}s")
+        self.note(f"the consumers had not committed everything {self.o.drain_timeout:.0f}s after the faults")
         return False
 
     def stop_role(self, role: str) -> None:
@@ -419,13 +424,14 @@ class ChaosRun:
         try:
             self.live_committed = self.read_committed()
         except Exception as e:
-            self.say(f"could not read the committed offsets at the end ({type(e).__name__})")
+            self.note(f"could not read the committed offsets at the end ({type(e).__name__})")
         self.stop_role("coordinatord")
         close_client(self.admin)
         self.admin = None
         for server in self.ensemble.servers:
             server.stop()
         self.say("stopped")
+        self.record().save(self.dir)
 
     def close(self) -> None:
         """Whatever happened: nothing of this run keeps running."""
@@ -440,47 +446,16 @@ class ChaosRun:
             self.ensemble.close()
         self._nemesis_log.close()
 
-    # ------------------------------------------------------------ the referee
-
-    def judge(self) -> Outcome:
-        out_dir = os.path.join(self.dir, "referee")
-        os.makedirs(out_dir, exist_ok=True)
-        logs = txnlog.read_logs([s.data_dir for s in self.ensemble.servers])
-        history = group_history(logs.txns, GROUP, CHROOT)
-        printed, bad_lines, cut = [], [], 0
-        for p in self.procs:
-            if p.role == "consumer":
-                f = referee.read_printed(p.out)
-                printed.extend(f.records)
-                bad_lines.extend(f.bad_lines)
-                cut += f.cut_last_line
-        produced = read_topic(self.data_dir, TOPIC, self.o.partitions)
-        results = [
-            referee.check_lost(produced, printed, self.produced_count),
-            referee.check_duplicates(printed, history),
-            referee.check_ownership(printed, history),
-            referee.check_exits([p.end for p in self.procs if p.end is not None]),
-            referee.check_offsets({tp: len(v) for tp, v in produced.items()}, history, self.live_committed),
-            referee.check_evidence(history, logs.conflicts, bad_lines),
-        ]
-        passed = all(r.ok for r in results)
-        faults = " ".join(f"{k}:{self.faults[k]}" for k in KINDS)
-        summaries = " ".join(r.summary for r in results if r.summary and r.name not in ("offsets",))
-        verdict = (f"chaos {'PASS' if passed else 'FAIL'} seed={self.o.seed} duration={self.o.duration:.0f}s "
-                   f"produced={sum(len(v) for v in produced.values())} consumed={len(printed)} {summaries} "
-                   f"faults={faults}")
-        lines = [verdict]
-        for r in results:
-            path = os.path.join(out_dir, f"{r.name}.txt")
-            with open(path, "w") as f:
-                f.write("\n".join([r.summary] + r.details) + "\n")
-            if not r.ok:
-                lines.append(f"  FAIL {r.name}: {r.details[0] if r.details else r.summary} (details: {path})")
-        with open(os.path.join(out_dir, "ownership.txt"), "w") as f:
-            write_ownership(f, history, logs, cut)
-        with open(os.path.join(out_dir, "verdict.txt"), "w") as f:
-            f.write("\n".join(lines) + "\n")
-        return Outcome(results, "\n".join(lines), passed, self.faults)
+    def record(self) -> judge.RunRecord:
+        """What the referee needs besides the logs: written to the run directory by :meth:`stop`."""
+        return judge.RunRecord(
+            seed=self.o.seed, duration=self.o.duration, group=GROUP, topic=TOPIC, partitions=self.o.partitions,
+            chroot=CHROOT, faults=dict(self.faults), processes=[p.end for p in self.procs if p.end is not None],
+            consumer_outputs=[os.path.relpath(p.out, self.dir) for p in self.procs if p.role == "consumer"],
+            produced_count=self.produced_count,
+            live_committed=None if self.live_committed is None else
+            {tp[1]: offset for tp, offset in self.live_committed.items()},
+            notes=self.notes)
 
 
 def last_error(log_path: str) -> str:
@@ -493,35 +468,6 @@ def last_error(log_path: str) -> str:
         return ""
     errors = [line for line in lines if line.startswith("error:")]
     return (errors or lines or [""])[-1][:200]
-
-
-def read_topic(data_dir: str, topic: str, partitions: int) -> Dict:
-    """Every value in the topic's log: {(topic, partition): [value by offset]}."""
-    log = Log(data_dir)
-    try:
-        out = {}
-        for p in range(partitions):
-            values, offset, end = [], log.earliest_offset(topic, p), log.latest_offset(topic, p)
-            while offset < end:
-                batch = log.fetch(topic, p, offset, max_records=10_000)
-                values.extend(r.value.decode() for r in batch)
-                offset += len(batch)
-            out[(topic, p)] = values
-        return out
-    finally:
-        log.close()
-
-
-def write_ownership(f, history, logs, cut_lines: int) -> None:
-    """The evidence in readable form: who held what, when; commits per partition."""
-    f.write(f"transaction logs: {len(logs.files)} files, {len(logs.txns)} txns; torn tails: {logs.torn_tails or 'none'}\n")
-    f.write(f"consumer outputs whose last line was cut short (killed mid-write): {cut_lines}\n\n")
-    for member, sessions in sorted(history.sessions_of.items()):
-        f.write(f"{member}: sessions {', '.join(f'{s:#x}' for s in sessions)}\n")
-    for tp in sorted(history.ownerships):
-        f.write(f"\n{tp[0]}/{tp[1]}: {len(history.commits.get(tp, ()))} commits, last {history.committed().get(tp)}\n")
-        for o in history.ownerships[tp]:
-            f.write(f"  {history.member_of_session.get(o.session, '?')}: {o.describe()}\n")
 
 
 def parse_args(argv=None) -> Options:
@@ -537,13 +483,15 @@ def parse_args(argv=None) -> Options:
     parser.add_argument("--drain-timeout", type=float, default=90.0, metavar="SECONDS",
                         help="how long consumers get to commit everything after the faults [90]")
     parser.add_argument("--run-dir", help="where to keep the run (default: a new temporary directory)")
+    parser.add_argument("--judge", metavar="RUN_DIR",
+                        help="run nothing: judge again a run kept with its data (a failed run, or --keep)")
     args = parser.parse_args(argv)
     for name in ("duration", "consumers", "partitions", "rate", "session_timeout_ms", "drain_timeout"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     return Options(seed, args.duration, args.consumers, args.partitions, args.keep, args.rate,
-                   args.session_timeout_ms, args.drain_timeout, args.run_dir)
+                   args.session_timeout_ms, args.drain_timeout, args.run_dir, args.judge)
 
 
 def prepare_run_dir(options: Options) -> str:
@@ -552,7 +500,7 @@ def prepare_run_dir(options: Options) -> str:
     return options.run_dir
 
 
-def run(options: Options) -> Outcome:
+def run(options: Options) -> judge.Outcome:
     """One whole run; the caller gets the outcome (the run directory is ``options.run_dir``)."""
     run_dir = prepare_run_dir(options)
     chaos = ChaosRun(options, run_dir)
@@ -563,9 +511,9 @@ def run(options: Options) -> Outcome:
         chaos.stop_producer()
         chaos.drain()
         chaos.stop()
-        outcome = chaos.judge()
     finally:
         chaos.close()
+    outcome = judge.judge(run_dir)
     if outcome.passed and not options.keep:
         for bulky in ("zk", "data"):
             shutil.rmtree(os.path.join(run_dir, bulky), ignore_errors=True)
@@ -574,6 +522,8 @@ def run(options: Options) -> Outcome:
 
 def main(argv=None) -> int:
     options = parse_args(argv)
+    if options.judge_only:
+        return judge_again(options.judge_only)
     print(f"chaos: seed={options.seed} duration={options.duration:.0f}s run directory {prepare_run_dir(options)}",
           file=sys.stderr, flush=True)
     # The harness's own ZooKeeper client complains while servers are down: into a file.
@@ -595,6 +545,20 @@ def main(argv=None) -> int:
         return 2
     print(outcome.verdict)
     print(f"run directory: {options.run_dir}")
+    return 0 if outcome.passed else 1
+
+
+def judge_again(run_dir: str) -> int:
+    if not os.path.exists(os.path.join(run_dir, judge.RECORD)) or not os.path.isdir(os.path.join(run_dir, "zk")):
+        print(f"chaos: error: {run_dir} is not a kept chaos run (it needs {judge.RECORD}, zk/ and data/)",
+              file=sys.stderr)
+        return 2
+    try:
+        outcome = judge.judge(run_dir)
+    except Exception as e:  # unreadable evidence: say which, in one line
+        print(f"chaos: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    print(outcome.verdict)
     return 0 if outcome.passed else 1
 
 
