@@ -32,8 +32,9 @@ Run directory (``--run-dir``, else a new one under the system's temp dir): ``log
 file per process: ``consumer-NNN.out`` holds its printed records, ``.log`` its stderr;
 ``harness.log``), ``nemesis.log`` (every fault and process event, wall-clock seconds, to set
 beside the records' ``at``), ``run.json``, ``referee/`` (``verdict.txt``, one file per check,
-``ownership.txt``), and the bulky ``zk/`` (servers' data and logs) and ``data/`` (the topic).
-All is kept, except ``zk/`` and ``data/`` after a pass without ``--keep``.
+``ownership.txt``), ``zk/serverN/`` (each server's ``server.log`` and its bulky ``data/``) and
+the bulky ``data/`` (the topic). All is kept, except the bulky parts after a pass without
+``--keep``.
 
 Not covered: network partitions (processes are killed or frozen, links never cut), clock
 jumps, disk faults, and a producer under faults (it needs ZooKeeper only at start).
@@ -41,6 +42,7 @@ jumps, disk faults, and a producer under faults (it needs ZooKeeper only at star
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import logging
 import os
@@ -476,7 +478,8 @@ def parse_args(argv=None) -> Options:
     parser.add_argument("--duration", type=float, default=120.0, metavar="SECONDS", help="nemesis time [120]")
     parser.add_argument("--consumers", type=int, default=5, help="consumer processes [5]")
     parser.add_argument("--partitions", type=int, default=8, help="partitions of the topic [8]")
-    parser.add_argument("--keep", action="store_true", help="keep ZooKeeper's and the topic's data even on a pass")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep ZooKeeper's and the topic's data even on a pass (logs are always kept)")
     parser.add_argument("--rate", type=float, default=200.0, help="records produced per second [200]")
     parser.add_argument("--session-timeout-ms", type=int, default=2000,
                         help="session timeout of consumers and coordinators [2000]")
@@ -515,8 +518,8 @@ def run(options: Options) -> judge.Outcome:
         chaos.close()
     outcome = judge.judge(run_dir)
     if outcome.passed and not options.keep:
-        for bulky in ("zk", "data"):
-            shutil.rmtree(os.path.join(run_dir, bulky), ignore_errors=True)
+        for bulky in [os.path.join(run_dir, "data")] + glob.glob(os.path.join(run_dir, "zk", "server*", "data")):
+            shutil.rmtree(bulky, ignore_errors=True)
     return outcome
 
 
@@ -549,9 +552,9 @@ def main(argv=None) -> int:
 
 
 def judge_again(run_dir: str) -> int:
-    if not os.path.exists(os.path.join(run_dir, judge.RECORD)) or not os.path.isdir(os.path.join(run_dir, "zk")):
-        print(f"chaos: error: {run_dir} is not a kept chaos run (it needs {judge.RECORD}, zk/ and data/)",
-              file=sys.stderr)
+    if not os.path.exists(os.path.join(run_dir, judge.RECORD)) or not os.path.isdir(os.path.join(run_dir, "data")):
+        print(f"chaos: error: {run_dir} is not a chaos run kept with its data (it needs {judge.RECORD}, "
+              "zk/server*/data and data/: a failed run, or one made with --keep)", file=sys.stderr)
         return 2
     try:
         outcome = judge.judge(run_dir)
