@@ -10,7 +10,7 @@ import pytest
 
 from coordinator.zkserver import local_classpath
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(400),
+pytestmark = [pytest.mark.slow, pytest.mark.zk, pytest.mark.timeout(400),  # starts ZooKeeper servers of its own
               pytest.mark.skipif(local_classpath() is None, reason="needs a local ZooKeeper install")]
 
 CHAOS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bin", "chaos")

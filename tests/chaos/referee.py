@@ -132,7 +132,8 @@ def check_lost(produced: Dict[Partition, Sequence[str]], printed: Sequence[Print
                 details.append(f"lost {tp[0]}/{tp[1]} offset {offset} value {value}")
             elif values != {value}:
                 wrong += 1
-                details.append(f"wrong value {tp[0]}/{tp[1]} offset {offset}: log has {value}, printed {sorted(values, key=str)}")
+                details.append(f"wrong value {tp[0]}/{tp[1]} offset {offset}: log has {value}, "
+                               f"printed {sorted(values, key=str)}")
     beyond = [k for k in seen if k[2] >= len(produced.get((k[0], k[1]), ()))]
     for k in sorted(beyond):
         details.append(f"printed {k[0]}/{k[1]} offset {k[2]} that the log does not have")
