@@ -68,8 +68,10 @@ def local_classpath() -> Optional[str]:
     return None
 
 
-def _die_with_parent():
-    # PR_SET_PDEATHSIG: the JVM gets SIGKILL when the process that started it dies.
+def die_with_parent():
+    """``preexec_fn`` for children that must not outlive their parent: PR_SET_PDEATHSIG sends
+    the child SIGKILL when the process that started it dies; a session of its own keeps a
+    terminal's Ctrl-C from reaching it directly."""
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)
     os.setsid()
@@ -108,7 +110,7 @@ class Server:
         cmd = [shutil.which("java") or "java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                "-Dzookeeper.admin.enableServer=false", "-cp", self.classpath, MAIN_CLASS, self.cfg]
         self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     preexec_fn=_die_with_parent, cwd=self.dir)
+                                     preexec_fn=die_with_parent, cwd=self.dir)
         logf.close()
 
     @property

@@ -1,0 +1,52 @@
+"""The chaos run's producer: uniquely numbered records, written continuously.
+
+    python -m tests.chaos.producer ZK DATA_DIR TOPIC [--rate RECORDS_PER_S]
+
+Values are the decimal sequence numbers 0, 1, 2, ... (keys are absent, so partitions are
+filled round robin). The topic's partition count is read once at start: ZooKeeper may be
+down for seconds during the run, and the log on disk is all the producer needs after that.
+SIGTERM stops it: everything sent is flushed, then ``{"produced": N}`` is printed on stdout
+and it exits 0.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import threading
+import time
+
+from consumer.producer import Producer
+from coordinator.zkclient import close_client, start_client
+
+TICK_S = 0.01
+NEVER_REFRESH_MS = 10 ** 9  # the partition count is fixed for the whole run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos.producer")
+    parser.add_argument("zk")
+    parser.add_argument("data_dir")
+    parser.add_argument("topic")
+    parser.add_argument("--rate", type=float, default=200.0, help="records per second")
+    args = parser.parse_args()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    zk = start_client(args.zk)
+    sent = 0
+    started = time.monotonic()
+    with Producer(zk, data_dir=args.data_dir, metadata_max_age_ms=NEVER_REFRESH_MS) as producer:
+        producer.send(args.topic, b"0")  # reads the partition count while ZooKeeper is surely up
+        sent = 1
+        while not stop.wait(TICK_S):
+            due = int((time.monotonic() - started) * args.rate) + 1
+            while sent < due:
+                producer.send(args.topic, str(sent).encode())
+                sent += 1
+    print(json.dumps({"produced": sent}), flush=True)
+    close_client(zk)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,569 @@
+"""``bin/chaos``: a randomized fault run of a whole zkgroups deployment, judged afterwards by
+ZooKeeper's own transaction log.
+
+    bin/chaos [--seed N] [--duration SECONDS] [--consumers 5] [--partitions 8] [--keep]
+    bin/chaos --judge RUN_DIR      (judge a kept run again, e.g. after changing the referee)
+
+The cluster: a 3-server ZooKeeper ensemble (``tickTime`` 200 ms), three ``coordinatord``
+nodes, a producer writing uniquely numbered records (:mod:`tests.chaos.producer`) and
+``--consumers`` processes of ``groupctl consume GROUP TOPIC --with-metadata``, each with a
+consumer id of its own. Everything runs under the chroot ``/chaos``.
+
+The nemesis, every 2-4 s, with an RNG seeded by ``--seed`` (faults that cannot be made at the
+moment, e.g. a leader kill while no leader is registered, are retried at the next tick):
+
+* ``kill``: SIGKILL a consumer, start a replacement;
+* ``term``: SIGTERM a consumer (it leaves cleanly), start a replacement;
+* ``pause``: SIGSTOP a consumer for its session timeout plus 1-3 s, then SIGCONT;
+* ``leader-kill``: SIGKILL the leading ``coordinatord`` (its pid from the leader znode), restart it;
+* ``zk-restart``: SIGKILL one ZooKeeper server, restart it 2-5 s later;
+* ``quorum-loss``: once per run, SIGKILL two servers, restart them 3-5 s later.
+
+The first six faults are the six kinds in a seeded order (the nemesis goes on past
+``--duration``, by 60 s at most, until each happened), then kinds are drawn at random (no
+second quorum loss). Then everything is healed, the producer stopped, the consumers drain until the
+group's committed offsets reach the end offsets (bounded) and are stopped with SIGTERM, the
+coordinators too, and ZooKeeper. The referee (:mod:`tests.chaos.judge`, checks in
+:mod:`tests.chaos.referee`) reads the servers' transaction logs, every printed line and every
+exit; the run prints one verdict line (and one line per failed check) and the run directory.
+Exit status: 0 on pass, 1 on fail, 2 when the run itself could not be made.
+
+Run directory (``--run-dir``, else a new one under the system's temp dir): ``logs/`` (one
+file per process: ``consumer-NNN.out`` holds its printed records, ``.log`` its stderr;
+``harness.log``), ``nemesis.log`` (every fault and process event, wall-clock seconds, to set
+beside the records' ``at``), ``run.json``, ``referee/`` (``verdict.txt``, one file per check,
+``ownership.txt``), ``zk/serverN/`` (each server's ``server.log`` and its bulky ``data/``) and
+the bulky ``data/`` (the topic). All is kept, except the bulky parts after a pass without
+``--keep``.
+
+Not covered: network partitions (processes are killed or frozen, links never cut), clock
+jumps, disk faults, and a producer under faults (it needs ZooKeeper only at start).
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import logging
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional
+
+from kazoo.exceptions import NoNodeError
+
+from consumer.log import Log
+from coordinator import protocol
+from coordinator.topics import TopicRegistry
+from coordinator.zkclient import close_client, start_client
+from coordinator.zkserver import Ensemble, ZooKeeperNotFound, die_with_parent
+from tests.chaos import judge, referee
+from tests.chaos.judge import KINDS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CHROOT = "/chaos"
+GROUP = "chaos"
+TOPIC = "records"
+REPEATED = {"kill": 3, "term": 2, "pause": 3, "leader-kill": 2, "zk-restart": 2}  # weights after the first six
+WARMUP_S = 4.0
+FAULT_GAP_S = (2.0, 4.0)
+OVERTIME_S = 60.0        # the nemesis goes on past --duration until every kind happened (this long at most)
+TERM_GRACE_S = 30.0      # a SIGTERMed process must exit within this
+ZK_CALL_S = 3.0          # the harness's own ZooKeeper reads give up after this
+TICK_S = 0.1
+
+
+@dataclass
+class Options:
+    seed: int
+    duration: float = 120.0
+    consumers: int = 5
+    partitions: int = 8
+    keep: bool = False
+    rate: float = 200.0
+    session_timeout_ms: int = 2000
+    drain_timeout: float = 90.0
+    run_dir: Optional[str] = None
+    judge_only: Optional[str] = None  # a kept run directory to judge again
+
+
+@dataclass
+class Proc:
+    role: str
+    name: str
+    popen: subprocess.Popen
+    log: str
+    out: Optional[str] = None
+    stopped_by: Optional[str] = None
+    term_deadline: Optional[float] = None
+    paused: bool = False
+    note: str = ""
+    end: Optional[referee.ProcessEnd] = None
+
+    @property
+    def alive(self) -> bool:
+        return self.end is None and self.popen.poll() is None
+
+
+@dataclass
+class Pending:
+    due: float
+    what: str
+    action: Callable[[], None]
+
+
+class ChaosRun:
+    """One run: start, nemesis, heal, stop the producer, drain, stop (which leaves
+    ``run.json`` for :func:`tests.chaos.judge.judge`). Single-threaded: the nemesis, the
+    reaping of processes and the delayed actions (resumes, restarts) all run in one loop."""
+
+    def __init__(self, options: Options, run_dir: str):
+        self.o, self.dir = options, run_dir
+        self.rng = random.Random(options.seed)
+        self.logs = os.path.join(run_dir, "logs")
+        self.data_dir = os.path.join(run_dir, "data")
+        os.makedirs(self.logs, exist_ok=True)
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.ensemble: Optional[Ensemble] = None
+        self.admin = None
+        self.procs: List[Proc] = []
+        self.pending: List[Pending] = []
+        self.faults: Counter = Counter()
+        self.plan = list(KINDS)
+        self.rng.shuffle(self.plan)
+        self.consumer_count = 0
+        self.coordinator_starts: Counter = Counter()
+        self.producer: Optional[Proc] = None
+        self.replacing = True  # start a new process for one that exits on its own (until the end)
+        self.produced_count: Optional[int] = None
+        self.live_committed: Optional[Dict] = None
+        self.notes: List[str] = []  # what went wrong in the harness's own steps, for the referee's files
+        self._nemesis_log = open(os.path.join(run_dir, "nemesis.log"), "a")
+
+    # ------------------------------------------------------------ helpers
+
+    @property
+    def connect(self) -> str:
+        return self.ensemble.connect + CHROOT
+
+    def note(self, message: str) -> None:
+        self.notes.append(message)
+        self.say(message)
+
+    def say(self, message: str) -> None:
+        self._nemesis_log.write(f"{time.time():.3f} {message}\n")
+        self._nemesis_log.flush()
+
+    def _spawn(self, role: str, name: str, argv: List[str], out: bool = False) -> Proc:
+        log = os.path.join(self.logs, f"{name}.log")
+        out_path = os.path.join(self.logs, f"{name}.out") if out else None
+        env = dict(os.environ, PYTHONPATH=ROOT, PYTHONUNBUFFERED="1")
+        with open(log, "ab") as err, open(out_path or os.devnull, "ab") as stdout:
+            popen = subprocess.Popen(argv, stdout=stdout, stderr=err, stdin=subprocess.DEVNULL, env=env,
+                                     cwd=ROOT, preexec_fn=die_with_parent)
+        proc = Proc(role, name, popen, log, out_path)
+        self.procs.append(proc)
+        self.say(f"started {role} {name} pid {popen.pid}")
+        return proc
+
+    def live(self, role: str) -> List[Proc]:
+        return [p for p in self.procs if p.role == role and p.alive and p.stopped_by is None]
+
+    def _zk_get(self, path: str):
+        return self.admin.get_async(path).get(timeout=ZK_CALL_S)
+
+    # ------------------------------------------------------------ processes
+
+    def start_consumer(self) -> Proc:
+        self.consumer_count += 1
+        name = f"consumer-{self.consumer_count:03d}"
+        return self._spawn("consumer", name, [
+            os.path.join(ROOT, "bin", "groupctl"), "--zk", self.connect, "--data-dir", self.data_dir, "-v",
+            "consume", GROUP, TOPIC, "--with-metadata", "--consumer-id", f"{GROUP}-{name}",
+            "--session-timeout-ms", str(self.o.session_timeout_ms)], out=True)
+
+    def start_coordinator(self, node: str) -> Proc:
+        self.coordinator_starts[node] += 1
+        return self._spawn("coordinatord", f"coordinatord-{node}-{self.coordinator_starts[node]}", [
+            os.path.join(ROOT, "bin", "coordinatord"), "--zk", self.connect, "--node-id", node,
+            "--session-timeout-ms", str(self.o.session_timeout_ms), "--rebalance-timeout-ms", "5000",
+            "--failed-retry-interval-ms", "3000"])
+
+    def start(self) -> None:
+        self.ensemble = Ensemble(3, tick_ms=200, fsync=False, workdir=os.path.join(self.dir, "zk")).start(60)
+        self.admin = start_client(self.connect, 6000)
+        TopicRegistry(self.admin).create(TOPIC, self.o.partitions)
+        for node in ("c1", "c2", "c3"):
+            self.start_coordinator(node)
+        self.producer = self._spawn("producer", "producer", [
+            sys.executable, "-m", "tests.chaos.producer", self.connect, self.data_dir, TOPIC,
+            "--rate", str(self.o.rate)], out=True)
+        for _ in range(self.o.consumers):
+            self.start_consumer()
+
+    def signal(self, proc: Proc, sig: signal.Signals) -> None:
+        try:
+            proc.popen.send_signal(sig)
+        except ProcessLookupError:
+            pass
+        self.say(f"{sig.name} {proc.name} pid {proc.popen.pid}")
+
+    def kill(self, proc: Proc) -> None:
+        proc.stopped_by = "SIGKILL"
+        if proc.paused:
+            proc.paused = False
+        self.signal(proc, signal.SIGKILL)
+        proc.popen.wait()
+        self.reap()
+
+    def terminate(self, proc: Proc) -> None:
+        proc.stopped_by, proc.term_deadline = "SIGTERM", time.monotonic() + TERM_GRACE_S
+        self.signal(proc, signal.SIGTERM)
+
+    def reap(self) -> None:
+        """Record every process that ended; replace those that ended on their own; SIGKILL
+        those that did not exit within the grace of their SIGTERM."""
+        for p in list(self.procs):
+            if p.end is not None:
+                continue
+            rc = p.popen.poll()
+            if rc is None and p.term_deadline is not None and time.monotonic() > p.term_deadline:
+                p.note = f"still running {TERM_GRACE_S:.0f}s after SIGTERM; killed"
+                self.signal(p, signal.SIGCONT)
+                self.signal(p, signal.SIGKILL)
+                rc = p.popen.wait()
+            if rc is None:
+                continue
+            if p.stopped_by is None:
+                p.note = last_error(p.log)
+            p.end = referee.ProcessEnd(p.role, p.name, p.log, rc, p.stopped_by, p.note)
+            self.say(f"{p.name} exited with status {rc}" + ("" if p.stopped_by else " ON ITS OWN"))
+            if p.stopped_by is None and self.replacing:
+                if p.role == "consumer":
+                    self.start_consumer()
+                elif p.role == "coordinatord":
+                    self.start_coordinator(p.name.split("-")[1])
+
+    # ------------------------------------------------------------ faults
+
+    def inject(self, kind: str) -> bool:
+        """Make one fault; False if it cannot be made now (it is retried later)."""
+        consumers = [p for p in self.live("consumer") if not p.paused]
+        if kind in ("kill", "term", "pause"):
+            if not consumers:
+                return False
+            victim = self.rng.choice(consumers)
+            if kind == "kill":
+                self.kill(victim)
+                self.start_consumer()
+            elif kind == "term":
+                self.terminate(victim)
+                self.start_consumer()
+            else:
+                self.pause(victim)
+        elif kind == "leader-kill":
+            if not self.kill_leader():
+                return False
+        elif kind == "zk-restart":
+            self.heal_zookeeper()
+            index = self.rng.randrange(3)
+            self.kill_server(index)
+            self.later(self.rng.uniform(2.0, 5.0), f"restart ZooKeeper server {index + 1}",
+                       lambda: self.restart_servers([index]))
+        elif kind == "quorum-loss":
+            self.heal_zookeeper()
+            lost = self.rng.sample(range(3), 2)
+            for index in lost:
+                self.kill_server(index)
+            self.wait(self.rng.uniform(3.0, 5.0))
+            self.restart_servers(lost)
+        self.faults[kind] += 1
+        return True
+
+    def pause(self, victim: Proc) -> None:
+        victim.paused = True
+        self.signal(victim, signal.SIGSTOP)
+        seconds = self.o.session_timeout_ms / 1000 + self.rng.uniform(1.0, 3.0)
+
+        def resume():
+            if victim.paused:
+                victim.paused = False
+                self.signal(victim, signal.SIGCONT)
+        self.later(seconds, f"SIGCONT {victim.name}", resume)
+
+    def kill_leader(self) -> bool:
+        try:
+            info = protocol.LeaderInfo.decode(self._zk_get(protocol.LEADER)[0])
+        except Exception as e:  # no leader, or ZooKeeper busy: try again later
+            self.say(f"leader-kill: no leader to read now ({type(e).__name__})")
+            return False
+        leader = next((p for p in self.live("coordinatord") if p.popen.pid == info.pid), None)
+        if leader is None:
+            self.say(f"leader-kill: the registered leader (pid {info.pid}) is not running")
+            return False
+        self.kill(leader)
+        self.start_coordinator(info.node_id)
+        return True
+
+    def kill_server(self, index: int) -> None:
+        self.ensemble.servers[index].kill()
+        self.say(f"SIGKILL ZooKeeper server {index + 1}")
+
+    def restart_servers(self, indexes: List[int]) -> None:
+        for index in indexes:
+            self.ensemble.servers[index].start()
+        self.say(f"restarting ZooKeeper server(s) {', '.join(str(i + 1) for i in indexes)}")
+        self.ensemble.wait_serving(60, [self.ensemble.servers[i] for i in indexes])
+        self.say("ZooKeeper server(s) serving")
+
+    def heal_zookeeper(self) -> None:
+        """Restart any server still down now (another ZooKeeper fault needs all three)."""
+        self.run_pending(lambda p: p.what.startswith("restart ZooKeeper"))
+
+    def later(self, seconds: float, what: str, action: Callable[[], None]) -> None:
+        self.pending.append(Pending(time.monotonic() + seconds, what, action))
+
+    def run_pending(self, which: Callable[[Pending], bool] = lambda p: True, due_only: bool = False) -> None:
+        now = time.monotonic()
+        ready = [p for p in self.pending if which(p) and (not due_only or p.due <= now)]
+        for p in ready:
+            self.pending.remove(p)
+            p.action()
+
+    def wait(self, seconds: float) -> None:
+        """Let ``seconds`` pass, still reaping processes and running what is due."""
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            self.reap()
+            self.run_pending(due_only=True)
+            time.sleep(TICK_S)
+
+    def nemesis(self) -> None:
+        self.say(f"nemesis: seed {self.o.seed}, {self.o.duration:.0f}s")
+        end = time.monotonic() + self.o.duration
+        next_fault = time.monotonic() + WARMUP_S
+        while time.monotonic() < end or (self.plan and time.monotonic() < end + OVERTIME_S):
+            self.reap()
+            self.run_pending(due_only=True)
+            if time.monotonic() >= next_fault:
+                kind = self.plan[0] if self.plan else self.rng.choices(list(REPEATED), list(REPEATED.values()))[0]
+                if self.inject(kind):
+                    self.say(f"fault {kind} done")
+                    if self.plan:
+                        self.plan.pop(0)
+                next_fault = time.monotonic() + self.rng.uniform(*FAULT_GAP_S)
+            time.sleep(TICK_S)
+
+    # ------------------------------------------------------------ the end
+
+    def heal(self) -> None:
+        self.say("healing: resuming paused consumers, restarting ZooKeeper servers")
+        self.run_pending()
+        self.ensemble.wait_serving(60, self.ensemble.servers)
+
+    def stop_producer(self) -> None:
+        if self.producer.end is None:
+            self.terminate(self.producer)
+        while self.producer.end is None:
+            self.wait(0.2)
+        try:
+            with open(self.producer.out) as f:
+                self.produced_count = json.loads(f.read().strip().splitlines()[-1])["produced"]
+        except (OSError, ValueError, KeyError, IndexError):
+            self.note("the producer did not report how many records it sent")
+
+    def end_offsets(self) -> Dict:
+        log = Log(self.data_dir)
+        try:
+            return {(TOPIC, p): log.latest_offset(TOPIC, p) for p in range(self.o.partitions)}
+        finally:
+            log.close()
+
+    def read_committed(self) -> Dict:
+        out = {}
+        for p in range(self.o.partitions):
+            path = protocol.offsets_path(GROUP, TOPIC, p)
+            try:
+                out[(TOPIC, p)] = protocol.decode_offset(self._zk_get(path)[0], path)
+            except NoNodeError:
+                out[(TOPIC, p)] = None
+        return out
+
+    def drain(self) -> bool:
+        """Let the consumers catch up with the end offsets (bounded); True if they did."""
+        ends = self.end_offsets()
+        self.say(f"draining to end offsets {sum(ends.values())} records")
+        deadline = time.monotonic() + self.o.drain_timeout
+        while time.monotonic() < deadline:
+            self.wait(0.5)
+            try:
+                if self.read_committed() == ends:
+                    self.say("drained")
+                    return True
+            except Exception as e:  # ZooKeeper still settling: look again
+                self.say(f"drain: reading offsets failed ({type(e).__name__})")
+        self.note(f"the consumers had not committed everything {self.o.drain_timeout:.0f}s after the faults")
+        return False
+
+    def stop_role(self, role: str) -> None:
+        for p in self.procs:
+            if p.role == role and p.end is None and p.stopped_by is None:
+                self.terminate(p)
+        while any(p.role == role and p.end is None for p in self.procs):
+            self.wait(0.2)
+
+    def stop(self) -> None:
+        self.replacing = False
+        self.stop_role("consumer")
+        try:
+            self.live_committed = self.read_committed()
+        except Exception as e:
+            self.note(f"could not read the committed offsets at the end ({type(e).__name__})")
+        self.stop_role("coordinatord")
+        close_client(self.admin)
+        self.admin = None
+        for server in self.ensemble.servers:
+            server.stop()
+        self.say("stopped")
+        self.record().save(self.dir)
+
+    def close(self) -> None:
+        """Whatever happened: nothing of this run keeps running."""
+        for p in self.procs:
+            if p.popen.poll() is None:
+                p.popen.send_signal(signal.SIGCONT)
+                p.popen.kill()
+                p.popen.wait()
+        if self.admin is not None:
+            close_client(self.admin)
+        if self.ensemble is not None:
+            self.ensemble.close()
+        self._nemesis_log.close()
+
+    def record(self) -> judge.RunRecord:
+        """What the referee needs besides the logs: written to the run directory by :meth:`stop`."""
+        return judge.RunRecord(
+            seed=self.o.seed, duration=self.o.duration, group=GROUP, topic=TOPIC, partitions=self.o.partitions,
+            chroot=CHROOT, faults=dict(self.faults), processes=[p.end for p in self.procs if p.end is not None],
+            consumer_outputs=[os.path.relpath(p.out, self.dir) for p in self.procs if p.role == "consumer"],
+            produced_count=self.produced_count,
+            live_committed=None if self.live_committed is None else
+            {tp[1]: offset for tp, offset in self.live_committed.items()},
+            notes=self.notes)
+
+
+def last_error(log_path: str) -> str:
+    """The last ``error:`` line of a process's log (else its last line): why it exited."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(max(0, os.path.getsize(log_path) - 8192))
+            lines = [line.strip() for line in f.read().decode("utf-8", "replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    errors = [line for line in lines if line.startswith("error:")]
+    return (errors or lines or [""])[-1][:200]
+
+
+def parse_args(argv=None) -> Options:
+    parser = argparse.ArgumentParser(prog="bin/chaos", description=__doc__.split("\n")[0])
+    parser.add_argument("--seed", type=int, help="RNG seed (default: random, printed in the verdict)")
+    parser.add_argument("--duration", type=float, default=120.0, metavar="SECONDS", help="nemesis time [120]")
+    parser.add_argument("--consumers", type=int, default=5, help="consumer processes [5]")
+    parser.add_argument("--partitions", type=int, default=8, help="partitions of the topic [8]")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep ZooKeeper's and the topic's data even on a pass (logs are always kept)")
+    parser.add_argument("--rate", type=float, default=200.0, help="records produced per second [200]")
+    parser.add_argument("--session-timeout-ms", type=int, default=2000,
+                        help="session timeout of consumers and coordinators [2000]")
+    parser.add_argument("--drain-timeout", type=float, default=90.0, metavar="SECONDS",
+                        help="how long consumers get to commit everything after the faults [90]")
+    parser.add_argument("--run-dir", help="where to keep the run (default: a new temporary directory)")
+    parser.add_argument("--judge", metavar="RUN_DIR",
+                        help="run nothing: judge again a run kept with its data (a failed run, or --keep)")
+    args = parser.parse_args(argv)
+    for name in ("duration", "consumers", "partitions", "rate", "session_timeout_ms", "drain_timeout"):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive")
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
+    return Options(seed, args.duration, args.consumers, args.partitions, args.keep, args.rate,
+                   args.session_timeout_ms, args.drain_timeout, args.run_dir, args.judge)
+
+
+def prepare_run_dir(options: Options) -> str:
+    options.run_dir = options.run_dir or tempfile.mkdtemp(prefix=f"zkgroups-chaos-{options.seed}-")
+    os.makedirs(os.path.join(options.run_dir, "logs"), exist_ok=True)
+    return options.run_dir
+
+
+def run(options: Options) -> judge.Outcome:
+    """One whole run; the caller gets the outcome (the run directory is ``options.run_dir``)."""
+    run_dir = prepare_run_dir(options)
+    chaos = ChaosRun(options, run_dir)
+    try:
+        chaos.start()
+        chaos.nemesis()
+        chaos.heal()
+        chaos.stop_producer()
+        chaos.drain()
+        chaos.stop()
+    finally:
+        chaos.close()
+    outcome = judge.judge(run_dir)
+    if outcome.passed and not options.keep:
+        for bulky in [os.path.join(run_dir, "data")] + glob.glob(os.path.join(run_dir, "zk", "server*", "data")):
+            shutil.rmtree(bulky, ignore_errors=True)
+    return outcome
+
+
+def main(argv=None) -> int:
+    options = parse_args(argv)
+    if options.judge_only:
+        return judge_again(options.judge_only)
+    print(f"chaos: seed={options.seed} duration={options.duration:.0f}s run directory {prepare_run_dir(options)}",
+          file=sys.stderr, flush=True)
+    # The harness's own ZooKeeper client complains while servers are down: into a file.
+    logging.basicConfig(filename=os.path.join(prepare_run_dir(options), "logs", "harness.log"), level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        outcome = run(options)
+    except KeyboardInterrupt:
+        print(f"chaos: interrupted (run directory {options.run_dir})", file=sys.stderr)
+        return 2
+    except ZooKeeperNotFound as e:
+        print(f"chaos: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # a harness failure: one line here, the traceback in the run directory
+        with open(os.path.join(options.run_dir, "harness-error.txt"), "w") as f:
+            traceback.print_exc(file=f)
+        print(f"chaos: error: {type(e).__name__}: {e} (traceback in {options.run_dir}/harness-error.txt)",
+              file=sys.stderr)
+        return 2
+    print(outcome.verdict)
+    print(f"run directory: {options.run_dir}")
+    return 0 if outcome.passed else 1
+
+
+def judge_again(run_dir: str) -> int:
+    if not os.path.exists(os.path.join(run_dir, judge.RECORD)) or not os.path.isdir(os.path.join(run_dir, "data")):
+        print(f"chaos: error: {run_dir} is not a chaos run kept with its data (it needs {judge.RECORD}, "
+              "zk/server*/data and data/: a failed run, or one made with --keep)", file=sys.stderr)
+        return 2
+    try:
+        outcome = judge.judge(run_dir)
+    except Exception as e:  # unreadable evidence: say which, in one line
+        print(f"chaos: error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+    print(outcome.verdict)
+    return 0 if outcome.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
