@@ -135,50 +135,157 @@ def moved(previous, ownership):
     return total
 
 
-def subscribed_streams(members, topic):
-    return sorted(((cid, i) for cid, sub in members.items() for i in range(sub.get(topic, 0))))
+def stream_topics(members, partitions):
+    """stream id -> the existing topics it is subscribed to (stream ``<cid>-<i>`` takes the
+    topics its member asks ``i + 1`` or more streams of)."""
+    out = {}
+    for cid, sub in members.items():
+        for topic, streams in sub.items():
+            if topic in partitions:
+                for i in range(streams):
+                    out.setdefault(stream_id(cid, i), set()).add(topic)
+    return out
 
 
-def fewest_moves(members, partitions, previous):
-    """The fewest partitions that must change owner for a per-topic balanced assignment (counts
-    floor(P/S) or ceil(P/S)), computed independently of the greedy in sticky.py: a knapsack over
-    which streams get the ``P % S`` larger shares."""
-    total = 0
-    for topic in sorted({t for sub in members.values() for t in sub if t in partitions}):
-        count = partitions[topic]
-        sids = [stream_id(cid, i) for cid, i in subscribed_streams(members, topic)]
+def totals(members, partitions, ownership):
+    """Partitions per stream over all topics, idle streams included as 0."""
+    counts = {sid: 0 for sid in stream_topics(members, partitions)}
+    for owned in ownership.values():
+        for sid in owned.values():
+            counts[sid] += 1
+    return counts
+
+
+def kafka_balanced(members, partitions, ownership):
+    """Kafka's sticky guarantee (``AbstractStickyAssignor.isBalanced``), per stream: no stream
+    with 2 or more fewer partitions than another is subscribed to a topic the other holds."""
+    counts = totals(members, partitions, ownership)
+    subs = stream_topics(members, partitions)
+    for topic, owned in ownership.items():
+        fewest = min(counts[sid] for sid, topics in subs.items() if topic in topics)
+        if any(counts[holder] >= fewest + 2 for holder in set(owned.values())):
+            return False
+    return True
+
+
+def no_better_chain(members, partitions, ownership):
+    """The stronger balance ``sticky`` keeps: no stream can hand a partition, directly or through
+    a chain of hand-overs (each to a stream subscribed to the partition's topic, which then
+    hands on one of its own), to a stream with 2 or more fewer partitions. Equivalently the sum
+    of squared totals is the smallest possible."""
+    counts = totals(members, partitions, ownership)
+    subs = stream_topics(members, partitions)
+    held = {sid: set() for sid in counts}
+    for topic, owned in ownership.items():
+        for sid in owned.values():
+            held[sid].add(topic)
+    takers = {giver: [sid for sid in counts if sid != giver and held[giver] & subs[sid]] for giver in counts}
+    for start in counts:
+        seen, todo = {start}, [start]
+        while todo:
+            for taker in takers[todo.pop()]:
+                if taker not in seen:
+                    if counts[taker] + 2 <= counts[start]:
+                        return False
+                    seen.add(taker)
+                    todo.append(taker)
+    return True
+
+
+def no_swaps(previous, ownership):
+    """Kafka's stickiness check (``isSticky``): no two streams traded partitions of one topic."""
+    for topic, owned in ownership.items():
         before = owners_before(previous, topic)
-        kept = Counter(sid for p, sid in before.items() if 0 <= p < count and sid in sids)
-        base, extra = divmod(count, len(sids))
-        best = {0: 0}  # number of larger shares given so far -> most partitions that stay
-        for sid in sids:
-            step = {}
-            for used, stay in best.items():
-                for bigger in (0, 1):
-                    if used + bigger <= extra:
-                        value = stay + min(kept[sid], base + bigger)
-                        step[used + bigger] = max(step.get(used + bigger, -1), value)
-            best = step
-        total += count - best[extra]
-    return total
+        pairs = {(before[p], sid) for p, sid in owned.items()
+                 if isinstance(before.get(p), str) and before[p] != sid}
+        if any((new, old) in pairs for old, new in pairs):
+            return False
+    return True
 
 
-def brute_force_fewest_moves(members, partitions, previous):
-    """The same minimum by trying every assignment of every topic (small inputs only)."""
-    total = 0
-    for topic in sorted({t for sub in members.values() for t in sub if t in partitions}):
-        count = partitions[topic]
-        sids = [stream_id(cid, i) for cid, i in subscribed_streams(members, topic)]
-        before = owners_before(previous, topic)
-        base = count // len(sids)
-        fewest = None
-        for owners in itertools.product(sids, repeat=count):
-            counts = Counter(owners)
-            if all(base <= counts[sid] <= base + 1 for sid in sids):
-                n = sum(1 for p, sid in enumerate(owners) if before.get(p) != sid)
-                fewest = n if fewest is None else min(fewest, n)
-        total += fewest
-    return total
+def squares(counts):
+    return sum(n * n for n in counts.values())
+
+
+def kept_counts(members, partitions, previous):
+    """(topic, stream id) -> partitions of that topic the stream held and may keep."""
+    subs = stream_topics(members, partitions)
+    kept = Counter()
+    for topic in partitions:
+        for p, sid in owners_before(previous, topic).items():
+            if 0 <= p < partitions[topic] and isinstance(sid, str) and topic in subs.get(sid, ()):
+                kept[topic, sid] += 1
+    return kept
+
+
+def brute_force_best(members, partitions, previous):
+    """(smallest sum of squared stream totals, fewest moves among the assignments with it), by
+    trying every assignment of every partition (small inputs only)."""
+    subs = stream_topics(members, partitions)
+    slots = [(t, p) for t in sorted({t for ts in subs.values() for t in ts}) for p in range(partitions[t])]
+    choices = [sorted(sid for sid, topics in subs.items() if t in topics) for t, p in slots]
+    before = [owners_before(previous, t).get(p) for t, p in slots]
+    best = None
+    for owners in itertools.product(*choices):
+        counts = Counter(owners)
+        score = (sum(n * n for n in counts.values()), sum(1 for o, b in zip(owners, before) if o != b))
+        best = score if best is None else min(best, score)
+    return best if best is not None else (0, 0)
+
+
+def flow_best(members, partitions, previous):
+    """The same pair by successive shortest paths (Bellman-Ford) on the network topic ->
+    stream -> sink, one partition at a time: a stream going from n to n + 1 partitions costs
+    W * (2n + 1) (so the sum of squares comes first) and a partition beyond those it held
+    costs 1 more. A different algorithm from sticky.py's, for inputs too large to try all."""
+    subs = stream_topics(members, partitions)
+    topics = sorted({t for ts in subs.values() for t in ts})
+    streams = sorted(subs)
+    kept = kept_counts(members, partitions, previous)
+    weight = sum(partitions[t] for t in topics) + 1
+    left = {t: partitions[t] for t in topics}
+    x, n = Counter(), Counter()
+    nodes = ["src", "sink"] + [("t", t) for t in topics] + [("s", s) for s in streams]
+    for _ in range(sum(left.values())):
+        arcs = [("src", ("t", t), 0) for t in topics if left[t]]
+        for s in streams:
+            arcs.append((("s", s), "sink", weight * (2 * n[s] + 1)))
+            for t in subs[s]:
+                arcs.append((("t", t), ("s", s), 0 if x[t, s] < kept[t, s] else 1))
+                if x[t, s]:
+                    arcs.append((("s", s), ("t", t), 0 if x[t, s] <= kept[t, s] else -1))
+        dist, pred = {"src": 0}, {}
+        for _ in range(len(nodes)):
+            for a, b, cost in arcs:
+                if a in dist and dist[a] + cost < dist.get(b, dist[a] + cost + 1):
+                    dist[b], pred[b] = dist[a] + cost, a
+        node = "sink"
+        while node != "src":
+            a = pred[node]
+            if a == "src":
+                left[node[1]] -= 1
+            elif node == "sink":
+                n[a[1]] += 1
+            elif a[0] == "t":
+                x[a[1], node[1]] += 1
+            else:
+                x[node[1], a[1]] -= 1
+            node = a
+    moves = sum(partitions[t] for t in topics) - sum(min(x[key], kept[key]) for key in x)
+    return sum(c * c for c in n.values()), moves
+
+
+def best_of(members, partitions, previous, ownership):
+    return squares(totals(members, partitions, ownership)), moved(previous, ownership)
+
+
+def check_sticky(members, partitions, previous, result):
+    """What every sticky assignment keeps: the contract, Kafka's balance and stickiness, and the
+    stronger balance across chains."""
+    check_valid(members, partitions, result)
+    assert kafka_balanced(members, partitions, result), totals(members, partitions, result)
+    assert no_better_chain(members, partitions, result), totals(members, partitions, result)
+    assert no_swaps(previous, result)
 
 
 # ---------------------------------------------------------------- range
@@ -321,10 +428,10 @@ STICKY_CASES = [
     ("new partitions go to the streams with room",
      {"a": {"t": 1}, "b": {"t": 1}}, {"t": 6}, {"t": expand({"a-0": [0, 1], "b-0": [2, 3]})},
      {"t": expand({"a-0": [0, 1, 4], "b-0": [2, 3, 5]})}),
-    ("a member that unsubscribed from a topic loses it there, keeps the others",
+    ("a member that unsubscribed from a topic loses it there; the totals even out on the other",
      {"a": {"x": 1, "y": 1}, "b": {"y": 1}}, {"x": 2, "y": 2},
      {"x": expand({"a-0": [0], "b-0": [1]}), "y": expand({"a-0": [1], "b-0": [0]})},
-     {"x": expand({"a-0": [0, 1]}), "y": expand({"a-0": [1], "b-0": [0]})}),
+     {"x": expand({"a-0": [0, 1]}), "y": expand({"b-0": [0, 1]})}),
     ("fewer streams: a member's dropped stream gives its partitions up",
      {"a": {"t": 1}, "b": {"t": 1}}, {"t": 4},
      {"t": expand({"a-0": [0], "a-1": [1], "b-0": [2, 3]})},
@@ -351,6 +458,31 @@ STICKY_CASES = [
     ("numeric stream order when filling (c-2 before c-10)",
      {"c": {"t": 11}}, {"t": 11}, {"t": {p: "c-0" for p in range(11)}},
      {"t": {0: "c-0", **{p: f"c-{p}" for p in range(1, 11)}}}),
+    # across topics
+    ("balanced across topics: 4 topics x 2 partitions over 3 members is 3, 3, 2 (range: 4, 4, 0)",
+     {c: {"t0": 1, "t1": 1, "t2": 1, "t3": 1} for c in ("c0", "c1", "c2")},
+     {"t0": 2, "t1": 2, "t2": 2, "t3": 2}, None,
+     {"t0": expand({"c0-0": [0], "c1-0": [1]}), "t1": expand({"c0-0": [0], "c2-0": [1]}),
+      "t2": expand({"c1-0": [0], "c2-0": [1]}), "t3": expand({"c0-0": [0], "c1-0": [1]})}),
+    ("unequal subscriptions: forced shares first (Kafka's javadoc example 2: 1, 2, 3)",
+     {"c0": {"t0": 1}, "c1": {"t0": 1, "t1": 1}, "c2": {"t0": 1, "t1": 1, "t2": 1}},
+     {"t0": 1, "t1": 2, "t2": 3}, None,
+     {"t0": {0: "c0-0"}, "t1": expand({"c1-0": [0, 1]}), "t2": expand({"c2-0": [0, 1, 2]})}),
+    ("... and when c0 leaves, only its partition moves (5 of 6 stay)",
+     {"c1": {"t0": 1, "t1": 1}, "c2": {"t0": 1, "t1": 1, "t2": 1}}, {"t0": 1, "t1": 2, "t2": 3},
+     {"t0": {0: "c0-0"}, "t1": expand({"c1-0": [0, 1]}), "t2": expand({"c2-0": [0, 1, 2]})},
+     {"t0": {0: "c1-0"}, "t1": expand({"c1-0": [0, 1]}), "t2": expand({"c2-0": [0, 1, 2]})}),
+    ("a chain of hand-overs evens 3, 2, 1 out to 2, 2, 2 (Kafka keeps 3, 2, 1: no single move helps)",
+     {"a": {"t1": 1}, "b": {"t1": 1, "t2": 1}, "c": {"t2": 1}}, {"t1": 3, "t2": 3},
+     {"t1": expand({"a-0": [0, 1, 2]}), "t2": expand({"b-0": [0, 1], "c-0": [2]})},
+     {"t1": expand({"a-0": [0, 1], "b-0": [2]}), "t2": expand({"b-0": [0], "c-0": [1, 2]})}),
+    # streams
+    ("n streams are n consumers: 3 streams of a member take 3 shares",
+     {"a": {"t": 3}, "b": {"t": 1}}, {"t": 8}, None,
+     {"t": expand({"a-0": [0, 1], "a-1": [2, 3], "a-2": [4, 5], "b-0": [6, 7]})}),
+    ("stream i takes only the topics its member asks i + 1 streams of; totals even out over them",
+     {"a": {"x": 2, "y": 1}, "b": {"y": 1}}, {"x": 2, "y": 4}, None,
+     {"x": expand({"a-1": [0, 1]}), "y": expand({"a-0": [0, 1], "b-0": [2, 3]})}),
 ]
 
 
@@ -359,8 +491,301 @@ STICKY_CASES = [
 def test_sticky_table(members, partitions, previous, expected):
     result = assign("sticky", members, partitions, previous)
     assert result == expected
-    check_valid(members, partitions, result)
+    check_sticky(members, partitions, previous, result)
     assert sticky_assignor.assign(members, partitions, previous) == expected
+
+
+# Kafka's StickyAssignorTest / AbstractStickyAssignorTest scenarios, as data. One stream per
+# consumer (Kafka's model), so stream "<consumer>-0" is the consumer. Each scenario is a list of
+# steps; a step's previous assignment is the one before's result unless it names one
+# ("claims": consumer -> [(topic, partition)], for claims Kafka resolves by generation, the
+# claims of the newest generation). Expectations, all optional: "totals" (consumer ->
+# partitions), "per_topic" (consumer -> topic -> partitions), "moves" (partitions whose stream
+# changed, new ones included), "holds" (consumer -> partitions it must still have), "within"
+# (consumer -> the only partitions it may have), "exact" (consumer -> all its partitions).
+# Every step is also checked for validity, Kafka's balance and stickiness, the balance across
+# chains, and, when small, against the brute-force optimum.
+
+def subscribe(**topics_by_consumer):
+    return {c: {t: 1 for t in topics} for c, topics in topics_by_consumer.items()}
+
+
+def tps(topic, *partitions):
+    return [(topic, p) for p in partitions]
+
+
+def numbered(prefix, count, width):
+    return [f"{prefix}{i:0{width}d}" for i in range(count)]
+
+
+def conflicting_generations(members):
+    """consumer1's claims (an older generation) all conflict with consumer2's and consumer3's,
+    so only those count; everyone ends with 4, the two keeping only what they claimed."""
+    newer = {"consumer2": tps("topic", 0, 1) + tps("topic2", 0, 1, 2, 3),
+             "consumer3": tps("topic", 2, 3) + tps("topic3", 0, 1, 2, 3)}
+    return [dict(members=members, partitions={"topic": 4, "topic2": 4, "topic3": 4}, claims=newer,
+                 totals={"consumer1": 4, "consumer2": 4, "consumer3": 4}, moves=4, within=newer)]
+
+KAFKA_SCENARIOS = [
+    ("testOneConsumerNoTopic", [dict(members=subscribe(consumer=[]), partitions={}, exact={})]),
+    ("testOneConsumerNonexistentTopic",
+     [dict(members=subscribe(consumer=["topic"]), partitions={"topic": 0}, exact={"consumer": []})]),
+    ("testOneConsumerOneTopic",
+     [dict(members=subscribe(consumer=["topic"]), partitions={"topic": 3}, exact={"consumer": tps("topic", 0, 1, 2)})]),
+    ("testOnlyAssignsPartitionsFromSubscribedTopics",
+     [dict(members=subscribe(consumer=["topic"]), partitions={"topic": 2},
+           claims={"consumer": tps("topic", 0, 1) + tps("other", 0, 1)},
+           exact={"consumer": tps("topic", 0, 1)}, moves=0)]),
+    ("testOneConsumerMultipleTopics",
+     [dict(members=subscribe(consumer=["topic1", "topic2"]), partitions={"topic1": 1, "topic2": 2},
+           exact={"consumer": tps("topic1", 0) + tps("topic2", 0, 1)})]),
+    ("testTwoConsumersOneTopicOnePartition",
+     [dict(members=subscribe(consumer1=["topic"], consumer2=["topic"]), partitions={"topic": 1},
+           totals={"consumer1": 1, "consumer2": 0})]),
+    ("testTwoConsumersOneTopicTwoPartitions",
+     [dict(members=subscribe(consumer1=["topic"], consumer2=["topic"]), partitions={"topic": 2},
+           exact={"consumer1": tps("topic", 0), "consumer2": tps("topic", 1)})]),
+    ("testMultipleConsumersMixedTopicSubscriptions",
+     [dict(members=subscribe(consumer1=["topic1"], consumer2=["topic1", "topic2"], consumer3=["topic1"]),
+           partitions={"topic1": 3, "topic2": 2},
+           per_topic={"consumer1": {"topic1": 2}, "consumer2": {"topic2": 2}, "consumer3": {"topic1": 1}})]),
+    ("testTwoConsumersTwoTopicsSixPartitions",
+     [dict(members=subscribe(consumer1=["topic1", "topic2"], consumer2=["topic1", "topic2"]),
+           partitions={"topic1": 3, "topic2": 3}, totals={"consumer1": 3, "consumer2": 3})]),
+    ("testConsumerOwningMinQuotaExpectedMaxQuota",
+     [dict(members=subscribe(consumer1=["topic1", "topic2"], consumer2=["topic1", "topic2"]),
+           partitions={"topic1": 2, "topic2": 3},
+           claims={"consumer1": tps("topic1", 0) + tps("topic2", 1), "consumer2": tps("topic1", 1) + tps("topic2", 2)},
+           exact={"consumer1": tps("topic1", 0) + tps("topic2", 0, 1),
+                  "consumer2": tps("topic1", 1) + tps("topic2", 2)},
+           moves=1)]),
+    ("testMaxQuotaConsumerMoreThanNumExpectedMaxCapacityMembers",
+     [dict(members=subscribe(consumer1=["topic1", "topic2"], consumer2=["topic1", "topic2"],
+                             consumer3=["topic1", "topic2"]),
+           partitions={"topic1": 2, "topic2": 2},
+           claims={"consumer1": tps("topic1", 0) + tps("topic2", 0), "consumer2": tps("topic1", 1) + tps("topic2", 1)},
+           totals={"consumer1": 2, "consumer2": 1, "consumer3": 1}, moves=1)]),
+    ("testAllConsumersAreUnderMinQuota",
+     [dict(members=subscribe(consumer1=["topic1", "topic2"], consumer2=["topic1", "topic2"],
+                             consumer3=["topic1", "topic2"]),
+           partitions={"topic1": 2, "topic2": 3},
+           claims={"consumer1": tps("topic1", 0), "consumer2": tps("topic1", 1)},
+           totals={"consumer1": 2, "consumer2": 2, "consumer3": 1}, moves=3,
+           holds={"consumer1": tps("topic1", 0), "consumer2": tps("topic1", 1)})]),
+    ("testAddRemoveConsumerOneTopic",
+     [dict(members=subscribe(consumer1=["topic"]), partitions={"topic": 3}, exact={"consumer1": tps("topic", 0, 1, 2)}),
+      dict(members=subscribe(consumer1=["topic"], consumer2=["topic"]), partitions={"topic": 3},
+           exact={"consumer1": tps("topic", 0, 1), "consumer2": tps("topic", 2)}, moves=1),
+      dict(members=subscribe(consumer2=["topic"]), partitions={"topic": 3},
+           exact={"consumer2": tps("topic", 0, 1, 2)}, moves=2)]),
+    ("testTopicBalanceAfterReassignment",
+     [dict(members=subscribe(consumer1=["topic1", "topic2"]), partitions={"topic1": 12, "topic2": 12},
+           per_topic={"consumer1": {"topic1": 12, "topic2": 12}}),
+      dict(members=subscribe(consumer1=["topic1", "topic2"], consumer2=["topic1", "topic2"]),
+           partitions={"topic1": 12, "topic2": 12}, moves=12,
+           per_topic={c: {"topic1": 6, "topic2": 6} for c in ("consumer1", "consumer2")}),
+      dict(members=subscribe(**{c: ["topic1", "topic2"] for c in ("consumer1", "consumer2", "consumer3", "consumer4")}),
+           partitions={"topic1": 12, "topic2": 12}, moves=12,
+           per_topic={c: {"topic1": 3, "topic2": 3} for c in ("consumer1", "consumer2", "consumer3", "consumer4")}),
+      dict(members=subscribe(consumer3=["topic1", "topic2"], consumer4=["topic1", "topic2"]),
+           partitions={"topic1": 12, "topic2": 12}, moves=12,
+           per_topic={c: {"topic1": 6, "topic2": 6} for c in ("consumer3", "consumer4")})]),
+    ("testAddRemoveTwoConsumersTwoTopics",
+     [dict(members=subscribe(consumer1=["topic1", "topic2"], consumer2=["topic1", "topic2"]),
+           partitions={"topic1": 3, "topic2": 4},
+           per_topic={"consumer1": {"topic1": 2, "topic2": 2}, "consumer2": {"topic1": 1, "topic2": 2}}),
+      dict(members=subscribe(**{c: ["topic1", "topic2"] for c in ("consumer1", "consumer2", "consumer3", "consumer4")}),
+           partitions={"topic1": 3, "topic2": 4}, moves=3,
+           totals={"consumer1": 2, "consumer2": 2, "consumer3": 2, "consumer4": 1}),
+      dict(members=subscribe(consumer3=["topic1", "topic2"], consumer4=["topic1", "topic2"]),
+           partitions={"topic1": 3, "topic2": 4}, moves=4, totals={"consumer3": 4, "consumer4": 3})]),
+    ("testPoorRoundRobinAssignmentScenario",
+     [dict(members=subscribe(consumer1=["topic1", "topic2", "topic3", "topic4", "topic5"],
+                             consumer2=["topic1", "topic3", "topic5"], consumer3=["topic1", "topic3", "topic5"],
+                             consumer4=["topic1", "topic2", "topic3", "topic4", "topic5"]),
+           partitions={f"topic{i}": i % 2 + 1 for i in range(1, 6)},
+           totals={c: 2 for c in ("consumer1", "consumer2", "consumer3", "consumer4")})]),
+    ("testAddRemoveTopicTwoConsumers",
+     [dict(members=subscribe(consumer1=["topic"], consumer2=["topic"]), partitions={"topic": 3},
+           totals={"consumer1": 2, "consumer2": 1}),
+      dict(members=subscribe(consumer1=["topic", "topic2"], consumer2=["topic", "topic2"]),
+           partitions={"topic": 3, "topic2": 3}, totals={"consumer1": 3, "consumer2": 3}, moves=3,
+           holds={"consumer1": tps("topic", 0, 1), "consumer2": tps("topic", 2)}),
+      dict(members=subscribe(consumer1=["topic2"], consumer2=["topic2"]), partitions={"topic2": 3}, moves=0)]),
+    ("testReassignmentAfterOneConsumerLeaves",
+     [dict(members={c: {t: 1 for t in numbered("t", 20, 2)[1:i + 1]} for i, c in enumerate(numbered("c", 20, 2)) if i},
+           partitions={t: i for i, t in enumerate(numbered("t", 20, 2)) if i}),
+      dict(members={c: {t: 1 for t in numbered("t", 20, 2)[1:i + 1]}
+                    for i, c in enumerate(numbered("c", 20, 2)) if i and c != "c10"},
+           partitions={t: i for i, t in enumerate(numbered("t", 20, 2)) if i})]),
+    ("testReassignmentAfterOneConsumerAdded",
+     [dict(members={c: {"topic": 1} for c in numbered("c", 10, 2)[1:]}, partitions={"topic": 20}),
+      dict(members={c: {"topic": 1} for c in numbered("c", 11, 2)[1:]}, partitions={"topic": 20}, moves=2,
+           totals={c: 2 for c in numbered("c", 11, 2)[1:]})]),
+    ("testSameSubscriptions",
+     [dict(members={c: {t: 1 for t in numbered("t", 15, 2)[1:]} for c in numbered("c", 9, 1)[1:]},
+           partitions={t: i for i, t in enumerate(numbered("t", 15, 2)) if i}),
+      dict(members={c: {t: 1 for t in numbered("t", 15, 2)[1:]} for c in numbered("c", 9, 1)[1:] if c != "c5"},
+           partitions={t: i for i, t in enumerate(numbered("t", 15, 2)) if i}, moves=13)]),
+    ("testNewSubscription",
+     [dict(members=subscribe(c0=[], c1=["t1"], c2=["t2", "t3", "t4"]), partitions={f"t{i}": 1 for i in range(1, 5)}),
+      dict(members=subscribe(c0=["t1"], c1=["t1"], c2=["t2", "t3", "t4"]), partitions={f"t{i}": 1 for i in range(1, 5)},
+           moves=0, totals={"c0": 0, "c1": 1, "c2": 3})]),
+    ("testMoveExistingAssignments (a chain: Kafka keeps 1, 2, 3; here 2, 2, 2 in 2 moves)",
+     [dict(members=subscribe(consumer1=["topic1", "topic2"], consumer2=["topic1", "topic2", "topic3", "topic4"],
+                             consumer3=["topic2", "topic3", "topic4", "topic5", "topic6"]),
+           partitions={f"topic{i}": 1 for i in range(1, 7)},
+           claims={"consumer1": tps("topic1", 0), "consumer2": tps("topic2", 0) + tps("topic3", 0),
+                   "consumer3": tps("topic4", 0) + tps("topic5", 0) + tps("topic6", 0)},
+           totals={"consumer1": 2, "consumer2": 2, "consumer3": 2}, moves=2)]),
+    ("testStickiness",
+     [dict(members=subscribe(**{c: ["topic1"] for c in ("consumer1", "consumer2", "consumer3", "consumer4")}),
+           partitions={"topic1": 3}, totals={"consumer1": 1, "consumer2": 1, "consumer3": 1, "consumer4": 0}),
+      dict(members=subscribe(**{c: ["topic1"] for c in ("consumer2", "consumer3", "consumer4")}),
+           partitions={"topic1": 3}, totals={"consumer2": 1, "consumer3": 1, "consumer4": 1}, moves=1)]),
+    ("testAssignmentUpdatedForDeletedTopic",
+     [dict(members=subscribe(consumer=["topic1", "topic2", "topic3"]), partitions={"topic1": 1, "topic3": 100},
+           totals={"consumer": 101})]),
+    ("testNoExceptionThrownWhenOnlySubscribedTopicDeleted",
+     [dict(members=subscribe(consumer=["topic"]), partitions={"topic": 3}, totals={"consumer": 3}),
+      dict(members=subscribe(consumer=["topic"]), partitions={}, exact={})]),
+    ("testAllConsumersReachExpectedQuotaAndAreConsideredFilled",
+     [dict(members=subscribe(consumer1=["topic"], consumer2=["topic"], consumer3=["topic"]), partitions={"topic": 4},
+           claims={"consumer1": tps("topic", 0, 1), "consumer2": tps("topic", 2)},
+           exact={"consumer1": tps("topic", 0, 1), "consumer2": tps("topic", 2), "consumer3": tps("topic", 3)})]),
+    ("testOwnedPartitionsAreInvalidatedForConsumerWithStaleGeneration",
+     [dict(members=subscribe(consumer1=["topic", "topic2"], consumer2=["topic", "topic2"]),
+           partitions={"topic": 3, "topic2": 3},
+           claims={"consumer1": tps("topic", 0, 2) + tps("topic2", 1)},
+           exact={"consumer1": tps("topic", 0, 2) + tps("topic2", 1),
+                  "consumer2": tps("topic", 1) + tps("topic2", 0, 2)})]),
+    ("testPartitionsTransferringOwnershipIncludeThePartitionClaimedByMultipleConsumersInSameGeneration",
+     [dict(members=subscribe(consumer1=["topic"], consumer2=["topic"], consumer3=["topic"]), partitions={"topic": 3},
+           claims={"consumer1": tps("topic", 1), "consumer2": tps("topic", 2)},
+           exact={"consumer1": tps("topic", 1), "consumer2": tps("topic", 2), "consumer3": tps("topic", 0)})]),
+    ("testEnsurePartitionsAssignedToHighestGeneration",
+     [dict(members=subscribe(**{c: ["topic", "topic2", "topic3"] for c in ("consumer1", "consumer2", "consumer3")}),
+           partitions={"topic": 3, "topic2": 3, "topic3": 3},
+           claims={"consumer1": tps("topic", 0) + tps("topic2", 0) + tps("topic3", 0),
+                   "consumer2": tps("topic", 1) + tps("topic2", 1) + tps("topic3", 1), "consumer3": tps("topic3", 2)},
+           exact={"consumer1": tps("topic", 0) + tps("topic2", 0) + tps("topic3", 0),
+                  "consumer2": tps("topic", 1) + tps("topic2", 1) + tps("topic3", 1),
+                  "consumer3": tps("topic", 2) + tps("topic2", 2) + tps("topic3", 2)})]),
+    ("testNoReassignmentOnCurrentMembers",
+     [dict(members=subscribe(**{c: ["topic", "topic1", "topic2", "topic3"]
+                                for c in ("consumer1", "consumer2", "consumer3", "consumer4")}),
+           partitions={"topic": 3, "topic1": 3, "topic2": 3, "topic3": 3},
+           claims={"consumer2": tps("topic", 0) + tps("topic2", 0) + tps("topic1", 0),
+                   "consumer3": tps("topic3", 2) + tps("topic2", 2) + tps("topic1", 1),
+                   "consumer4": tps("topic3", 1) + tps("topic", 1, 2)},
+           exact={"consumer1": tps("topic1", 2) + tps("topic2", 1) + tps("topic3", 0),
+                  "consumer2": tps("topic", 0) + tps("topic2", 0) + tps("topic1", 0),
+                  "consumer3": tps("topic3", 2) + tps("topic2", 2) + tps("topic1", 1),
+                  "consumer4": tps("topic3", 1) + tps("topic", 1, 2)})]),
+    ("testOwnedPartitionsAreInvalidatedForConsumerWithMultipleGeneration",
+     [dict(members=subscribe(consumer1=["topic", "topic2"], consumer2=["topic", "topic2"]),
+           partitions={"topic": 3, "topic2": 3},
+           claims={"consumer1": tps("topic", 0, 1) + tps("topic2", 1), "consumer2": tps("topic2", 2)},
+           exact={"consumer1": tps("topic", 0, 1) + tps("topic2", 1),
+                  "consumer2": tps("topic", 2) + tps("topic2", 0, 2)})]),
+    ("testAllConsumersHaveOwnedPartitionInvalidatedWhenClaimedByMultipleConsumersInSameGeneration"
+     "WithUnequalPartitionsPerConsumer",
+     [dict(members=subscribe(consumer1=["topic"], consumer2=["topic"], consumer3=["topic"]), partitions={"topic": 4},
+           claims={"consumer1": tps("topic", 1), "consumer2": tps("topic", 2)},
+           totals={"consumer1": 2, "consumer2": 1, "consumer3": 1}, moves=2,
+           holds={"consumer1": tps("topic", 1), "consumer2": tps("topic", 2)})]),
+    ("testAssignmentWithMultipleGenerations1 (equal subscriptions)",
+     [dict(members=subscribe(**{c: ["topic", "topic2"] for c in ("consumer1", "consumer2", "consumer3")}),
+           partitions={"topic": 6, "topic2": 6}, totals={"consumer1": 4, "consumer2": 4, "consumer3": 4}),
+      dict(members=subscribe(consumer1=["topic", "topic2"], consumer2=["topic", "topic2"]),
+           partitions={"topic": 6, "topic2": 6}, totals={"consumer1": 6, "consumer2": 6}, moves=4),
+      dict(members=subscribe(consumer2=["topic", "topic2"], consumer3=["topic", "topic2"]),
+           partitions={"topic": 6, "topic2": 6}, totals={"consumer2": 6, "consumer3": 6}, moves=6)]),
+    ("testAssignmentWithMultipleGenerations1 (unequal subscriptions)",
+     [dict(members=subscribe(consumer1=["topic", "topic2"], consumer2=["topic"], consumer3=["topic", "topic2"]),
+           partitions={"topic": 6, "topic2": 6}, totals={"consumer1": 4, "consumer2": 4, "consumer3": 4}),
+      dict(members=subscribe(consumer1=["topic", "topic2"], consumer2=["topic"]),
+           partitions={"topic": 6, "topic2": 6}, totals={"consumer1": 6, "consumer2": 6})]),
+    ("testAssignmentWithMultipleGenerations2 (unequal subscriptions)",
+     [dict(members=subscribe(consumer1=["topic"], consumer2=["topic", "topic2", "topic3"],
+                             consumer3=["topic", "topic2"]),
+           partitions={"topic": 4, "topic2": 4, "topic3": 4},
+           totals={"consumer1": 4, "consumer2": 4, "consumer3": 4}),
+      dict(members=subscribe(consumer2=["topic", "topic2", "topic3"]),
+           partitions={"topic": 4, "topic2": 4, "topic3": 4}, totals={"consumer2": 12}, moves=8)]),
+    ("testAssignmentWithConflictingPreviousGenerations (equal subscriptions)",
+     conflicting_generations(subscribe(**{c: ["topic", "topic2", "topic3"]
+                                          for c in ("consumer1", "consumer2", "consumer3")}))),
+    ("testAssignmentWithConflictingPreviousGenerations (unequal subscriptions)",
+     conflicting_generations(subscribe(consumer1=["topic"], consumer2=["topic", "topic2"],
+                                       consumer3=["topic", "topic2", "topic3"]))),
+    ("testSubscriptionNotEqualAndAssignSamePartitionWith3Generation",
+     [dict(members=subscribe(consumer1=["topic"], consumer2=["topic"], consumer3=["topic"], consumer4=["topic1"]),
+           partitions={"topic": 6, "topic1": 1},
+           claims={"consumer1": tps("topic", 0), "consumer2": tps("topic", 1, 2, 3), "consumer3": tps("topic", 4, 5),
+                   "consumer4": tps("topic1", 0)},
+           totals={"consumer1": 2, "consumer2": 2, "consumer3": 2, "consumer4": 1}, moves=1)]),
+    # the StickyAssignor javadoc's examples
+    ("javadoc example 1: 3, 3, 2 over four topics; C1 leaves and C0, C2 keep everything",
+     [dict(members=subscribe(C0=["t0", "t1", "t2", "t3"], C1=["t0", "t1", "t2", "t3"], C2=["t0", "t1", "t2", "t3"]),
+           partitions={"t0": 2, "t1": 2, "t2": 2, "t3": 2}, totals={"C0": 3, "C1": 3, "C2": 2}),
+      dict(members=subscribe(C0=["t0", "t1", "t2", "t3"], C2=["t0", "t1", "t2", "t3"]),
+           partitions={"t0": 2, "t1": 2, "t2": 2, "t3": 2}, totals={"C0": 4, "C2": 4}, moves=3)]),
+    ("javadoc example 2: 1, 2, 3; C0 leaves and 5 of 6 stay",
+     [dict(members=subscribe(C0=["t0"], C1=["t0", "t1"], C2=["t0", "t1", "t2"]), partitions={"t0": 1, "t1": 2, "t2": 3},
+           exact={"C0": tps("t0", 0), "C1": tps("t1", 0, 1), "C2": tps("t2", 0, 1, 2)}),
+      dict(members=subscribe(C1=["t0", "t1"], C2=["t0", "t1", "t2"]), partitions={"t0": 1, "t1": 2, "t2": 3},
+           exact={"C1": tps("t0", 0) + tps("t1", 0, 1), "C2": tps("t2", 0, 1, 2)}, moves=1)]),
+]
+
+
+def claimed(claims):
+    """consumer -> [(topic, partition)] -> an ownership naming each consumer's stream 0."""
+    out = {}
+    for consumer, partitions in claims.items():
+        for topic, partition in partitions:
+            out.setdefault(topic, {})[partition] = stream_id(consumer, 0)
+    return out
+
+
+def held_by_consumer(ownership):
+    out = {}
+    for topic, owned in ownership.items():
+        for partition, sid in owned.items():
+            out.setdefault(consumer_of_stream(sid), set()).add((topic, partition))
+    return out
+
+
+@pytest.mark.parametrize("steps", [s[1] for s in KAFKA_SCENARIOS], ids=[s[0] for s in KAFKA_SCENARIOS])
+def test_sticky_kafka_scenarios(steps):
+    previous = None
+    for number, step in enumerate(steps):
+        members, partitions = step["members"], step["partitions"]
+        if "claims" in step:
+            previous = claimed(step["claims"])
+        result = assign("sticky", members, partitions, previous)
+        where = f"step {number}: {result}"
+        check_sticky(members, partitions, previous or {}, result)
+        counts = totals(members, partitions, result)
+        mine = held_by_consumer(result)
+        if "totals" in step:
+            assert {c: counts[stream_id(c, 0)] for c in step["totals"]} == step["totals"], where
+        for consumer, per_topic in step.get("per_topic", {}).items():
+            assert dict(Counter(t for t, p in mine.get(consumer, ()))) == per_topic, where
+        if "moves" in step:
+            assert moved(previous or {}, result) == step["moves"], where
+        for consumer, partitions_held in step.get("holds", {}).items():
+            assert set(partitions_held) <= mine.get(consumer, set()), where
+        for consumer, allowed in step.get("within", {}).items():
+            assert mine.get(consumer, set()) <= set(allowed), where
+        if "exact" in step:
+            expected = {c: set(v) for c, v in step["exact"].items()}
+            assert {c: mine.get(c, set()) for c in expected} == expected, where
+            assert set(mine) <= set(step["exact"]), where
+        if sum(partitions.values()) <= 8 and len(stream_topics(members, partitions)) <= 4:
+            assert best_of(members, partitions, previous or {}, result) == \
+                brute_force_best(members, partitions, previous or {}), where
+        previous = result
 
 
 @pytest.mark.parametrize("newcomer", ["a", "m10", "z"])  # sorts first, in the middle, last
@@ -390,17 +815,29 @@ def test_sticky_member_leaving_moves_only_its_own_partitions(leaver):
     assert Counter(Counter(result["t"].values()).values()) == {11: 8, 12: 1}
 
 
+def equal_subscriptions_group(rng):
+    """Members on the same topics, each with its own number of streams for all of them: every
+    stream is subscribed to every topic."""
+    partitions = {f"t{j}": rng.randint(0, 40) for j in range(rng.randint(1, 4))}
+    members = {}
+    for m in range(rng.randint(2, 12)):
+        streams = rng.randint(1, 3)
+        members[f"g_host-{rng.randint(1, 99)}-{m:03x}"] = {t: streams for t in partitions}
+    return members, partitions
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_sticky_member_leaving_random_group(seed):
-    """From a balanced previous assignment of the same partitions, removing a member moves
-    exactly that member's partitions and no other."""
+    """Equal subscriptions, from a balanced previous assignment of the same partitions: removing
+    a member moves exactly that member's partitions and no other. (With unequal subscriptions
+    evening the totals out may need more: see the chain case in STICKY_CASES.)"""
     rng = random.Random(3000 + seed)
-    members, partitions = random_group(rng, n_members=rng.randint(2, 12))
+    members, partitions = equal_subscriptions_group(rng)
     previous = assign("sticky", members, partitions, random_previous(rng, members, partitions))
     leaver = rng.choice(sorted(members))
     left = {cid: sub for cid, sub in members.items() if cid != leaver}
     result = assign("sticky", left, partitions, previous)
-    check_valid(left, partitions, result)
+    check_sticky(left, partitions, previous, result)
     for topic, owned in result.items():
         for p, sid in owned.items():
             if previous[topic][p] != sid:
@@ -408,67 +845,130 @@ def test_sticky_member_leaving_random_group(seed):
 
 
 @pytest.mark.parametrize("seed", range(60))
-def test_sticky_balance_is_range_balance(seed):
-    """Per topic, the same multiset of partition counts as range (so they differ by at most
-    one), whatever ``previous`` holds, garbage included."""
+def test_sticky_is_balanced_across_topics(seed):
+    """Kafka's guarantee and the stronger one across chains, whatever ``previous`` holds,
+    garbage included."""
     rng = random.Random(4000 + seed)
     members, partitions = random_group(rng)
     previous = random_previous(rng, members, partitions, garbage=seed % 2 == 0)
     result = assign("sticky", members, partitions, previous)
-    check_valid(members, partitions, result)
-    ranged = assign("range", members, partitions)
-    assert set(result) == set(ranged)
+    check_sticky(members, partitions, previous, result)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_sticky_equal_subscriptions_balance_totals_and_topics(seed):
+    """Every stream on every topic, no previous: totals differ by at most one, and so does
+    each topic's count per stream (per-topic balance costs nothing here)."""
+    rng = random.Random(4500 + seed)
+    members, partitions = equal_subscriptions_group(rng)
+    result = assign("sticky", members, partitions)
+    counts = totals(members, partitions, result)
+    assert max(counts.values()) - min(counts.values()) <= 1
     for topic, owned in result.items():
-        counts = sorted(per_stream_counts(members, topic, owned).values())
-        assert counts == sorted(per_stream_counts(members, topic, ranged[topic]).values()), topic
-        assert not counts or counts[-1] - counts[0] <= 1, topic
+        per_topic = per_stream_counts(members, topic, owned).values()
+        assert max(per_topic) - min(per_topic) <= 1, topic
 
 
-@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("seed", range(40))
 def test_sticky_moves_the_fewest_partitions(seed):
+    """Against successive shortest paths on the flow network (another algorithm): the same
+    smallest sum of squared totals and the same fewest moves."""
     rng = random.Random(5000 + seed)
-    members, partitions = random_group(rng)
+    partitions = {f"t{j}": rng.randint(0, 15) for j in range(rng.randint(1, 4))}
+    members = {}
+    for m in range(rng.randint(1, 6)):
+        topics = rng.sample(sorted(partitions) + ["gone"], rng.randint(1, len(partitions) + 1))
+        members[f"m{m}"] = {t: rng.randint(1, 2) for t in topics}
     previous = random_previous(rng, members, partitions, garbage=seed % 3 == 0)
     result = assign("sticky", members, partitions, previous)
-    assert moved(previous, result) == fewest_moves(members, partitions, previous)
+    check_sticky(members, partitions, previous, result)
+    assert best_of(members, partitions, previous, result) == flow_best(members, partitions, previous)
 
 
 @pytest.mark.parametrize("seed", range(80))
 def test_sticky_moves_the_fewest_partitions_brute_force(seed):
-    """Small groups: against every possible balanced assignment."""
+    """Small groups: against every possible assignment, the smallest sum of squared totals and,
+    among those, the fewest moves."""
     rng = random.Random(6000 + seed)
-    partitions = {t: rng.randint(0, 6) for t in ("x", "y")}
-    members = {c: {t: rng.randint(1, 2) for t in rng.sample(["x", "y"], rng.randint(1, 2))}
+    partitions = {t: rng.randint(0, 3) for t in ("x", "y", "z")}
+    members = {c: {t: rng.randint(1, 2) for t in rng.sample(["x", "y", "z"], rng.randint(1, 3))}
                for c in "abc"[:rng.randint(1, 3)]}
-    for topic in partitions:  # keep the search space small: at most 4 streams per topic
-        while sum(sub.get(topic, 0) for sub in members.values()) > 4:
-            cid = next(c for c in sorted(members) if members[c].get(topic, 0) > 1)
-            members[cid][topic] -= 1
+    while sum(partitions.values()) > 7:  # keep the search space small
+        partitions[max(partitions, key=partitions.get)] -= 1
+    while len(stream_topics(members, partitions)) > 4:
+        cid = max(members, key=lambda c: max(members[c].values()))
+        members[cid] = {t: min(n, 1) for t, n in members[cid].items()}
     previous = random_previous(rng, members, partitions, garbage=seed % 2 == 1)
     result = assign("sticky", members, partitions, previous)
-    check_valid(members, partitions, result)
-    assert moved(previous, result) == brute_force_fewest_moves(members, partitions, previous) \
-        == fewest_moves(members, partitions, previous)
+    check_sticky(members, partitions, previous, result)
+    assert best_of(members, partitions, previous, result) == brute_force_best(members, partitions, previous)
+
+
+def test_sticky_evens_out_chains_that_kafka_balance_accepts():
+    """The documented difference from Kafka: 3, 2, 1 along a chain of subscriptions already
+    satisfies Kafka's guarantee (0 moves), yet 2, 2, 2 is possible; sticky takes it."""
+    members = {"a": {"t1": 1}, "b": {"t1": 1, "t2": 1}, "c": {"t2": 1}}
+    partitions = {"t1": 3, "t2": 3}
+    previous = {"t1": expand({"a-0": [0, 1, 2]}), "t2": expand({"b-0": [0, 1], "c-0": [2]})}
+    assert kafka_balanced(members, partitions, previous)
+    assert not no_better_chain(members, partitions, previous)
+    result = assign("sticky", members, partitions, previous)
+    assert totals(members, partitions, result) == {"a-0": 2, "b-0": 2, "c-0": 2}
+    assert moved(previous, result) == 2
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sticky_random_subscriptions_and_changes(seed):
+    """Kafka's randomized scenario: 20-40 consumers on 10-20 topics (topic i has i + 1
+    partitions), then everyone re-subscribes at random and the previous assignment is kept
+    where it can be."""
+    rng = random.Random(6500 + seed)
+    topics = {f"t{i:02d}": i + 1 for i in range(rng.randint(10, 19))}
+    names = sorted(topics)
+
+    def resubscribe():
+        return {f"c{i:02d}": {t: 1 for t in rng.sample(names, rng.randint(1, len(names)))}
+                for i in range(n_consumers)}
+    n_consumers = rng.randint(20, 39)
+    members = resubscribe()
+    first = assign("sticky", members, topics)
+    check_sticky(members, topics, {}, first)
+    members = resubscribe()
+    second = assign("sticky", members, topics, first)
+    check_sticky(members, topics, first, second)
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_sticky_is_a_fixed_point(seed):
     """Fed its own output with the same group, it changes nothing (so the coordinator does not
-    see a new assignment where nothing changed); fed nothing, it is range."""
+    see a new assignment where nothing changed); fed nothing, it is range whenever range's
+    totals are balanced (always on a single topic)."""
     rng = random.Random(7000 + seed)
     members, partitions = random_group(rng)
     once = assign("sticky", members, partitions, random_previous(rng, members, partitions, garbage=True))
     assert assign("sticky", members, partitions, once) == once
     assert json.dumps(assign("sticky", members, partitions, once)) == json.dumps(once)
     ranged = assign("range", members, partitions)
-    assert assign("sticky", members, partitions, ranged) == ranged
-    assert assign("sticky", members, partitions) == ranged
-    assert assign("sticky", members, partitions, {}) == ranged
+    if no_better_chain(members, partitions, ranged):
+        assert assign("sticky", members, partitions, ranged) == ranged
+        assert assign("sticky", members, partitions) == ranged
+        assert assign("sticky", members, partitions, {}) == ranged
+    else:
+        assert len(ranged) > 1
+    single = {t: partitions[t] for t in sorted(partitions)[:1]}
+    ranged = assign("range", members, single)
+    assert assign("sticky", members, single) == ranged
+    assert assign("sticky", members, single, ranged) == ranged
 
 
 def test_switching_from_roundrobin_to_sticky_keeps_a_balanced_layout():
     members = {f"m{i}": {"t": 2} for i in range(7)}
     partitions = {"t": 100}
+    dealt = assign("roundrobin", members, partitions)
+    assert assign("sticky", members, partitions, dealt) == dealt
+    # on several topics too: roundrobin's totals are balanced when subscriptions are equal
+    members = {f"m{i}": {"a": 1, "b": 1, "c": 1} for i in range(7)}
+    partitions = {"a": 10, "b": 11, "c": 12}
     dealt = assign("roundrobin", members, partitions)
     assert assign("sticky", members, partitions, dealt) == dealt
 
@@ -498,6 +998,32 @@ def test_sticky_large_group_member_joins():
     assert moved(previous, result) == 96
     assert Counter(result["big"][p] for p in range(100_000) if result["big"][p] != previous["big"][p]) \
         == {f"m0500x-{i}": 24 for i in range(4)}
+
+
+@pytest.mark.parametrize("change", ["join", "leave"])
+def test_sticky_500_members_5000_partitions(change):
+    """The scale a rebalance must handle quickly: 500 members on 4 topics, 5,000 partitions.
+    One member joining takes about 10 partitions from others; one leaving gives its away; no
+    other partition moves, and the totals stay within one of each other."""
+    topics = {"a": 2000, "b": 1500, "c": 1000, "d": 500}
+    members = {f"m{i:03d}": {t: 1 for t in topics} for i in range(500)}
+    previous = assign("sticky", members, topics)
+    check_valid(members, topics, previous)
+    if change == "join":
+        changed = {**members, "m250x": {t: 1 for t in topics}}
+    else:
+        changed = {cid: sub for cid, sub in members.items() if cid != "m250"}
+    result = assign("sticky", changed, topics, previous)
+    check_valid(changed, topics, result)
+    counts = totals(changed, topics, result)
+    assert max(counts.values()) - min(counts.values()) <= 1  # so no chain can do better either
+    assert kafka_balanced(changed, topics, result) and no_swaps(previous, result)
+    if change == "join":
+        assert moved(previous, result) == 9 == counts["m250x-0"]
+    else:
+        assert moved(previous, result) == 10
+        assert all(consumer_of_stream(previous[t][p]) == "m250"
+                   for t, owned in result.items() for p, sid in owned.items() if previous[t][p] != sid)
 
 
 # ---------------------------------------------------------------- both strategies

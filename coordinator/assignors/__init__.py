@@ -25,9 +25,10 @@ Guarantees of every strategy here:
 
 ``range`` and ``roundrobin`` do not try to keep partitions where they were: they ignore
 ``previous``, and a membership change may move partitions that did not need to move. ``sticky``
-(:mod:`coordinator.assignors.sticky`) balances each topic like ``range`` and keeps as many
-partitions as possible with the stream that held them in ``previous``; malformed entries of
-``previous`` are ignored, never an error.
+(:mod:`coordinator.assignors.sticky`) balances the streams' totals across topics (Kafka's sticky
+guarantee and more) and, among balanced assignments, moves the fewest partitions from the
+stream that held them in ``previous``; malformed entries of ``previous`` are ignored, never an
+error.
 
 Adding a strategy: a module with ``NAME`` and
 ``assign(members, partitions, previous=None) -> Ownership``, registered in :data:`STRATEGIES`.
