@@ -1,7 +1,26 @@
-"""zkgroups' client library: consumers, the producer and the embedded partitioned log.
+"""zkgroups' client side: group members, the Consumer API, the producer, the data plane,
+Spark, and the client-side tools.
 
-Imports are lazy so that ``import consumer.log`` stays light and ``consumer.spark`` never
-pulls in pyspark unless it is used.
+Modules, from the bottom up:
+
+* :mod:`~consumer.records` — value types (``TopicPartition``, ``ConsumerRecord``, ...).
+* :mod:`~consumer.hashing` — Kafka's murmur2 key partitioner.
+* :mod:`~consumer.log` — the embedded, durable, partitioned log (the default data plane).
+* :mod:`~consumer.fetcher` — prefetching and fair ``max_poll_records`` hand-out.
+* :mod:`~consumer.commands` — which channel commands a member applies (pure).
+* :mod:`~consumer.member` — the member's state machine: registration, commands, owner
+  nodes, fenced commits, the lease.
+* :mod:`~consumer.consumer` — the kafka-python-style ``Consumer``.
+* :mod:`~consumer.producer` — the ``Producer``.
+* :mod:`~consumer.spark` — consumer groups inside Spark ``foreachPartition`` workers.
+* :mod:`~consumer.cli` — ``groupctl``, ``pipeline`` and the live demo.
+
+It builds on :mod:`coordinator` (the shared ZooKeeper contract), never the other way round;
+runtime code never imports ``tests``. Imports are lazy so that ``import consumer.log`` stays
+light and ``consumer.spark`` never pulls in pyspark unless it is used.
+
+Safe imports for applications: the packages are called ``coordinator`` and ``consumer``, so a
+script of your own named ``consumer.py`` would shadow this one; name yours differently.
 """
 from importlib import import_module
 

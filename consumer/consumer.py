@@ -33,7 +33,7 @@ from coordinator import protocol
 from coordinator.assignors import STRATEGIES
 from coordinator.errors import (FetchFailed, IllegalStateError, InvalidConfig, NoOffsetForPartition,
                                 OffsetOutOfRange, ZkGroupsError)
-from coordinator.zkclient import DEFAULT_CONNECT, close_client, start_client
+from coordinator.zkclient import close_client, start_client
 from consumer.fetcher import Fetcher
 from consumer.log import Log
 from consumer.member import GroupMember, MemberListener
@@ -57,7 +57,7 @@ class ConsumerConfig:
     auto_commit_interval_ms: int = 5000
     max_poll_records: int = 500
     max_poll_interval_ms: int = 300000
-    session_timeout_ms: int = 10000
+    session_timeout_ms: int = cfg.DEFAULT_SESSION_TIMEOUT_MS
     fetch_max_bytes: int = 52428800
     max_partition_fetch_bytes: int = 1048576
     fetch_max_wait_ms: int = 100
@@ -219,8 +219,8 @@ class Consumer:
                  zk=None, data_dir: Optional[str] = None, listener: Optional[ConsumerRebalanceListener] = None,
                  consumer_id: Optional[str] = None, log_options: Optional[dict] = None, **config):
         self.config = cfg.build(ConsumerConfig, config, "consumer config")
-        zk = zk or os.environ.get("ZK_CONNECT", DEFAULT_CONNECT)
-        data_dir = data_dir or os.environ.get("ZKGROUPS_DATA_DIR", "./data")
+        zk = zk or cfg.default_connect()
+        data_dir = data_dir or cfg.default_data_dir()
         if (topics is None) == (pattern is None):
             raise InvalidConfig("give either topics or pattern")
         if pattern is not None:
@@ -272,11 +272,12 @@ class Consumer:
                     **overrides) -> "Consumer":
         """A consumer configured by a TOML file: ``zk``, ``data_dir`` and any config key, at the
         top level or in a ``[consumer]`` table; keyword arguments win over the file."""
-        values = cfg.load_toml(path)
-        values = dict(values.get("consumer", values))
+        values = dict(cfg.load_toml(path, "consumer"))
+        zk = cfg.take(values, "zk", str, path)
+        data_dir = cfg.take(values, "data_dir", str, path)
         values.update(overrides)
-        zk, data_dir = values.pop("zk", None), values.pop("data_dir", values.pop("data-dir", None))
-        return cls(group_id, topics, pattern, zk=zk, data_dir=data_dir, **values)
+        return cls(group_id, topics, pattern, zk=values.pop("zk", zk), data_dir=values.pop("data_dir", data_dir),
+                   **values)
 
     def _set_state(self, new: ConsumerState, expect=None) -> bool:
         """Move to ``new`` if the current state is in ``expect`` (any state allowed by the

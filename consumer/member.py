@@ -69,6 +69,7 @@ from kazoo.exceptions import (ConnectionClosedError, ConnectionLoss, KazooExcept
 from kazoo.protocol.states import KazooState
 
 from coordinator import protocol
+from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
 from coordinator.errors import CommitFailedError, CorruptZnode, InvalidConfig, ZooKeeperUnavailable
 from coordinator.protocol import Command, Registration
 from coordinator.zkclient import UNREACHABLE, TransactionFailed, commit, session_id
@@ -168,7 +169,7 @@ class GroupMember:
             raise InvalidConfig(f"subscription of group {group}: {e.problem}") from None
         self.consumer_id = consumer_id or new_consumer_id(group)
         self.listener = listener or MemberListener()
-        timeout_ms = session_timeout_ms or getattr(client, "_session_timeout", 10000)
+        timeout_ms = session_timeout_ms or getattr(client, "_session_timeout", DEFAULT_SESSION_TIMEOUT_MS)
         self._session_timeout_s = timeout_ms / 1000.0
         self._lease_s = self._session_timeout_s * LEASE_FRACTION
         self._events = _Events()

@@ -59,7 +59,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from coordinator import protocol
+from coordinator import protocol, read
+from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
 from coordinator.errors import CommitFailedError, CorruptZnode, InvalidConfig, ZkGroupsError
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
@@ -69,7 +70,7 @@ log = logging.getLogger("zkgroups.spark")
 
 MODES = ("drain", "stream")
 #: Worker defaults (any ConsumerConfig key can be overridden through ``consumer_config``).
-WORKER_DEFAULTS = dict(auto_offset_reset="earliest", max_poll_records=10000, session_timeout_ms=6000)
+WORKER_DEFAULTS = dict(auto_offset_reset="earliest", max_poll_records=10000)
 GROUP_CHECK_INTERVAL_S = 0.1
 DRAIN_POLL_TIMEOUT_MS = 50    # drain: idle workers look at the group's progress this often
 STOP_FILE_CHECK_INTERVAL_S = 0.2
@@ -240,22 +241,13 @@ def local_session(master: str = "local[2]", app_name: str = "zkgroups", conf: Op
 
 
 def read_committed(client, group_id: str, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, Optional[int]]:
-    """The group's committed offsets of ``partitions`` (None: none committed), read in parallel."""
-    from kazoo.exceptions import NoNodeError
-
-    gets = [(tp, protocol.offsets_path(group_id, tp.topic, tp.partition)) for tp in partitions]
-    pending = [(tp, path, client.get_async(path)) for tp, path in gets]
-    out: Dict[TopicPartition, Optional[int]] = {}
-    for tp, path, a in pending:
-        try:
-            raw, _ = a.get()
-            out[tp] = protocol.decode_offset(raw, path)
-        except NoNodeError:
-            out[tp] = None
-        except CorruptZnode as e:
-            log.error("%s", e)
-            out[tp] = None
-    return out
+    """The group's committed offsets of ``partitions`` (None: none committed; a corrupt one is
+    logged and read as None), read in parallel."""
+    problems: Dict[TopicPartition, str] = {}
+    committed = read.committed_offsets(client, group_id, partitions, problems)
+    for tp, problem in problems.items():
+        log.error("%s: %s", protocol.offsets_path(group_id, tp.topic, tp.partition), problem)
+    return committed
 
 
 # ---------------------------------------------------------------- the job (driver side)
@@ -360,7 +352,7 @@ class GroupJob:
         if self.workers > sc.defaultParallelism:
             log.warning("%d workers but only %d task slots: the extra workers start when others finish",
                         self.workers, sc.defaultParallelism)
-        client = start_client(self.zk, self.consumer_config.get("session_timeout_ms", 6000))
+        client = start_client(self.zk, self.consumer_config.get("session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS))
         run_id = uuid.uuid4().hex[:8]
         try:
             if self.require_coordinator and client.exists(protocol.LEADER) is None:
@@ -526,7 +518,7 @@ class _Worker:
 
         logging.getLogger("kazoo").setLevel(logging.ERROR)
         spec, started = self.spec, time.time()
-        client = self.client = start_client(spec.zk, spec.consumer_config.get("session_timeout_ms", 6000))
+        client = self.client = start_client(spec.zk, spec.consumer_config.get("session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS))
         reason = None
         try:
             DataWatch(client, protocol.spark_stop_path(spec.run_id), self._on_stop_node)

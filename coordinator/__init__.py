@@ -1,0 +1,24 @@
+"""zkgroups' ZooKeeper side: the contract both sides share, and the elected coordinator.
+
+Modules, from the bottom up (each imports only those above it):
+
+* :mod:`~coordinator.errors` — the error hierarchy (one-line messages; ``RetriableError``).
+* :mod:`~coordinator.config` — configuration as dataclasses that reject unknown keys; TOML
+  files; the environment defaults (``ZK_CONNECT``, ``ZKGROUPS_DATA_DIR``).
+* :mod:`~coordinator.protocol` — **the contract**: every ZooKeeper path and JSON schema, with
+  validating decoders; group states and their transitions.
+* :mod:`~coordinator.zkclient` — kazoo clients the way zkgroups wants them (bounded retries,
+  connect strings checked, transactions that raise).
+* :mod:`~coordinator.topics` — the topic registry (``/brokers/topics``, Kafka's format).
+* :mod:`~coordinator.assignors` — assignment strategies as pure functions (range,
+  roundrobin, sticky) and the group's vote on one.
+* :mod:`~coordinator.rebalance` — one group's rebalance: read → compute → diff → write → wait.
+* :mod:`~coordinator.coordinator` — the node: election, epoch, watches, the request queue
+  and its handler threads.
+* :mod:`~coordinator.cli` — ``coordinatord`` and the one-line-error plumbing every tool shares.
+* :mod:`~coordinator.testing` — ZooKeeper and Kafka servers for tests, benchmarks and the demo.
+
+The import rule: ``coordinator`` never imports ``consumer`` (the client side builds on this
+package, never the other way round), and no runtime module imports ``tests``
+(``tests/test_layering.py`` checks both).
+"""

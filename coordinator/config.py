@@ -23,6 +23,24 @@ else:  # pragma: no cover
 
 T = TypeVar("T")
 
+#: Environment variables every tool and the library read for their defaults.
+ENV_ZK_CONNECT = "ZK_CONNECT"
+ENV_DATA_DIR = "ZKGROUPS_DATA_DIR"
+DEFAULT_CONNECT = "127.0.0.1:2181"
+DEFAULT_DATA_DIR = "./data"
+#: The ZooKeeper session timeout of every node, member and tool unless configured otherwise.
+DEFAULT_SESSION_TIMEOUT_MS = 6000
+
+
+def default_connect() -> str:
+    """``$ZK_CONNECT``, else 127.0.0.1:2181."""
+    return os.environ.get(ENV_ZK_CONNECT) or DEFAULT_CONNECT
+
+
+def default_data_dir() -> str:
+    """``$ZKGROUPS_DATA_DIR``, else ./data."""
+    return os.environ.get(ENV_DATA_DIR) or DEFAULT_DATA_DIR
+
 MAX_CONFIG_BYTES = 1 << 20  # a configuration file is small; this bounds reading a wrong path (/dev/zero)
 
 
@@ -59,9 +77,9 @@ def build(cls: Type[T], values: Mapping[str, Any], source: str = "config") -> T:
     return obj
 
 
-def load_toml(path: str, section: str = "", or_top_level: bool = False) -> dict:
-    """Read a TOML file, or only its ``[section]`` table (empty if there is none; with
-    ``or_top_level`` the whole file when it has no such table)."""
+def load_toml(path: str, table: str = "") -> dict:
+    """Read a TOML file: its ``[table]`` if it has one, else the whole file (the one rule for
+    every tool and the library: settings at the top level, or in the tool's own table)."""
     if os.path.isdir(path):
         raise InvalidConfig(f"config file {path} is a directory")
     try:
@@ -81,13 +99,10 @@ def load_toml(path: str, section: str = "", or_top_level: bool = False) -> dict:
         raise InvalidConfig(f"config file {path} is not valid TOML: it is not UTF-8 text") from None
     except tomllib.TOMLDecodeError as e:
         raise InvalidConfig(f"config file {path} is not valid TOML: {e}") from None
-    if section:
-        if section in data:
-            data = data[section]
-            if not isinstance(data, dict):
-                raise InvalidConfig(f"config file {path}: [{section}] must be a table, got {_shown(data)}")
-        elif not or_top_level:
-            data = {}
+    if table in data:
+        data = data[table]
+        if not isinstance(data, dict):
+            raise InvalidConfig(f"config file {path}: [{table}] must be a table, got {_shown(data)}")
     return data
 
 
@@ -116,3 +131,25 @@ def positive(obj, *names: str) -> None:
     for name in names:
         if getattr(obj, name) <= 0:
             raise InvalidConfig(f"{name} must be > 0, got {getattr(obj, name)!r}")
+
+
+@dataclasses.dataclass
+class CoordinatorConfig:
+    """A coordinator node's settings (``coordinatord`` options, its TOML file's [coordinator] table)."""
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    rebalance_timeout_ms: int = 30000
+    max_rebalance_retries: int = 4
+    rebalance_backoff_ms: int = 200
+    failed_retry_interval_ms: int = 30000   # a Failed group is tried again after this
+    check_interval_ms: int = 60000          # periodic full check of every group (safety net)
+    settle_ms: int = 0                      # optional wait before a group is read (bursts coalesce anyway)
+    handler_threads: int = 4
+    suspend_grace_ratio: float = 0.5        # step down if SUSPENDED longer than this × session
+
+    def validate(self):
+        positive(self, "session_timeout_ms", "rebalance_timeout_ms", "failed_retry_interval_ms",
+                 "check_interval_ms", "handler_threads", "suspend_grace_ratio")
+        if self.max_rebalance_retries < 0 or self.rebalance_backoff_ms < 0 or self.settle_ms < 0:
+            raise InvalidConfig("retries, backoff and settle must be >= 0")
+        if self.suspend_grace_ratio >= 1:
+            raise InvalidConfig("suspend_grace_ratio must be < 1 (the grace is shorter than the session)")

@@ -20,7 +20,6 @@ import queue
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Set
 
 import tenacity
@@ -29,11 +28,11 @@ from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from coordinator import config as cfg
-from coordinator import protocol
+from coordinator import protocol, read
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode, InvalidName
 from coordinator.topics import TopicRegistry
-from coordinator.rebalance import (Abandoned, Deposed, GroupRebalancer, RebalanceSettings, Superseded,
-                                   fenced_commit)
+from coordinator.config import CoordinatorConfig
+from coordinator.rebalance import Abandoned, Deposed, GroupRebalancer, Superseded, fenced_commit
 from coordinator.zkclient import TransactionFailed, close_client, commit, start_client
 
 log = logging.getLogger("zkgroups.coordinator")
@@ -46,10 +45,7 @@ EPOCH_RESTORE_BATCH = 1000
 
 def highest_recorded_epoch(client) -> int:
     """The highest epoch any group state or the leader znode records (0 if none)."""
-    try:
-        groups = client.get_children(protocol.GROUPS)
-    except NoNodeError:
-        groups = []
+    groups = read.groups(client)
     reads = [(protocol.state_path(g), client.get_async(protocol.state_path(g))) for g in groups]
     leader = client.get_async(protocol.LEADER)
     highest = 0
@@ -61,30 +57,6 @@ def highest_recorded_epoch(client) -> int:
         except (NoNodeError, CorruptZnode):
             continue
     return highest
-
-
-@dataclass
-class CoordinatorConfig:
-    session_timeout_ms: int = 6000
-    rebalance_timeout_ms: int = 30000
-    max_rebalance_retries: int = 4
-    rebalance_backoff_ms: int = 200
-    failed_retry_interval_ms: int = 30000   # a Failed group is tried again after this
-    check_interval_ms: int = 60000          # periodic full check of every group (safety net)
-    settle_ms: int = 0                      # optional wait before a group is read (bursts coalesce anyway)
-    handler_threads: int = 4
-    suspend_grace_ratio: float = 0.5        # step down if SUSPENDED longer than this × session
-
-    def validate(self):
-        cfg.positive(self, "session_timeout_ms", "rebalance_timeout_ms", "failed_retry_interval_ms",
-                     "check_interval_ms", "handler_threads", "suspend_grace_ratio")
-        if self.max_rebalance_retries < 0 or self.rebalance_backoff_ms < 0 or self.settle_ms < 0:
-            raise cfg.InvalidConfig("retries, backoff and settle must be >= 0")
-        if self.suspend_grace_ratio >= 1:
-            raise cfg.InvalidConfig("suspend_grace_ratio must be < 1 (the grace is shorter than the session)")
-
-    def rebalance_settings(self) -> RebalanceSettings:
-        return RebalanceSettings(self.rebalance_timeout_ms, self.max_rebalance_retries, self.rebalance_backoff_ms)
 
 
 class RebalanceRequests:
@@ -394,7 +366,7 @@ class LeaderSession:
         self.client, self.config = node.client, node.config
         self.requests = RebalanceRequests()
         # Shared by the handler threads (a group is never handled by two at once).
-        self.rebalancer = GroupRebalancer(self.client, term.epoch, self.config.rebalance_settings(), self._abort)
+        self.rebalancer = GroupRebalancer(self.client, term.epoch, self.config, self._abort)
         self.index = GroupIndex()
         self.events: "queue.Queue[tuple]" = queue.Queue()
         self.topics: Dict[str, int] = {}

@@ -33,7 +33,6 @@ import re2
 from coordinator.errors import CorruptZnode, InvalidName
 
 BROKER_TOPICS = "/brokers/topics"
-CONSUMERS = "/consumers"
 COORDINATOR = "/consumers/coordinator"
 ELECTION = COORDINATOR + "/election"
 LEADER = COORDINATOR + "/leader"

@@ -23,7 +23,8 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from coordinator import assignors, protocol
+from coordinator import assignors, protocol, read
+from coordinator.config import CoordinatorConfig
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode
 from coordinator.protocol import GroupState, Ownership, Registration
 from coordinator.zkclient import TransactionFailed, commit
@@ -61,10 +62,7 @@ def read_snapshot(client, group: str, topics: Dict[str, int]) -> Snapshot:
     """Members (registrations decoded; unreadable ones and ones without a command channel
     rejected) and the group's last state."""
     state_async = client.get_async(protocol.state_path(group))
-    try:
-        ids = client.get_children(protocol.ids_path(group))
-    except NoNodeError:
-        ids = []
+    ids = read.children(client, protocol.ids_path(group))
     members, rejected = {}, {}
     pending = [(cid, client.get_async(protocol.ids_path(group, cid)),
                 client.exists_async(protocol.channel_path(group, cid))) for cid in ids]
@@ -125,10 +123,7 @@ def find_squatters(client, group: str, partitions) -> Dict[Tuple[str, int], int]
     partitions = list(partitions)
     if not partitions:
         return {}
-    try:
-        ids = client.get_children(protocol.ids_path(group))
-    except NoNodeError:
-        ids = []
+    ids = read.children(client, protocol.ids_path(group))
     registrations = [client.exists_async(protocol.ids_path(group, cid)) for cid in ids]
     owners = [(tp, client.exists_async(protocol.owners_path(group, *tp))) for tp in partitions]
     sessions = {stat.ephemeralOwner for stat in (a.get() for a in registrations) if stat is not None}
@@ -317,24 +312,11 @@ def wait_for_acks(client, commands: Dict[str, List[str]], timeout: float,
 
 def stale_commands(client, group: str, members) -> List[str]:
     """Command paths still waiting in the channels of ``members``."""
-    paths = []
-    for cid in members:
-        try:
-            paths += [f"{protocol.channel_path(group, cid)}/{c}"
-                      for c in client.get_children(protocol.channel_path(group, cid))]
-        except NoNodeError:
-            continue
-    return paths
+    return [f"{protocol.channel_path(group, cid)}/{c}" for cid in members
+            for c in read.children(client, protocol.channel_path(group, cid))]
 
 
 # ---------------------------------------------------------------- the whole thing
-
-@dataclass
-class RebalanceSettings:
-    rebalance_timeout_ms: int = 30000
-    max_rebalance_retries: int = 4
-    rebalance_backoff_ms: int = 200
-
 
 @dataclass
 class Outcome:
@@ -361,7 +343,7 @@ class GroupRebalancer:
     blamed: the squatter is named and the partition left unassigned in the next attempt.
     """
 
-    def __init__(self, client, epoch: int, settings: RebalanceSettings, abort: Callable[[], bool]):
+    def __init__(self, client, epoch: int, settings: CoordinatorConfig, abort: Callable[[], bool]):
         self.client, self.epoch, self.settings, self.abort = client, epoch, settings, abort
         # The last generation this leader wrote per group: generations only grow, even if
         # someone deletes or damages the state znode (members ignore older generations).

@@ -29,11 +29,11 @@ from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandl
 from kazoo.handlers.utils import selector_select
 from kazoo.retry import KazooRetry
 
+from coordinator.config import DEFAULT_CONNECT, DEFAULT_SESSION_TIMEOUT_MS
 from coordinator.errors import InvalidConfig, ZkGroupsError, ZooKeeperUnavailable
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CONNECT = "127.0.0.1:2181"
 
 
 # ---------------------------------------------------------------- connect strings
@@ -131,7 +131,7 @@ def riding_out_failover(deadline_s: float = 15.0):
         reraise=True)
 
 
-def make_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = 6000,
+def make_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
                 read_only: bool = False) -> KazooClient:
     """A started-later client with bounded retries (call :func:`start_client`)."""
     return KazooClient(
@@ -144,7 +144,7 @@ def make_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = 6000,
     )
 
 
-def start_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = 6000,
+def start_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
                  connect_timeout: float = 10.0) -> KazooClient:
     """Connect, or raise :class:`ZooKeeperUnavailable` after ``connect_timeout`` seconds
     (:class:`InvalidConfig` for a bad connect string, :class:`ZkGroupsError` for a chroot

@@ -17,7 +17,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from coordinator.zkclient import close_client, start_client  # noqa: E402
-from coordinator.zkserver import provide_zookeeper  # noqa: E402
+from coordinator.testing.zkserver import provide_zookeeper  # noqa: E402
 
 
 def pytest_collection_modifyitems(items):
@@ -94,3 +94,21 @@ def subprocess_env():
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+@pytest.fixture
+def groupctl(zk_connect, data_dir):
+    """Run groupctl in-process (click's CliRunner) against this test's chroot and data directory.
+    ``consume`` installs SIGTERM/SIGINT handlers: pytest's are put back afterwards."""
+    import signal
+    from click.testing import CliRunner
+    from consumer.cli.groupctl import main
+
+    def run(*args, input=None):
+        saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            return CliRunner().invoke(main, ["--zk", zk_connect, "--data-dir", data_dir, *args], input=input)
+        finally:
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)
+    return run

@@ -11,7 +11,7 @@ import threading
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from coordinator import protocol
+from coordinator import protocol, read
 from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.zkclient import close_client, start_client
 from consumer.member import GroupMember, MemberListener
@@ -97,12 +97,7 @@ class Cluster:
             close_client(c)
 
 
-def read_state(zk, group) -> protocol.GroupState:
-    try:
-        raw, _ = zk.get(protocol.state_path(group))
-    except NoNodeError:
-        return protocol.GroupState()
-    return protocol.GroupState.decode(raw, protocol.state_path(group))
+read_state = read.group_state
 
 
 def wait_stable(zk, group, members, timeout=15.0, after_generation=0) -> protocol.GroupState:
@@ -124,8 +119,9 @@ def assert_exclusive_and_complete(members, topic, partitions):
 
 
 def leader_info(zk) -> protocol.LeaderInfo:
-    raw, _ = zk.get(protocol.LEADER)
-    return protocol.LeaderInfo.decode(raw)
+    info = read.leader(zk)
+    assert info is not None, "no leader"
+    return info
 
 
 def expire_session(client, connect):

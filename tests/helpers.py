@@ -39,4 +39,44 @@ def start_together(script: str, argvs, env) -> None:
 
 
 #: groupctl as a child process (with the ``subprocess_env`` fixture's environment).
-GROUPCTL = [sys.executable, "-m", "coordinator.cli.groupctl"]
+GROUPCTL = [sys.executable, "-m", "consumer.cli.groupctl"]
+
+
+def fill(data_dir: str, topic: str, counts, *, zk=None, key=None, ts=lambda offset: 1000 + offset,
+         chunk: int = 1000) -> None:
+    """Append ``counts[p]`` records to partition p of ``topic`` in the embedded log under
+    ``data_dir``; record o of partition p has the value ``"<topic>-<p>-<o>"`` and the timestamp
+    ``ts(o)``. ``key``: bytes for every record, a function of the offset, or None. With ``zk``
+    the topic is registered first (``len(counts)`` partitions, or as many as it has)."""
+    from consumer.log import Log
+    from coordinator.topics import TopicRegistry
+    if zk is not None:
+        TopicRegistry(zk).ensure(topic, len(counts))
+    key_of = key if callable(key) else (lambda offset: key)
+    with Log(data_dir) as log:
+        for p, n in enumerate(counts):
+            for base in range(0, n, chunk):
+                log.append(topic, p, [(key_of(o), f"{topic}-{p}-{o}".encode(), ts(o), ())
+                                      for o in range(base, min(n, base + chunk))])
+
+
+def ok(result) -> str:
+    """The stdout of a CliRunner result that succeeded (no traceback)."""
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "Traceback" not in result.output
+    return result.stdout
+
+
+def assert_one_line_error(exit_code: int, stdout: str, stderr: str, match: str) -> None:
+    assert exit_code != 0
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("error: ") and match in lines[0], lines[0]
+    assert "Traceback" not in stdout + stderr
+
+
+def assert_failed(result, match: str, exit_code: int = 1) -> None:
+    """A CliRunner result that failed with one line ``error: ...`` containing ``match``."""
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exit_code == exit_code, result.output
+    assert_one_line_error(result.exit_code, result.stdout, result.stderr, match)

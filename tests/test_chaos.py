@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from coordinator.zkserver import local_classpath
+from coordinator.testing.zkserver import local_classpath
 
 pytestmark = [pytest.mark.slow, pytest.mark.zk, pytest.mark.timeout(400),  # starts ZooKeeper servers of its own
               pytest.mark.skipif(local_classpath() is None, reason="needs a local ZooKeeper install")]

@@ -13,7 +13,7 @@ import zlib
 import pytest
 
 from coordinator.topics import TopicRegistry
-from coordinator.zkserver import Ensemble, local_classpath
+from coordinator.testing.zkserver import Ensemble, local_classpath
 from consumer.records import TopicPartition
 from tests.chaos import txnlog
 from tests.chaos.history import RELEASED, SESSION_CLOSED, group_history

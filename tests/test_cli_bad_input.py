@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from coordinator.zkserver import free_port
+from coordinator.testing.zkserver import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOLS = {name: os.path.join(ROOT, "bin", name) for name in ("groupctl", "coordinatord", "pipeline")}

@@ -16,15 +16,14 @@ from coordinator.topics import TopicRegistry
 from consumer import Consumer, ConsumerRebalanceListener, Producer, TopicPartition, WakeupException
 from consumer.log import Log
 from tests.groups import read_state
-from tests.helpers import wait_for
+from tests.helpers import fill, wait_for
 
 
-def fill(zk, data_dir, topic, partitions, per_partition, start_ts=1_000):
-    TopicRegistry(zk).ensure(topic, partitions)
-    log = Log(data_dir)
-    for p in range(partitions):
-        log.append(topic, p, [(None, f"{topic}-{p}-{i}".encode(), start_ts + i, ()) for i in range(per_partition)])
-    log.close()
+def polled(*consumers) -> bool:
+    """Poll each consumer once (so it takes part in rebalances); always true, for use in conditions."""
+    for c in consumers:
+        c.poll(50)
+    return True
 
 
 def consume_until(consumer, count, timeout=20.0, **poll):
@@ -66,7 +65,7 @@ def make_consumer(zk_connect, data_dir):
 
 def test_consumes_everything_once_and_commits(cluster, zk, data_dir, make_consumer):
     cluster.node("n")
-    fill(zk, data_dir, "t", 3, 200)
+    fill(data_dir, "t", [200] * 3, zk=zk)
     c = make_consumer()
     got = consume_until(c, 600)
     assert len(got) == 600 and len({(r.partition, r.offset) for r in got}) == 600
@@ -97,7 +96,7 @@ def test_max_poll_records_and_fairness_under_a_backlog(cluster, zk, data_dir, ma
 
 def test_listener_order_revoked_before_assigned(cluster, zk, data_dir, make_consumer):
     cluster.node("n")
-    fill(zk, data_dir, "t", 4, 10)
+    fill(data_dir, "t", [10] * 4, zk=zk)
     calls = []
 
     class L(ConsumerRebalanceListener):
@@ -111,10 +110,10 @@ def test_listener_order_revoked_before_assigned(cluster, zk, data_dir, make_cons
             calls.append((self.name, "assigned", frozenset(assigned)))
 
     a = make_consumer(listener=L("a"))
-    wait_for(lambda: a.poll(50) is not None and len(a.assignment()) == 4, message="a owns all")
+    wait_for(lambda: polled(a) and len(a.assignment()) == 4, message="a owns all")
     b = make_consumer(listener=L("b"))
     with polling(b):
-        wait_for(lambda: a.poll(50) is not None and len(a.assignment()) == 2 and len(b.assignment()) == 2,
+        wait_for(lambda: polled(a) and len(a.assignment()) == 2 and len(b.assignment()) == 2,
                  message="split 2/2")
     a_calls = [(kind, parts) for name, kind, parts in calls if name == "a"]
     assert a_calls[0][0] == "assigned" and len(a_calls[0][1]) == 4
@@ -125,13 +124,13 @@ def test_listener_order_revoked_before_assigned(cluster, zk, data_dir, make_cons
 
 def test_commit_after_losing_partition_fails_and_never_overwrites(cluster, zk, data_dir, make_consumer):
     cluster.node("n")
-    fill(zk, data_dir, "t", 2, 100)
+    fill(data_dir, "t", [100] * 2, zk=zk)
     a = make_consumer()
     consume_until(a, 200)
     a.commit()
     b = make_consumer()
     with polling(b):
-        wait_for(lambda: a.poll(50) is not None and len(a.assignment()) == 1 and len(b.assignment()) == 1,
+        wait_for(lambda: polled(a) and len(a.assignment()) == 1 and len(b.assignment()) == 1,
                  message="split")
     lost = next(iter(b.assignment()))
     before = zk.get(protocol.offsets_path("g", lost.topic, lost.partition))[0]
@@ -142,7 +141,7 @@ def test_commit_after_losing_partition_fails_and_never_overwrites(cluster, zk, d
 
 def test_max_poll_interval_evicts_and_rejoins(cluster, zk, data_dir, make_consumer):
     cluster.node("n")
-    fill(zk, data_dir, "t", 2, 10)
+    fill(data_dir, "t", [10] * 2, zk=zk)
     slow = make_consumer(max_poll_interval_ms=800)
     consume_until(slow, 20)
     other = make_consumer()
@@ -151,14 +150,14 @@ def test_max_poll_interval_evicts_and_rejoins(cluster, zk, data_dir, make_consum
         wait_for(lambda: len(other.assignment()) == 2, 15, message="other owns all after eviction")
         assert not zk.exists(protocol.ids_path("g", slow.consumer_id))
         slow.poll(100)  # rejoins
-        wait_for(lambda: slow.poll(50) is not None and len(slow.assignment()) == 1, 15, message="slow rejoined")
+        wait_for(lambda: polled(slow) and len(slow.assignment()) == 1, 15, message="slow rejoined")
 
 
 def test_pause_resume_and_seek(cluster, zk, data_dir, make_consumer):
     cluster.node("n")
-    fill(zk, data_dir, "t", 2, 50)
+    fill(data_dir, "t", [50] * 2, zk=zk)
     c = make_consumer()
-    wait_for(lambda: c.poll(50) is not None and len(c.assignment()) == 2, message="assigned")
+    wait_for(lambda: polled(c) and len(c.assignment()) == 2, message="assigned")
     p0, p1 = TopicPartition("t", 0), TopicPartition("t", 1)
     c.seek(p0, 0)
     c.seek(p1, 0)
@@ -176,7 +175,7 @@ def test_pause_resume_and_seek(cluster, zk, data_dir, make_consumer):
 
 def test_timestamp_start_position_and_offsets_for_times(cluster, zk, data_dir, make_consumer):
     cluster.node("n")
-    fill(zk, data_dir, "t", 1, 100, start_ts=10_000)
+    fill(data_dir, "t", [100] * 1, zk=zk, ts=lambda o: 10_000 + o)
     c = make_consumer(start_position="timestamp", start_timestamp_ms=10_060)
     got = consume_until(c, 40)
     assert got[0].offset == 60 and len(got) == 40
@@ -187,7 +186,7 @@ def test_timestamp_start_position_and_offsets_for_times(cluster, zk, data_dir, m
 
 def test_auto_offset_reset_none_raises(cluster, zk, data_dir, make_consumer):
     cluster.node("n")
-    fill(zk, data_dir, "t", 1, 5)
+    fill(data_dir, "t", [5] * 1, zk=zk)
     c = make_consumer(auto_offset_reset="none")
     with pytest.raises(NoOffsetForPartition):
         for _ in range(100):
@@ -196,9 +195,9 @@ def test_auto_offset_reset_none_raises(cluster, zk, data_dir, make_consumer):
 
 def test_latest_reset_skips_old_records(cluster, zk, data_dir, make_consumer):
     cluster.node("n")
-    fill(zk, data_dir, "t", 1, 5)
+    fill(data_dir, "t", [5] * 1, zk=zk)
     c = make_consumer(auto_offset_reset="latest")
-    wait_for(lambda: c.poll(50) is not None and c.assignment(), message="assigned")
+    wait_for(lambda: polled(c) and c.assignment(), message="assigned")
     with Producer(zk, data_dir) as p:
         p.send("t", b"new", partition=0)
     got = consume_until(c, 1)
@@ -223,7 +222,7 @@ def test_unknown_config_key_is_rejected(zk_connect, data_dir):
 
 def test_close_commits_and_leaves(cluster, zk, data_dir, make_consumer):
     cluster.node("n")
-    fill(zk, data_dir, "t", 2, 30)
+    fill(data_dir, "t", [30] * 2, zk=zk)
     c = make_consumer()
     consume_until(c, 60)
     cid = c.consumer_id
@@ -236,7 +235,7 @@ def test_close_commits_and_leaves(cluster, zk, data_dir, make_consumer):
 
 def test_config_from_toml_and_environment(cluster, zk, zk_connect, data_dir, tmp_path, monkeypatch):
     cluster.node("n")
-    fill(zk, data_dir, "t", 1, 10)
+    fill(data_dir, "t", [10] * 1, zk=zk)
     path = tmp_path / "consumer.toml"
     path.write_text(f'[consumer]\nzk = "{zk_connect}"\ndata_dir = "{data_dir}"\nauto_offset_reset = "earliest"\n'
                     "max_poll_records = 3\n")
@@ -254,7 +253,7 @@ def test_config_from_toml_and_environment(cluster, zk, zk_connect, data_dir, tmp
 
 def test_streams_split_partitions_across_threads(cluster, zk, data_dir, make_consumer):
     cluster.node("n")
-    fill(zk, data_dir, "t", 4, 100)
+    fill(data_dir, "t", [100] * 4, zk=zk)
     c = make_consumer(topics={"t": 2})
     streams = c.streams()
     assert len(streams) == 2
@@ -293,7 +292,7 @@ def own_zookeeper(zk_server, tmp_path):
     if not zk_server.local:
         pytest.skip("needs a local ZooKeeper to kill and restart")
     from coordinator.zkclient import close_client, start_client
-    from coordinator.zkserver import Ensemble
+    from coordinator.testing.zkserver import Ensemble
     from tests.groups import Cluster
     ens = Ensemble(1, tick_ms=200, fsync=False, workdir=str(tmp_path / "zk")).start()
     zk = start_client(ens.connect, 2000)
@@ -313,7 +312,7 @@ def test_no_records_are_handed_out_while_zookeeper_is_away(own_zookeeper, data_d
     """Cut off from ZooKeeper, a consumer cannot know whether its session (and so its
     partitions) survives: poll() hands out nothing until the connection is back."""
     ens, zk, _ = own_zookeeper
-    fill(zk, data_dir, "t", 1, 15)
+    fill(data_dir, "t", [15] * 1, zk=zk)
     listener = LostRecorder()
     with Consumer("g", ["t"], zk=ens.connect, data_dir=data_dir, session_timeout_ms=6000,
                   auto_offset_reset="earliest", listener=listener) as consumer:
@@ -335,7 +334,7 @@ def test_close_with_zookeeper_gone_does_not_hang(own_zookeeper, data_dir):
     """A consumer and a coordinator closed while ZooKeeper is down finish closing: the consumer
     waits one session timeout for it, reports its partitions lost, and leaves by session end."""
     ens, zk, cluster = own_zookeeper
-    fill(zk, data_dir, "t", 2, 5)
+    fill(data_dir, "t", [5] * 2, zk=zk)
     listener = LostRecorder()
     consumer = Consumer("g", ["t"], zk=ens.connect, data_dir=data_dir, session_timeout_ms=2000,
                         auto_offset_reset="earliest", listener=listener)

@@ -10,7 +10,7 @@ import pytest
 
 from coordinator import protocol
 from coordinator.zkclient import close_client, start_client
-from coordinator.zkserver import Ensemble, free_port, local_classpath
+from coordinator.testing.zkserver import Ensemble, free_port, local_classpath
 from tests.helpers import wait_for
 
 

@@ -12,7 +12,7 @@ import threading
 import time
 from collections import Counter
 
-from coordinator import protocol
+from coordinator import protocol, read
 from coordinator.topics import TopicRegistry
 from consumer import Producer
 from consumer.log import Log
@@ -36,11 +36,18 @@ def test_every_record_consumed_through_joins_kills_and_failover(zk, zk_connect, 
               "--session-timeout-ms", str(SESSION_MS), "--rebalance-timeout-ms", "3000")
 
     def consumer(name):
-        start(name, "coordinator.cli.groupctl", "--zk", zk_connect, "--data-dir", data_dir, "consume", GROUP,
+        start(name, "consumer.cli.groupctl", "--zk", zk_connect, "--data-dir", data_dir, "consume", GROUP,
               TOPIC, "--idle-exit", "3", "--session-timeout-ms", str(SESSION_MS))
 
     def members():
-        return set(zk.get_children(protocol.ids_path(GROUP))) if zk.exists(protocol.ids_path(GROUP)) else set()
+        return set(read.children(zk, protocol.ids_path(GROUP)))
+
+    def printed(name):
+        return (tmp_path / f"{name}.out").read_text().count("\n")
+
+    def stable_with(expected):
+        state = read_state(zk, GROUP)
+        return state.state == protocol.STABLE and set(state.members) == set(expected)
 
     stop = threading.Event()
 
@@ -66,7 +73,7 @@ def test_every_record_consumed_through_joins_kills_and_failover(zk, zk_connect, 
         wait_for(lambda: len(members()) == 3 and read_state(zk, GROUP).state == protocol.STABLE, 20,
                  message="c joined")
         victim_id = (members() - before_c).pop()
-        time.sleep(1)
+        wait_for(lambda: printed("c") > 0, 20, message="c consuming")
         # SIGKILL c; its partitions stay owned until its session expires, so its committed
         # offsets can still be read: anything it printed at or after them may come again.
         state = read_state(zk, GROUP)
@@ -76,19 +83,20 @@ def test_every_record_consumed_through_joins_kills_and_failover(zk, zk_connect, 
         for topic, parts in state.assignment.items():
             for p, stream in parts.items():
                 if protocol.consumer_of_stream(stream) == victim_id:
-                    raw = zk.get(protocol.offsets_path(GROUP, topic, p))[0] if zk.exists(
-                        protocol.offsets_path(GROUP, topic, p)) else b"0"
-                    windows[p] = int(raw)
+                    windows[p] = read.committed_offsets(zk, GROUP, [(topic, p)])[(topic, p)] or 0
         wait_for(lambda: victim_id not in members(), 20, message="c's session expired")
-        time.sleep(1)
+        wait_for(lambda: stable_with(members()), 20, message="the group Stable without c")
         old = leader_info(zk)
         procs[old.node_id].send_signal(signal.SIGKILL)
         coordinator("c3")
         wait_for(lambda: zk.exists(protocol.LEADER) and leader_info(zk).epoch > old.epoch, 20, message="new leader")
+        before_d = members()
         consumer("d")
-        time.sleep(1)
+        wait_for(lambda: len(members()) == 3 and stable_with(members()) and printed("d") > 0, 20,
+                 message="d joined and consuming")
         procs["b"].send_signal(signal.SIGTERM)  # a clean leave
-        time.sleep(1)
+        wait_for(lambda: procs["b"].poll() is not None and stable_with(members()) and len(members()) == 2, 20,
+                 message="b left cleanly")
         stop.set()
         producer.join()
         for name in ("a", "d"):
@@ -117,8 +125,8 @@ def test_every_record_consumed_through_joins_kills_and_failover(zk, zk_connect, 
     expected = {(p, o) for p, end in ends.items() for o in range(end)}
     assert sum(ends.values()) > 500
     assert expected - set(seen) == set(), "records never consumed"
-    committed = {p: int(zk.get(protocol.offsets_path(GROUP, TOPIC, p))[0]) for p in range(PARTITIONS)}
-    assert committed == ends
+    committed = read.committed_offsets(zk, GROUP, [(TOPIC, p) for p in range(PARTITIONS)])
+    assert {p: committed[(TOPIC, p)] for p in range(PARTITIONS)} == ends
     for (p, o), n in seen.items():
         if n > 1:
             assert p in windows and o >= windows[p] and o in printed_by_victim.get(p, ()), \

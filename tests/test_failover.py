@@ -11,7 +11,7 @@ import pytest
 
 from coordinator import protocol
 from coordinator.topics import TopicRegistry
-from coordinator.zkserver import Ensemble, four_letter, local_classpath
+from coordinator.testing.zkserver import Ensemble, four_letter, local_classpath
 from tests.groups import Cluster, leader_info, read_state, wait_stable
 from tests.helpers import wait_for
 

@@ -22,9 +22,9 @@ import pytest
 from consumer.log import Log
 from coordinator import protocol
 from coordinator.topics import TopicRegistry
-from coordinator.zkserver import Ensemble, four_letter, local_classpath
+from coordinator.testing.zkserver import Ensemble, four_letter, local_classpath
 from tests.groups import read_state
-from tests.helpers import wait_for
+from tests.helpers import fill, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GROUPCTL = os.path.join(ROOT, "bin", "groupctl")
@@ -79,12 +79,6 @@ class ConsumeProcess:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait(10)
-
-
-def fill(data_dir: str, topic: str, counts) -> None:
-    with Log(data_dir) as log:
-        for p, n in enumerate(counts):
-            log.append(topic, p, [(None, b"v%d" % i, 0, ()) for i in range(n)])
 
 
 def committed(zk, group, topic, partitions):

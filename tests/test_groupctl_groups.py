@@ -7,6 +7,7 @@ traceback.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import signal
 import subprocess
@@ -19,53 +20,20 @@ from click.testing import CliRunner
 from consumer import Consumer
 from consumer.log import Log
 from coordinator import protocol
-from coordinator.cli.groupctl import main
-from coordinator.cli.groups import StoredOffset, read_offsets, write_offsets
+from consumer.cli.groupctl import main
+from consumer.cli.groups import StoredOffset, read_offsets, write_offsets
 from coordinator.errors import ZkGroupsError
 from coordinator.topics import TopicRegistry
 from tests.groups import leader_info, read_state, wait_stable
-from tests.helpers import wait_for
+from tests import helpers
+from tests.helpers import assert_failed, ok, wait_for
 
 # 2026-01-01T00:00:00Z; record i of a partition is stamped BASE_TS + i seconds
 BASE_TS = int(dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc).timestamp() * 1000)
 
 
-@pytest.fixture
-def groupctl(zk_connect, data_dir):
-    """Run groupctl in-process; ``consume`` installs SIGTERM/SIGINT handlers, put pytest's back."""
-    def run(*args, input=None):
-        saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            return CliRunner().invoke(main, ["--zk", zk_connect, "--data-dir", data_dir, *args], input=input)
-        finally:
-            for sig, handler in saved.items():
-                signal.signal(sig, handler)
-    return run
-
-
-def ok(result) -> str:
-    assert result.exit_code == 0, (result.output, result.exception)
-    assert "Traceback" not in result.output
-    return result.stdout
-
-
-def assert_failed(result, match: str, exit_code: int = 1) -> None:
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    assert result.exit_code == exit_code, result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ") and match in lines[0], lines[0]
-    assert "Traceback" not in result.output
-
-
-def fill(zk, data_dir, topic, counts, key=None):
-    """Create ``topic`` with len(counts) partitions; partition p gets counts[p] records."""
-    TopicRegistry(zk).ensure(topic, len(counts))
-    with Log(data_dir) as log:
-        for p, n in enumerate(counts):
-            if n:
-                log.append(topic, p, [(key, f"{topic}-{p}-{i}".encode(), BASE_TS + i * 1000, ())
-                                      for i in range(n)])
+# Record o of a partition is stamped BASE_TS + o seconds (the --to-datetime tests rely on it).
+fill = functools.partial(helpers.fill, ts=lambda o: BASE_TS + o * 1000)
 
 
 def committed(zk, group, topic, partitions):
@@ -117,7 +85,7 @@ def test_coordinator_with_a_corrupt_leader_znode(groupctl, zk):
 
 def test_list_and_describe_a_live_group(groupctl, cluster, zk, zk_connect, data_dir):
     cluster.node("n")
-    fill(zk, data_dir, "t", [10, 20, 0])
+    fill(data_dir, "t", [10, 20, 0], zk=zk)
     c = Consumer("g", ["t"], zk=zk_connect, data_dir=data_dir, auto_offset_reset="earliest",
                  enable_auto_commit=False, session_timeout_ms=2000)
     try:
@@ -157,8 +125,8 @@ def test_list_and_describe_a_live_group(groupctl, cluster, zk, zk_connect, data_
 def test_describe_shows_members_of_a_groupctl_consume_process(groupctl, cluster, zk, zk_connect, data_dir,
                                                             subprocess_env):
     cluster.node("n")
-    fill(zk, data_dir, "t", [3, 3])
-    proc = cluster.spawn("-m", "coordinator.cli.groupctl", "--zk", zk_connect, "--data-dir", data_dir,
+    fill(data_dir, "t", [3, 3], zk=zk)
+    proc = cluster.spawn("-m", "consumer.cli.groupctl", "--zk", zk_connect, "--data-dir", data_dir,
                          "consume", "g", "t", "--strategy", "sticky", "--strategy", "range", env=subprocess_env)
     wait_for(lambda: committed(zk, "g", "t", 2) == {0: 3, 1: 3}, 20, message="consume committed everything")
     state = wait_stable(zk, "g", 1)
@@ -214,7 +182,7 @@ def test_corrupt_znodes_give_clear_output(groupctl, zk):
 
 
 def test_describe_warns_once_per_topic_without_data_here(groupctl, zk, data_dir):
-    fill(zk, data_dir, "here", [2, 0])  # partition 1 has no records (and no directory): still here
+    fill(data_dir, "here", [2, 0], zk=zk)  # partition 1 has no records (and no directory): still here
     TopicRegistry(zk).create("away", 2)
     assignment = {t: {0: "x-0", 1: "x-0"} for t in ("here", "away")}
     zk.create(protocol.state_path("g"), protocol.GroupState(state=protocol.STABLE, generation=1,
@@ -231,7 +199,7 @@ def reset(groupctl, *args):
 
 
 def test_reset_offsets_dry_run_then_execute(groupctl, zk, data_dir):
-    fill(zk, data_dir, "t", [10, 4])
+    fill(data_dir, "t", [10, 4], zk=zk)
     for args, targets in ((["--to-earliest"], {0: 0, 1: 0}),
                           (["--to-latest"], {0: 10, 1: 4}),
                           (["--to-offset", "7"], {0: 7, 1: 4}),  # clamped to the end offset
@@ -252,14 +220,14 @@ def test_reset_offsets_dry_run_then_execute(groupctl, zk, data_dir):
 
 
 def test_reset_to_datetime_in_local_time(groupctl, zk, data_dir):
-    fill(zk, data_dir, "t", [10])
+    fill(data_dir, "t", [10], zk=zk)
     local = dt.datetime.fromtimestamp((BASE_TS + 6000) / 1000).isoformat()  # naive: local time
     ok(reset(groupctl, "--to-datetime", local, "--execute"))
     assert committed(zk, "g", "t", 1) == {0: 6}
 
 
 def test_reset_offsets_refuses_while_a_member_is_live(groupctl, cluster, zk, data_dir):
-    fill(zk, data_dir, "t", [10, 4])
+    fill(data_dir, "t", [10, 4], zk=zk)
     ok(reset(groupctl, "--to-offset", "2", "--execute"))
     cluster.member("g", ["t"])
     wait_for(lambda: members(zk, "g"), message="member registered")
@@ -272,14 +240,14 @@ def test_reset_offsets_refuses_while_a_member_is_live(groupctl, cluster, zk, dat
 @pytest.mark.parametrize("args", [[], ["--to-earliest", "--to-latest"], ["--to-offset", "3", "--to-datetime", "2026-01-01"],
                                   ["--to-latest", "--to-offset", "0", "--execute"]])
 def test_reset_offsets_needs_exactly_one_target(groupctl, zk, data_dir, args):
-    fill(zk, data_dir, "t", [1])
+    fill(data_dir, "t", [1], zk=zk)
     assert_failed(reset(groupctl, *args),
                   "give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime", 2)
     assert committed(zk, "g", "t", 1) == {0: None}
 
 
 def test_reset_offsets_errors(groupctl, zk, data_dir):
-    fill(zk, data_dir, "t", [1])
+    fill(data_dir, "t", [1], zk=zk)
     assert_failed(groupctl("groups", "reset-offsets", "g", "--topic", "nope", "--to-earliest"),
                   "topic 'nope' does not exist")
     assert_failed(reset(groupctl, "--to-datetime", "yesterday"), "--to-datetime 'yesterday' is not ISO 8601", 2)
@@ -290,7 +258,7 @@ def test_reset_offsets_errors(groupctl, zk, data_dir):
 
 
 def test_reset_offsets_shows_a_claimed_but_empty_offsets_znode_as_none(groupctl, zk, data_dir):
-    fill(zk, data_dir, "t", [10, 4])
+    fill(data_dir, "t", [10, 4], zk=zk)
     zk.create(protocol.offsets_path("g", "t", 0), protocol.NO_OFFSET, makepath=True)  # a claim, no commit yet
     assert [row[2] for row in table(ok(reset(groupctl, "--to-latest")), "TOPIC")] == ["-", "-"]
     ok(reset(groupctl, "--to-latest", "--execute"))
@@ -298,7 +266,7 @@ def test_reset_offsets_shows_a_claimed_but_empty_offsets_znode_as_none(groupctl,
 
 
 def test_reset_offsets_repairs_an_unreadable_offset(groupctl, zk, data_dir):
-    fill(zk, data_dir, "t", [10])
+    fill(data_dir, "t", [10], zk=zk)
     zk.create(protocol.offsets_path("g", "t", 0), b"ten", makepath=True)
     shown = table(ok(reset(groupctl, "--to-offset", "4")), "TOPIC")
     assert shown[0][:2] == ["t", "0"] and " ".join(shown[0][2:]).startswith("unreadable (committed offset b'ten'")
@@ -309,7 +277,7 @@ def test_reset_offsets_repairs_an_unreadable_offset(groupctl, zk, data_dir):
 def test_reset_offsets_writes_by_compare_and_set(zk, data_dir):
     """What reset-offsets read must be what it overwrites: a change in between (a member's
     commit or claim, another reset) makes the whole write fail, and nothing changes."""
-    fill(zk, data_dir, "t", [10, 4, 4])
+    fill(data_dir, "t", [10, 4, 4], zk=zk)
     zk.create(protocol.offsets_path("g", "t", 0), b"3", makepath=True)
     zk.create(protocol.offsets_path("g", "t", 1), protocol.NO_OFFSET)
     read = read_offsets(zk, "g", "t", range(3))
@@ -343,7 +311,7 @@ def json_lines(text: str):
 
 def test_delete_removes_an_idle_group_and_a_new_member_starts_over(groupctl, cluster, zk, data_dir):
     cluster.node("n")
-    fill(zk, data_dir, "t", [3, 3])
+    fill(data_dir, "t", [3, 3], zk=zk)
     assert len(json_lines(ok(groupctl("consume", "g", "t", "--max-records", "6")))) == 6
     assert committed(zk, "g", "t", 2) == {0: 3, 1: 3}
     wait_for(lambda: read_state(zk, "g").state == protocol.EMPTY, message="the group is Empty")
@@ -368,7 +336,7 @@ def test_delete_is_refused_while_members_are_live_and_for_unknown_groups(groupct
 
 def test_consume_max_records_prints_json_and_commits(groupctl, cluster, zk, data_dir):
     cluster.node("n")
-    fill(zk, data_dir, "t", [20, 20, 20], key=b"k")
+    fill(data_dir, "t", [20, 20, 20], zk=zk, key=b"k")
     with Log(data_dir) as log:
         log.append("t", 0, [(None, b"\xff\xfe", BASE_TS, ())])  # no key, not UTF-8
     result = groupctl("consume", "g", "t", "--max-records", "25")
@@ -397,7 +365,7 @@ def test_consume_max_records_prints_json_and_commits(groupctl, cluster, zk, data
 
 def test_consume_idle_exit(groupctl, cluster, zk, data_dir):
     cluster.node("n")
-    fill(zk, data_dir, "t", [4, 6])
+    fill(data_dir, "t", [4, 6], zk=zk)
     result = groupctl("consume", "g", "t", "--idle-exit", "1")
     records = json_lines(ok(result))
     assert sorted((r["partition"], r["offset"]) for r in records) == \
@@ -409,10 +377,10 @@ def test_consume_idle_exit(groupctl, cluster, zk, data_dir):
 
 def test_consume_pattern(groupctl, cluster, zk, data_dir):
     cluster.node("n")
-    fill(zk, data_dir, "orders-eu", [3])
-    fill(zk, data_dir, "orders-us", [2, 2])
-    fill(zk, data_dir, "other", [5])
-    fill(zk, data_dir, "xorders-eu", [1])
+    fill(data_dir, "orders-eu", [3], zk=zk)
+    fill(data_dir, "orders-us", [2, 2], zk=zk)
+    fill(data_dir, "other", [5], zk=zk)
+    fill(data_dir, "xorders-eu", [1], zk=zk)
     records = json_lines(ok(groupctl("consume", "g", "--pattern", "orders-.*", "--idle-exit", "1")))
     assert sorted((r["topic"], r["partition"], r["offset"]) for r in records) == \
         [("orders-eu", 0, o) for o in range(3)] + [("orders-us", p, o) for p in (0, 1) for o in range(2)]
@@ -422,7 +390,7 @@ def test_consume_pattern(groupctl, cluster, zk, data_dir):
 
 def test_consume_takes_zk_and_data_dir_from_its_config_file(cluster, zk, zk_connect, data_dir, tmp_path):
     cluster.node("n")
-    fill(zk, data_dir, "t", [3])
+    fill(data_dir, "t", [3], zk=zk)
     config = tmp_path / "consumer.toml"
     config.write_text(f'zk = "{zk_connect}"\ndata-dir = "{data_dir}"\nmax_poll_records = 2\n')  # top level
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -450,9 +418,9 @@ def test_consume_usage_errors(groupctl, args, match, code):
 
 def test_sigterm_leaves_the_group_cleanly(cluster, zk, zk_connect, data_dir, subprocess_env):
     cluster.node("n")
-    fill(zk, data_dir, "t", [30, 20])
+    fill(data_dir, "t", [30, 20], zk=zk)
     # the default 6 s session: an unclean exit would leave the ids znode for seconds
-    proc = subprocess.Popen([sys.executable, "-m", "coordinator.cli.groupctl", "--zk", zk_connect,
+    proc = subprocess.Popen([sys.executable, "-m", "consumer.cli.groupctl", "--zk", zk_connect,
                              "--data-dir", data_dir, "consume", "g", "t"],
                             env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     lines = []

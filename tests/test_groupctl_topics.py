@@ -10,41 +10,16 @@ from click.testing import CliRunner
 
 from consumer.hashing import partition_for_key
 from consumer.log import Log
-from coordinator.cli.common import load_config, print_table
-from coordinator.cli.groupctl import MAX_VALUE_BYTES, main
+from coordinator import config
+from coordinator.cli.common import print_table
+from consumer.cli.groupctl import MAX_VALUE_BYTES, main
 from coordinator.errors import InvalidConfig
 from coordinator.topics import TopicRegistry
-from coordinator.zkserver import free_port
+from coordinator.testing.zkserver import free_port
+from tests.helpers import assert_failed, assert_one_line_error, ok
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GROUPCTL = os.path.join(ROOT, "bin", "groupctl")
-
-
-@pytest.fixture
-def groupctl(zk_connect, data_dir):
-    """Run groupctl in-process against this test's ZooKeeper chroot and data directory."""
-    def run(*args, input=None):
-        return CliRunner().invoke(main, ["--zk", zk_connect, "--data-dir", data_dir, *args], input=input)
-    return run
-
-
-def ok(result) -> str:
-    assert result.exit_code == 0, result.output
-    return result.stdout
-
-
-def assert_one_line_error(exit_code: int, stdout: str, stderr: str, match: str) -> None:
-    assert exit_code != 0
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, stderr
-    assert lines[0].startswith("error: ") and match in lines[0], lines[0]
-    assert "Traceback" not in stdout + stderr
-
-
-def assert_failed(result, match: str, exit_code: int = 1) -> None:
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    assert result.exit_code == exit_code, result.output
-    assert_one_line_error(result.exit_code, result.stdout, result.stderr, match)
 
 
 def all_records(data_dir: str, topic: str, partitions: int):
@@ -204,7 +179,14 @@ class Sample:
     ratio: float = 0.5
 
 
-def test_load_config_reads_a_section_and_rejects_unknown_keys(tmp_path):
+def load_config(path, cls, table="", overrides=None):
+    """A config file's table, command-line overrides on top, built and checked."""
+    values = dict(config.load_toml(path, table))
+    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return config.build(cls, values, source=path)
+
+
+def test_config_files_are_read_by_section_and_unknown_keys_rejected(tmp_path):
     path = tmp_path / "tool.toml"
     path.write_text('[tool]\nname = "from-file"\nretries = 5\nratio = 1\n')
     assert load_config(str(path), Sample, "tool") == Sample("from-file", 5, 1.0)

@@ -23,8 +23,8 @@ from coordinator.errors import CommitFailedError
 from coordinator.rebalance import Deposed
 from coordinator.topics import TopicRegistry
 from tests.groups import read_state
-from tests.helpers import GROUPCTL, wait_for
-from tests.test_consumer import consume_until, fill
+from tests.helpers import GROUPCTL, fill, wait_for
+from tests.test_consumer import consume_until
 
 TP = TopicPartition("t", 0)
 
@@ -83,7 +83,7 @@ def consumers(zk_connect, data_dir):
 def test_a_member_that_lost_its_partition_can_neither_commit_nor_release_it(zk, data_dir, consumers):
     """Partition t-0 moves from a to b while a's session lives on (its owner node is deleted
     under it). Every commit path of a is refused and b's offset and owner node are untouched."""
-    fill(zk, data_dir, "t", 1, 200)
+    fill(data_dir, "t", [200] * 1, zk=zk)
     leader = ActingLeader(zk, "g")
     a = consumers(auto_commit_interval_ms=50)
     leader.assign({a.consumer_id: [0]})
@@ -120,7 +120,7 @@ def test_an_owner_node_whose_claim_answer_was_lost_is_adopted_and_commits(zk, da
     """A claim transaction applied but its answer never came back (a connection error): the
     member finds its own session's owner node, adopts it with the token that claim wrote, and
     its commits go through."""
-    fill(zk, data_dir, "t", 1, 50)
+    fill(data_dir, "t", [50] * 1, zk=zk)
     leader = ActingLeader(zk, "g")
     a = consumers()
     stream = f"{a.consumer_id}-0"

@@ -26,12 +26,13 @@ if shutil.which("java") is None:
 
 from coordinator import protocol  # noqa: E402
 from coordinator.coordinator import Coordinator, CoordinatorConfig  # noqa: E402
-from coordinator.cli.pipeline import ParquetBatchWriter, run_pipeline  # noqa: E402
+from consumer.cli.pipeline import ParquetBatchWriter, run_pipeline  # noqa: E402
 from coordinator.topics import TopicRegistry  # noqa: E402
 from consumer.consumer import Consumer  # noqa: E402
 from consumer.log import Log  # noqa: E402
 from consumer.records import TopicPartition  # noqa: E402
 from consumer.spark import GroupJob, SparkJobError, check_spark_conf, local_session, read_committed  # noqa: E402
+from tests import helpers  # noqa: E402
 from tests.helpers import wait_for  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
@@ -56,14 +57,9 @@ def coordinator(zk_connect):
     node.close()
 
 
-def fill(zk, data_dir, topic, partitions, per_partition, chunk=1000):
-    """``per_partition`` records in each partition; key k<offset % KEYS>, value naming the record."""
-    TopicRegistry(zk).create(topic, partitions)
-    with Log(data_dir) as lg:
-        for p in range(partitions):
-            for base in range(0, per_partition, chunk):
-                lg.append(topic, p, [(f"k{o % KEYS}".encode(), f"{topic}-{p}-{o}".encode(), 1000 + o, ())
-                                     for o in range(base, min(per_partition, base + chunk))])
+def fill(zk, data_dir, topic, partitions, per_partition):
+    """``per_partition`` records in each partition, keyed k<offset % KEYS>."""
+    helpers.fill(data_dir, topic, [per_partition] * partitions, zk=zk, key=lambda o: f"k{o % KEYS}".encode())
 
 
 class RangeRecorder:
@@ -390,7 +386,7 @@ def test_speculation_is_refused(zk, zk_connect, coordinator, data_dir, subproces
     assert "\n" not in str(e.value)
     assert members(zk, "g") == []
 
-    proc = subprocess.run([sys.executable, "-m", "coordinator.cli.pipeline", "--zk", zk_connect, "--data-dir", data_dir,
+    proc = subprocess.run([sys.executable, "-m", "consumer.cli.pipeline", "--zk", zk_connect, "--data-dir", data_dir,
                            "--topic", "t", "--out", str(tmp_path / "out"), "--conf", "spark.speculation=true"],
                           env=subprocess_env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
@@ -400,7 +396,7 @@ def test_speculation_is_refused(zk, zk_connect, coordinator, data_dir, subproces
 
 
 def test_cli_errors_are_one_line(zk, zk_connect, coordinator, data_dir, subprocess_env, tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "coordinator.cli.pipeline", "--zk", zk_connect, "--data-dir", data_dir,
+    proc = subprocess.run([sys.executable, "-m", "consumer.cli.pipeline", "--zk", zk_connect, "--data-dir", data_dir,
                            "--topic", "nope", "--out", str(tmp_path / "out")],
                           env=subprocess_env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
@@ -410,7 +406,7 @@ def test_cli_errors_are_one_line(zk, zk_connect, coordinator, data_dir, subproce
 def test_cli_drain_writes_records_and_counts(zk, zk_connect, coordinator, data_dir, subprocess_env, tmp_path):
     fill(zk, data_dir, "c", 3, 2500)
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "coordinator.cli.pipeline", "--zk", zk_connect, "--data-dir", data_dir,
+    proc = subprocess.run([sys.executable, "-m", "consumer.cli.pipeline", "--zk", zk_connect, "--data-dir", data_dir,
                            "--group", "cli", "--topic", "c", "--out", str(out), "--workers", "2", "--batch-size", "1000",
                            "--json"],
                           env=subprocess_env, capture_output=True, text=True, timeout=150)

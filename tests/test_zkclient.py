@@ -5,7 +5,7 @@ import pytest
 from kazoo.exceptions import ConnectionLoss
 
 from coordinator.zkclient import close_client, start_client
-from coordinator.zkserver import Ensemble, local_classpath
+from coordinator.testing.zkserver import Ensemble, local_classpath
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.zk  # starts ZooKeeper servers of its own

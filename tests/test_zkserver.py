@@ -3,7 +3,7 @@ import pytest
 
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
-from coordinator.zkserver import Ensemble, four_letter, local_classpath
+from coordinator.testing.zkserver import Ensemble, four_letter, local_classpath
 
 pytestmark = pytest.mark.zk  # starts ZooKeeper servers of its own
 

@@ -1,1 +1,2 @@
-"""The zkgroups command-line tools; :mod:`coordinator.cli.common` holds what they share."""
+"""``coordinatord`` (:mod:`~coordinator.cli.coordinatord`), and :mod:`~coordinator.cli.common`:
+the one-line-error commands and checked option types every zkgroups tool uses."""

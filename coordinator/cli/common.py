@@ -1,9 +1,6 @@
-"""Plumbing shared by the zkgroups command-line tools (groupctl, coordinatord, ...).
+"""Plumbing shared by the zkgroups command-line tools (coordinatord here; groupctl, pipeline and
+demo in :mod:`consumer.cli`, whose :mod:`consumer.cli.context` adds the shared options).
 
-* :func:`global_options` gives a click group or command ``--zk``, ``--data-dir``,
-  ``--zk-timeout`` and ``-v``, and puts a :class:`CliContext` on ``ctx.obj`` (get it in
-  subcommands with :data:`pass_cli`). The ZooKeeper client is started on first use, with a
-  bounded connect timeout, and closed when the command ends.
 * :class:`CliGroup` / :class:`CliCommand` (``cls=`` for ``click.group`` / ``click.command``):
   every :class:`ZkGroupsError`, ZooKeeper error, ``OSError`` or click error is reported as
   one line on stderr, ``error: ...``, with exit status 1 (2 for usage errors, with a pointer
@@ -12,46 +9,30 @@
 * Option types that check values before anything is allocated or connected:
   :data:`ZK_CONNECT` (a connect string, :func:`coordinator.zkclient.parse_connect`),
   :class:`Limited` (a bounded whole number) and :class:`Seconds` (a finite, bounded duration).
-* :func:`load_config` reads a TOML file into a config dataclass, rejecting unknown keys.
+* :func:`take_connect` takes a checked connect string out of a config file's values.
 * :func:`print_table` prints aligned columns; :func:`setup_logging` sends log records to
   stderr as ``level: message``, one line each (a logged exception's traceback only with -vv).
 
-A new tool::
-
-    @click.group(cls=CliGroup)
-    @global_options
-    def main():
-        "What the tool does."
-
-    @main.command()
-    @pass_cli
-    def status(cli):
-        click.echo(cli.topics.list())
+A new tool: ``@click.command(cls=CliCommand)`` (or ``click.group(cls=CliGroup)``).
 """
 from __future__ import annotations
 
 import errno
-import functools
 import logging
 import math
 import os
 import sys
-from typing import Any, Iterable, Mapping, Optional, Sequence, Type, TypeVar
+from typing import Any, Iterable, Optional, Sequence
 
 import click
 from kazoo.exceptions import KazooException
 
-from consumer.log import Log
 from coordinator import config as _config
 from coordinator.errors import InvalidConfig, ZkGroupsError
-from coordinator.topics import TopicRegistry
-from coordinator.zkclient import DEFAULT_CONNECT, close_client, parse_connect, start_client
+from coordinator.zkclient import parse_connect
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
-DEFAULT_DATA_DIR = "./data"
 DEFAULT_ZK_TIMEOUT = 10.0
 MAX_WAIT_S = 3600.0  # upper bound of --zk-timeout and similar waits
 MAX_MS = 2**31 - 1   # upper bound of millisecond options: ZooKeeper's session timeout is an int32
@@ -197,113 +178,6 @@ class Seconds(click.FloatRange):
         return seconds
 
 
-# ---------------------------------------------------------------- shared options and context
-
-class CliContext:
-    """What every subcommand needs; ZooKeeper client and log are opened on first use.
-
-    ``given`` names the global options the user set (command line or environment), so a
-    command can let them win over a configuration file and the file win over defaults.
-    """
-
-    def __init__(self, zk_connect: str = DEFAULT_CONNECT, data_dir: str = DEFAULT_DATA_DIR,
-                 zk_timeout: float = DEFAULT_ZK_TIMEOUT, given: Iterable[str] = ()):
-        self.zk_connect, self.data_dir, self.zk_timeout = zk_connect, data_dir, zk_timeout
-        self.given = frozenset(given)
-        self._zk = None
-        self._log = None
-        self._warned_no_data = set()
-
-    @property
-    def zk(self):
-        """A started kazoo client; raises ZooKeeperUnavailable after ``zk_timeout`` seconds."""
-        if self._zk is None:
-            self._zk = start_client(self.zk_connect, connect_timeout=self.zk_timeout)
-        return self._zk
-
-    @property
-    def topics(self) -> TopicRegistry:
-        return TopicRegistry(self.zk)
-
-    def log(self, **options) -> Log:
-        """The embedded log under ``--data-dir`` (one per command; ``options`` apply on first use)."""
-        if self._log is None:
-            self._log = Log(self.data_dir, **options)
-        return self._log
-
-    def partition_dir(self, topic: str, partition: int) -> str:
-        """Where the log keeps a partition under ``--data-dir`` (consumer.log's layout)."""
-        return os.path.join(self.data_dir, f"{topic}-{partition}")
-
-    def make_partition_dirs(self, topic: str, partitions: Iterable[int]) -> None:
-        """Create the partitions' directories, so a topic without records yet is known to have
-        its data here. Best effort: a failure is one warning (the topic itself exists)."""
-        try:
-            for p in partitions:
-                os.makedirs(self.partition_dir(topic, p), exist_ok=True)
-        except OSError as e:
-            log.warning("could not create the partition directories of %s under %s: %s",
-                        topic, self.data_dir, e.strerror or e)
-
-    def warn_if_no_data(self, topic: str, partitions: Iterable[int]) -> None:
-        """Warn once when none of these partitions has a directory under ``--data-dir``: the
-        topic's data is somewhere else (another directory, a wrong ``--data-dir``), and what
-        the command shows would look empty without a word."""
-        if topic in self._warned_no_data:
-            return
-        if not any(os.path.isdir(self.partition_dir(topic, p)) for p in partitions):
-            self._warned_no_data.add(topic)
-            click.echo(f"warning: topic {topic} has no data under {self.data_dir} (is --data-dir right?)", err=True)
-
-    def close(self) -> None:
-        """Release the log and the client; errors here are logged, never raised."""
-        if self._log is not None:
-            _quietly(self._log.close, "the log")
-            self._log = None
-        if self._zk is not None:
-            _quietly(functools.partial(close_client, self._zk), "the ZooKeeper client")
-            self._zk = None
-
-
-def _quietly(close, what: str) -> None:
-    try:
-        close()
-    except Exception as e:  # the command's outcome is already decided
-        log.warning("closing %s failed: %s", what, e)
-
-
-pass_cli = click.make_pass_decorator(CliContext)
-
-_GLOBAL_OPTIONS = (
-    click.option("--zk", envvar="ZK_CONNECT", default=DEFAULT_CONNECT, show_default=True, show_envvar=True,
-                 type=ZK_CONNECT, help="ZooKeeper connect string, optionally with a chroot (host:port,host:port/app)."),
-    click.option("--data-dir", envvar="ZKGROUPS_DATA_DIR", default=DEFAULT_DATA_DIR, show_default=True,
-                 show_envvar=True, type=click.Path(file_okay=False), help="Where topics' data lives."),
-    click.option("--zk-timeout", envvar="ZKGROUPS_ZK_TIMEOUT", default=DEFAULT_ZK_TIMEOUT, show_default=True,
-                 show_envvar=True, type=Seconds(), metavar="SECONDS",
-                 help=f"How long to wait for ZooKeeper to answer (at most {MAX_WAIT_S:g})."),
-    click.option("-v", "--verbose", count=True, help="Log more (-v: info, -vv: debug)."),
-)
-
-
-def global_options(f):
-    """Add the shared options to a group or command callback and set up ``ctx.obj``."""
-
-    @functools.wraps(f)
-    def callback(*args, zk: str, data_dir: str, zk_timeout: float, verbose: int, **kwargs):
-        setup_logging(verbose)
-        ctx = click.get_current_context()
-        given = [name for name in ("zk", "data_dir", "zk_timeout")
-                 if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)]
-        ctx.obj = CliContext(zk, data_dir, zk_timeout, given)
-        ctx.call_on_close(ctx.obj.close)
-        return f(*args, **kwargs)
-
-    for option in reversed(_GLOBAL_OPTIONS):
-        callback = option(callback)
-    return callback
-
-
 # ---------------------------------------------------------------- logging, config, output
 
 class _StderrHandler(logging.StreamHandler):
@@ -352,18 +226,6 @@ def setup_logging(verbose: int = 0) -> None:
     handler.setFormatter(_Formatter(tracebacks=verbose >= 2))
     root.setLevel(level)
     logging.getLogger("kazoo").setLevel(logging.CRITICAL if verbose <= 0 else level)
-
-
-def load_config(path: str, cls: Type[T], section: str = "", overrides: Optional[Mapping[str, Any]] = None) -> T:
-    """Build dataclass ``cls`` from TOML file ``path`` (one ``[section]`` of it if given).
-
-    Unknown keys and values of the wrong type raise InvalidConfig naming the file; keys may
-    use dashes or underscores. ``overrides`` (e.g. command-line options that were given)
-    win over the file.
-    """
-    values = dict(_config.load_toml(path, section))
-    values.update({k: v for k, v in (overrides or {}).items() if v is not None})
-    return _config.build(cls, values, source=path)
 
 
 def take_connect(values: dict, source: str) -> Optional[str]:

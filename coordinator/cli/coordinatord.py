@@ -26,12 +26,9 @@ from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, MAX_MS, MAX_WAIT_S, ZK_C
                                     take_connect)
 from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.errors import InvalidConfig
-from coordinator.zkclient import DEFAULT_CONNECT, wait_for_zookeeper
+from coordinator.zkclient import wait_for_zookeeper
 
 log = logging.getLogger("zkgroups.coordinator")
-
-OPTION_KEYS = ("session_timeout_ms", "rebalance_timeout_ms", "max_rebalance_retries", "rebalance_backoff_ms",
-               "failed_retry_interval_ms", "check_interval_ms")
 
 #: Upper bounds of the configuration (lower bounds are CoordinatorConfig.validate's).
 LIMITS = {"session_timeout_ms": MAX_MS, "rebalance_timeout_ms": MAX_MS, "rebalance_backoff_ms": MAX_MS,
@@ -39,16 +36,20 @@ LIMITS = {"session_timeout_ms": MAX_MS, "rebalance_timeout_ms": MAX_MS, "rebalan
           "max_rebalance_retries": 100, "handler_threads": 64}
 
 
+_DEFAULTS = CoordinatorConfig()  # the help shows the dataclass's defaults
+
+
 @click.command(cls=CliCommand)
-@click.option("--zk", envvar="ZK_CONNECT", default=DEFAULT_CONNECT, show_default=True, type=ZK_CONNECT,
+@click.option("--zk", envvar=cfg.ENV_ZK_CONNECT, default=cfg.DEFAULT_CONNECT, show_default=True, type=ZK_CONNECT,
               help="ZooKeeper connect string, optionally with a chroot (host:port,host:port/app).")
 @click.option("--node-id", default=None, help="This node's id (default: host-pid).")
-@click.option("--session-timeout-ms", type=int, help="ZooKeeper session timeout [6000].")
-@click.option("--rebalance-timeout-ms", type=int, help="How long to wait for members' acks [30000].")
-@click.option("--max-rebalance-retries", type=int, help="Retries before a group is Failed [4] (at most 100).")
-@click.option("--rebalance-backoff-ms", type=int, help="Backoff between attempts, doubled each time [200].")
-@click.option("--failed-retry-interval-ms", type=int, help="When a Failed group is tried again [30000].")
-@click.option("--check-interval-ms", type=int, help="Periodic full check of every group [60000].")
+@click.option("--session-timeout-ms", type=int, help=f"ZooKeeper session timeout [{_DEFAULTS.session_timeout_ms}].")
+@click.option("--rebalance-timeout-ms", type=int, help=f"How long to wait for members' acks [{_DEFAULTS.rebalance_timeout_ms}].")
+@click.option("--max-rebalance-retries", type=int,
+              help=f"Retries before a group is Failed [{_DEFAULTS.max_rebalance_retries}] (at most 100).")
+@click.option("--rebalance-backoff-ms", type=int, help=f"Backoff between attempts, doubled each time [{_DEFAULTS.rebalance_backoff_ms}].")
+@click.option("--failed-retry-interval-ms", type=int, help=f"When a Failed group is tried again [{_DEFAULTS.failed_retry_interval_ms}].")
+@click.option("--check-interval-ms", type=int, help=f"Periodic full check of every group [{_DEFAULTS.check_interval_ms}].")
 @click.option("--zk-timeout", envvar="ZKGROUPS_ZK_TIMEOUT", type=Seconds(), metavar="SECONDS",
               help=f"How long to wait for ZooKeeper at startup [{DEFAULT_ZK_TIMEOUT:g}] (at most {MAX_WAIT_S:g}).")
 @click.option("--wait-for-zk", is_flag=True, default=None,
@@ -65,7 +66,7 @@ def main(zk, node_id, zk_timeout, wait_for_zk, log_level, config_file, **options
     startup = {"zk": zk, "node_id": node_id, "zk_timeout": zk_timeout or DEFAULT_ZK_TIMEOUT, "wait_for_zk": wait_for_zk}
     values = {}
     if config_file:
-        values = dict(cfg.load_toml(config_file, "coordinator", or_top_level=True))
+        values = dict(cfg.load_toml(config_file, "coordinator"))
         from_file = _startup_from_file(values, source)
         ctx = click.get_current_context()
         for name, value in from_file.items():

@@ -15,7 +15,7 @@ from typing import Iterable, Iterator, Optional
 
 from consumer.producer import Producer
 from coordinator.zkclient import close_client, start_client
-from coordinator.zkserver import provide_zookeeper
+from coordinator.testing.zkserver import provide_zookeeper
 
 
 def workload_parser(name: str, doc: str, rounds: int, data_dir: bool = True) -> argparse.ArgumentParser:

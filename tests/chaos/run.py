@@ -64,7 +64,7 @@ from consumer.log import Log
 from coordinator import protocol
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
-from coordinator.zkserver import Ensemble, ZooKeeperNotFound, die_with_parent
+from coordinator.testing.zkserver import Ensemble, ZooKeeperNotFound, die_with_parent
 from tests.chaos import judge, referee
 from tests.chaos.judge import KINDS
 

@@ -36,21 +36,15 @@ import click
 from kazoo.exceptions import KazooException, NoNodeError
 
 from coordinator import config as _config
-from coordinator import protocol
+from coordinator import protocol, read
 from coordinator.assignors import STRATEGIES
-from coordinator.cli.common import (MAX_MS, CliContext, CliError, CliUsageError, Limited, Seconds, pass_cli,
-                                    print_table, take_connect)
+from consumer.cli.context import CliContext, pass_cli
+from coordinator.cli.common import MAX_MS, CliError, CliUsageError, Limited, Seconds, print_table, take_connect
+from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
 from coordinator.errors import CommitFailedError, CorruptZnode, InvalidConfig, ZkGroupsError, ZooKeeperUnavailable
 from coordinator.zkclient import TransactionFailed, commit
 
 log = logging.getLogger("zkgroups.groupctl")
-
-
-def _children(zk, path: str) -> List[str]:
-    try:
-        return sorted(zk.get_children(path))
-    except NoNodeError:
-        return []
 
 
 def _existing_group(cli: CliContext, group: str):
@@ -59,21 +53,6 @@ def _existing_group(cli: CliContext, group: str):
     if not cli.zk.exists(protocol.group_path(group)):
         raise ZkGroupsError(f"group {group!r} does not exist")
     return cli.zk
-
-
-def _state(zk, group: str) -> protocol.GroupState:
-    try:
-        return protocol.GroupState.decode(zk.get(protocol.state_path(group))[0], protocol.state_path(group))
-    except NoNodeError:
-        return protocol.GroupState()
-
-
-def _committed(zk, group: str, topic: str, partition: int) -> Optional[int]:
-    path = protocol.offsets_path(group, topic, partition)
-    try:
-        return protocol.decode_offset(zk.get(path)[0], path)
-    except NoNodeError:
-        return None
 
 
 def register(main: click.Group) -> None:
@@ -90,15 +69,15 @@ def register(main: click.Group) -> None:
 def coordinator(cli: CliContext) -> None:
     """Show the leader, its epoch and the contenders."""
     zk = cli.zk
-    try:
-        info = protocol.LeaderInfo.decode(zk.get(protocol.LEADER)[0])
+    info = read.leader(zk)
+    if info is None:
+        click.echo("leader: none")
+    else:
         since = dt.datetime.fromtimestamp(info.since / 1000).isoformat(timespec="seconds")
         click.echo(f"leader: {info.node_id} (host {info.host}, pid {info.pid})")
         click.echo(f"epoch: {info.epoch}")
         click.echo(f"since: {since}")
         click.echo(f"verified all groups: {'yes' if info.loaded else 'not yet'}")
-    except NoNodeError:
-        click.echo("leader: none")
     contenders = zk.Election(protocol.ELECTION).contenders() if zk.exists(protocol.ELECTION) else []
     click.echo(f"contenders: {', '.join(contenders) or 'none'}")
 
@@ -115,10 +94,10 @@ def groups() -> None:
 def groups_list(cli: CliContext) -> None:
     """Every group with its state, generation and member count."""
     rows = []
-    for group in _children(cli.zk, protocol.GROUPS):
+    for group in read.groups(cli.zk):
         try:
-            s = _state(cli.zk, group)
-            rows.append((group, s.state, s.generation, len(_children(cli.zk, protocol.ids_path(group)))))
+            s = read.group_state(cli.zk, group)
+            rows.append((group, s.state, s.generation, len(read.children(cli.zk, protocol.ids_path(group)))))
         except CorruptZnode as e:
             rows.append((group, f"unreadable ({e.problem})", "-", "-"))
     print_table(["GROUP", "STATE", "GENERATION", "MEMBERS"], rows)
@@ -130,32 +109,33 @@ def groups_list(cli: CliContext) -> None:
 def groups_describe(cli: CliContext, group: str) -> None:
     """State, members with streams, assignment, committed offset, end offset and lag."""
     zk = _existing_group(cli, group)
-    s = _state(zk, group)
+    s = read.group_state(zk, group)
     click.echo(f"group: {group}\nstate: {s.state}\ngeneration: {s.generation}\nstrategy: {s.strategy or '-'}")
     if s.error:
         click.echo(f"error: {s.error}")
-    members = _children(zk, protocol.ids_path(group))
-    click.echo(f"members ({len(members)}):")
-    for cid in members:
-        path = protocol.ids_path(group, cid)
-        try:
-            reg = protocol.Registration.decode(zk.get(path)[0], path)
+    unreadable: Dict[str, str] = {}
+    members = read.members(zk, group, unreadable)
+    click.echo(f"members ({len(members) + len(unreadable)}):")
+    for cid in sorted({**members, **unreadable}):
+        if cid in unreadable:
+            click.echo(f"  {cid}  (unreadable: {protocol.ids_path(group, cid)}: {unreadable[cid]})")
+        else:
+            reg = members[cid]
             click.echo(f"  {cid}  {reg.pattern} {json.dumps(reg.subscription)}  strategies={','.join(reg.strategies)}")
-        except (NoNodeError, CorruptZnode) as e:
-            click.echo(f"  {cid}  (unreadable: {e})")
     log = cli.log()
+    assigned = [(topic, p) for topic in sorted(s.assignment) for p in sorted(s.assignment[topic])]
+    problems: Dict[object, str] = {}
+    committed = read.committed_offsets(zk, group, assigned, problems)
     rows = []
     for topic in sorted(s.assignment):
         cli.warn_if_no_data(topic, s.assignment[topic])
-        for p in sorted(s.assignment[topic]):
-            end = log.latest_offset(topic, p)
-            try:
-                committed = _committed(zk, group, topic, p)
-            except CorruptZnode as e:
-                rows.append((topic, p, s.assignment[topic][p], f"unreadable ({e.problem})", end, "-"))
-                continue
-            lag = end - committed if committed is not None else "-"
-            rows.append((topic, p, s.assignment[topic][p], committed if committed is not None else "-", end, lag))
+    for topic, p in assigned:
+        end = log.latest_offset(topic, p)
+        stream, offset = s.assignment[topic][p], committed[(topic, p)]
+        if (topic, p) in problems:
+            rows.append((topic, p, stream, f"unreadable ({problems[(topic, p)]})", end, "-"))
+        else:
+            rows.append((topic, p, stream, "-" if offset is None else offset, end, "-" if offset is None else end - offset))
     if rows:
         print_table(["TOPIC", "PARTITION", "STREAM", "COMMITTED", "END", "LAG"], rows)
 
@@ -188,7 +168,7 @@ def groups_reset_offsets(cli: CliContext, group: str, topic: str, to_earliest: b
     protocol.validate_name(topic)
     zk = cli.zk
     partitions = cli.topics.partitions(topic)
-    live = _children(zk, protocol.ids_path(group))
+    live = read.children(zk, protocol.ids_path(group))
     if live and execute:
         raise ZkGroupsError(f"group {group!r} has {len(live)} live members; stop them before resetting offsets")
     cli.warn_if_no_data(topic, range(partitions))
@@ -249,18 +229,18 @@ def read_offsets(zk, group: str, topic: str, partitions) -> Dict[int, StoredOffs
     return out
 
 
-def write_offsets(zk, group: str, topic: str, targets: Dict[int, int], read: Dict[int, StoredOffset]) -> None:
-    """Write ``targets`` in one transaction, each znode only if it is still as ``read`` (same
+def write_offsets(zk, group: str, topic: str, targets: Dict[int, int], stored: Dict[int, StoredOffset]) -> None:
+    """Write ``targets`` in one transaction, each znode only if it is still as ``stored`` (same
     version, or still absent); otherwise nothing is written and ZkGroupsError says so."""
     zk.ensure_path(protocol.offsets_path(group, topic))
     t = zk.transaction()
     order = sorted(targets)
     for p in order:
         path, data = protocol.offsets_path(group, topic, p), protocol.encode_offset(targets[p])
-        if read[p].version is None:
+        if stored[p].version is None:
             t.create(path, data)
         else:
-            t.set_data(path, data, version=read[p].version)
+            t.set_data(path, data, version=stored[p].version)
     try:
         commit(t)
     except TransactionFailed as e:
@@ -274,7 +254,7 @@ def write_offsets(zk, group: str, topic: str, targets: Dict[int, int], read: Dic
 def groups_delete(cli: CliContext, group: str) -> None:
     """Delete GROUP: committed offsets, state and channels (refused while it has live members)."""
     zk = _existing_group(cli, group)
-    live = _children(zk, protocol.ids_path(group))
+    live = read.children(zk, protocol.ids_path(group))
     if live:
         raise ZkGroupsError(f"group {group!r} has {len(live)} live members; stop them before deleting it")
     # One transaction, children before parents: a member registering meanwhile makes the delete
@@ -292,7 +272,7 @@ def groups_delete(cli: CliContext, group: str) -> None:
 def _subtree(zk, path: str) -> List[str]:
     """``path`` and everything under it, each node after its children."""
     out = []
-    for child in _children(zk, path):
+    for child in read.children(zk, path):
         out.extend(_subtree(zk, f"{path}/{child}"))
     out.append(path)
     return out
@@ -310,7 +290,8 @@ def _subtree(zk, path: str) -> List[str]:
                    "assignment).")
 @click.option("--from-beginning/--from-end", default=True, show_default=True,
               help="Where to start when the group has no committed offset.")
-@click.option("--session-timeout-ms", type=Limited(100, MAX_MS, "ZooKeeper's largest session timeout"), default=6000,
+@click.option("--session-timeout-ms", type=Limited(100, MAX_MS, "ZooKeeper's largest session timeout"),
+              default=DEFAULT_SESSION_TIMEOUT_MS,
               show_default=True)
 @click.option("--config", "config_file", type=click.Path(),
               help="TOML file of consumer settings ([consumer] table or top level; may set zk and data_dir).")
@@ -430,7 +411,7 @@ def _consumer_settings(cli: CliContext, config_file: Optional[str]) -> Tuple[str
     on the command line or in the environment."""
     if not config_file:
         return cli.zk_connect, cli.data_dir, {}
-    settings = dict(_config.load_toml(config_file, "consumer", or_top_level=True))
+    settings = dict(_config.load_toml(config_file, "consumer"))
     zk = take_connect(settings, config_file)
     data_dir = _config.take(settings, "data_dir", str, config_file)
     if zk is None or "zk" in cli.given:

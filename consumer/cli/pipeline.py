@@ -42,8 +42,8 @@ import click
 from coordinator import protocol
 from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, MAX_MS, ZK_CONNECT, CliCommand, CliError, CliUsageError,
                                     Limited, Seconds)
+from coordinator.config import DEFAULT_CONNECT, DEFAULT_DATA_DIR, DEFAULT_SESSION_TIMEOUT_MS, ENV_DATA_DIR, ENV_ZK_CONNECT
 from coordinator.errors import ZkGroupsError
-from coordinator.zkclient import DEFAULT_CONNECT
 
 log = logging.getLogger("zkgroups.pipeline")
 
@@ -282,11 +282,11 @@ def _fail(message: str, code: int = 1):
 
 
 @click.command(cls=CliCommand)
-@click.option("--zk", envvar="ZK_CONNECT", default=DEFAULT_CONNECT, show_default=True, type=ZK_CONNECT,
+@click.option("--zk", envvar=ENV_ZK_CONNECT, default=DEFAULT_CONNECT, show_default=True, type=ZK_CONNECT,
               help="ZooKeeper connect string, optionally with a chroot (host:port/app).")
 @click.option("--zk-timeout", envvar="ZKGROUPS_ZK_TIMEOUT", default=DEFAULT_ZK_TIMEOUT, show_default=True,
               type=Seconds(), metavar="SECONDS", help="How long to wait for ZooKeeper to answer.")
-@click.option("--data-dir", default="./data", show_default=True, type=click.Path(file_okay=False),
+@click.option("--data-dir", envvar=ENV_DATA_DIR, default=DEFAULT_DATA_DIR, show_default=True, show_envvar=True, type=click.Path(file_okay=False),
               help="The log's directory (shared disk: the same files for the driver and every executor).")
 @click.option("--group", default="pipeline", show_default=True, help="Consumer group id.")
 @click.option("--topic", required=True, help="Topic to read.")
@@ -306,7 +306,7 @@ def _fail(message: str, code: int = 1):
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Spark configuration (repeatable).")
 @click.option("--stop-file", type=click.Path(dir_okay=False), help="Stop (after the current batch) when this file appears.")
 @click.option("--session-timeout-ms", type=Limited(1, MAX_MS, "ZooKeeper's largest session timeout"),
-              help="Workers' ZooKeeper session timeout [6000].")
+              help=f"Workers' ZooKeeper session timeout [{DEFAULT_SESSION_TIMEOUT_MS}].")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--verbose", is_flag=True, help="Show Spark's own log on stderr (default: <out>/_spark.log).")
 def main(zk, zk_timeout, data_dir, group, topic, out, workers, mode, duration, batch_size, master, confs, stop_file,

@@ -27,10 +27,10 @@ import click
 
 from consumer.log import FSYNC_POLICIES
 from consumer.producer import Producer
+from consumer.cli import groups
+from consumer.cli.context import CliContext, global_options, pass_cli
 from coordinator import protocol
-from coordinator.cli import groups
-from coordinator.cli.common import (CliContext, CliError, CliGroup, CliUsageError, Limited, global_options, pass_cli,
-                                    print_table)
+from coordinator.cli.common import CliError, CliGroup, CliUsageError, Limited, print_table
 from coordinator.errors import CorruptZnode, TopicExists
 
 #: --generate shows a progress bar when stderr is a terminal, or for at least this many records.

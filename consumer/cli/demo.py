@@ -20,10 +20,10 @@ import click
 from kazoo.exceptions import NoNodeError
 from kazoo.recipe.watchers import DataWatch
 
-from coordinator import protocol
+from coordinator import protocol, read
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
-from coordinator.zkserver import provide_zookeeper
+from coordinator.testing.zkserver import provide_zookeeper
 from consumer.log import Log
 from consumer.member import new_consumer_id
 from consumer.producer import Producer
@@ -54,7 +54,7 @@ class Processes:
         consumer_id = new_consumer_id(GROUP)
         names[consumer_id] = name
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "coordinator.cli.groupctl", "--zk", self.connect, "--data-dir", self.data_dir,
+            [sys.executable, "-m", "consumer.cli.groupctl", "--zk", self.connect, "--data-dir", self.data_dir,
              "consume", GROUP, TOPIC, "--idle-exit", "4", "--session-timeout-ms", str(SESSION_MS),
              "--consumer-id", consumer_id],
             env=self.env, stdout=open(os.path.join(self.workdir, f"{name}.jsonl"), "w"),
@@ -106,7 +106,10 @@ def watch_rebalances(client, names):
 
 
 def leader(client):
-    return protocol.LeaderInfo.decode(client.get(protocol.LEADER)[0])
+    info = read.leader(client)
+    if info is None:
+        raise NoNodeError(protocol.LEADER)  # callers wait for a leader
+    return info
 
 
 def wait_until(pred, timeout, what):
@@ -118,10 +121,7 @@ def wait_until(pred, timeout, what):
 
 
 def members(client):
-    try:
-        return sorted(client.get_children(protocol.ids_path(GROUP)))
-    except NoNodeError:
-        return []
+    return read.children(client, protocol.ids_path(GROUP))
 
 
 def run_pipeline(procs: Processes, workdir: str) -> None:
@@ -130,7 +130,7 @@ def run_pipeline(procs: Processes, workdir: str) -> None:
     out = os.path.join(workdir, "pipeline")
     say("Spark: bin/pipeline reads the topic through group demo-pipeline (2 foreachPartition workers)")
     result = subprocess.run(
-        [sys.executable, "-m", "coordinator.cli.pipeline", "--zk", procs.connect, "--data-dir", procs.data_dir,
+        [sys.executable, "-m", "consumer.cli.pipeline", "--zk", procs.connect, "--data-dir", procs.data_dir,
          "--group", "demo-pipeline", "--topic", TOPIC, "--out", out, "--workers", "2"],
         env=procs.env, capture_output=True, text=True, timeout=600)
     for line in result.stdout.strip().splitlines():

@@ -1,0 +1,87 @@
+"""Reading zkgroups' state from ZooKeeper: the one read API of the tools, Spark, the demo,
+tests and benchmarks (and of the coordinator where it only reads).
+
+Missing znodes read as nothing: ``[]`` for children, ``None`` for the leader and offsets, an
+empty :class:`GroupState` for a group's state. Znodes that are not what zkgroups writes raise
+:class:`CorruptZnode` naming them; :func:`committed_offsets` and :func:`members` can report
+those per item instead, so one bad znode does not hide the rest. Reads of many znodes are
+pipelined (async gets: one round trip, not one per znode).
+"""
+from __future__ import annotations
+
+from typing import Dict, Hashable, Iterable, List, Optional, Tuple
+
+from kazoo.exceptions import NoNodeError
+
+from coordinator import protocol
+from coordinator.errors import CorruptZnode
+from coordinator.protocol import GroupState, LeaderInfo, Registration
+
+
+def children(zk, path: str, watch=None) -> List[str]:
+    """The children of ``path``, sorted; [] when it does not exist."""
+    try:
+        return sorted(zk.get_children(path, watch=watch))
+    except NoNodeError:
+        return []
+
+
+def groups(zk) -> List[str]:
+    return children(zk, protocol.GROUPS)
+
+
+def group_state(zk, group: str) -> GroupState:
+    """The leader's last decision for ``group`` (``GroupState()`` before the first)."""
+    path = protocol.state_path(group)
+    try:
+        return GroupState.decode(zk.get(path)[0], path)
+    except NoNodeError:
+        return GroupState()
+
+
+def leader(zk) -> Optional[LeaderInfo]:
+    """The current leader's znode, or None while no coordinator leads."""
+    try:
+        return LeaderInfo.decode(zk.get(protocol.LEADER)[0])
+    except NoNodeError:
+        return None
+
+
+def members(zk, group: str, problems: Optional[Dict[str, str]] = None) -> Dict[str, Registration]:
+    """{consumer id: registration} of the live members. An unreadable registration raises, or
+    with ``problems`` given is left out and recorded there (consumer id -> the problem)."""
+    ids = children(zk, protocol.ids_path(group))
+    gets = [(cid, zk.get_async(protocol.ids_path(group, cid))) for cid in ids]
+    out = {}
+    for cid, a in gets:
+        try:
+            out[cid] = Registration.decode(a.get()[0], protocol.ids_path(group, cid))
+        except NoNodeError:
+            continue  # left while we read
+        except CorruptZnode as e:
+            if problems is None:
+                raise
+            problems[cid] = e.problem
+    return out
+
+
+def committed_offsets(zk, group: str, partitions: Iterable[Tuple[str, int]],
+                      problems: Optional[Dict[Hashable, str]] = None) -> Dict[Hashable, Optional[int]]:
+    """The group's committed offset (next to consume; None: nothing committed) of each
+    ``(topic, partition)`` pair, keyed by the pairs as given (``TopicPartition`` works). A
+    corrupt offsets znode raises, or with ``problems`` given reads as None and is recorded
+    there (pair -> the problem)."""
+    gets = [(tp, protocol.offsets_path(group, tp[0], tp[1])) for tp in partitions]
+    pending = [(tp, path, zk.get_async(path)) for tp, path in gets]
+    out: Dict[Hashable, Optional[int]] = {}
+    for tp, path, a in pending:
+        try:
+            out[tp] = protocol.decode_offset(a.get()[0], path)
+        except NoNodeError:
+            out[tp] = None
+        except CorruptZnode as e:
+            if problems is None:
+                raise
+            problems[tp] = e.problem
+            out[tp] = None
+    return out
