@@ -13,7 +13,7 @@ from consumer.log import Log
 from coordinator import config
 from coordinator.cli.common import print_table
 from consumer.cli.groupctl import MAX_VALUE_BYTES, main
-from coordinator.errors import InvalidConfig
+from coordinator.errors import EXIT_RETRIABLE, InvalidConfig
 from coordinator.topics import TopicRegistry
 from coordinator.testing.zkserver import free_port
 from tests.helpers import assert_failed, assert_one_line_error, ok
@@ -122,7 +122,7 @@ def test_zookeeper_unreachable_is_one_line(tmp_path, subprocess_env):
     for args in (["--zk", dead, "topics", "list"], ["--zk", dead + "/app", "topics", "create", "x"]):
         proc = subprocess.run([GROUPCTL, *args], env=env, capture_output=True, text=True, timeout=30)
         assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "did not answer within 0.5s")
-        assert proc.returncode == 1
+        assert proc.returncode == EXIT_RETRIABLE  # ZooKeeper unreachable: try again later
 
 
 @pytest.mark.parametrize("args, match, code", [

@@ -4,8 +4,8 @@ demo in :mod:`consumer.cli`, whose :mod:`consumer.cli.context` adds the shared o
 * :class:`CliGroup` / :class:`CliCommand` (``cls=`` for ``click.group`` / ``click.command``):
   every :class:`ZkGroupsError`, ZooKeeper error, ``OSError`` or click error is reported as
   one line on stderr, ``error: ...``, with exit status 1 (2 for usage errors, with a pointer
-  to ``--help``); never a traceback. Subcommands and subgroups inherit these classes. Every
-  zkgroups tool (groupctl, coordinatord, pipeline) uses them.
+  to ``--help``; 75 for retriable errors, e.g. ZooKeeper unreachable); never a traceback.
+  Subcommands and subgroups inherit these classes. Every zkgroups tool uses them.
 * Option types that check values before anything is allocated or connected:
   :data:`ZK_CONNECT` (a connect string, :func:`coordinator.zkclient.parse_connect`),
   :class:`Limited` (a bounded whole number) and :class:`Seconds` (a finite, bounded duration).
@@ -28,7 +28,7 @@ import click
 from kazoo.exceptions import KazooException
 
 from coordinator import config as _config
-from coordinator.errors import InvalidConfig, ZkGroupsError
+from coordinator.errors import EXIT_RETRIABLE, InvalidConfig, ZkGroupsError
 from coordinator.zkclient import parse_connect
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,10 @@ def _convert(exc: BaseException) -> Optional[click.ClickException]:
     if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
         return None  # click handles a closed stdout (e.g. piped into head) quietly
     if isinstance(exc, (ZkGroupsError, KazooException, OSError)):
-        return CliError(_describe(exc))
+        converted = CliError(_describe(exc))
+        if getattr(exc, "retriable", False) or isinstance(exc, KazooException):
+            converted.exit_code = EXIT_RETRIABLE  # the same command may succeed later, as is
+        return converted
     return None
 
 
