@@ -1,4 +1,5 @@
-"""``Consumer``: a kafka-python-style consumer on zkgroups' coordinator and embedded log.
+"""``Consumer``: a kafka-python-style consumer on zkgroups' coordinator, reading the embedded log
+or Kafka brokers (the data plane: :mod:`consumer.dataplane`).
 
 Threads: the application calls ``poll()``; the member thread (consumer.member) applies the
 coordinator's commands; the fetcher thread prefetches. Rebalance listener callbacks always
@@ -34,8 +35,7 @@ from coordinator.assignors import STRATEGIES
 from coordinator.errors import (FetchFailed, IllegalStateError, InvalidConfig, NoOffsetForPartition,
                                 OffsetOutOfRange, ZkGroupsError)
 from coordinator.zkclient import close_client, start_client
-from consumer.fetcher import Fetcher
-from consumer.log import Log
+from consumer.dataplane import DataPlane, open_data_plane
 from consumer.member import GroupMember, MemberListener
 from consumer.records import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
@@ -66,6 +66,8 @@ class ConsumerConfig:
     start_position: str = "committed"          # committed | earliest | latest | timestamp (seed 002)
     start_timestamp_ms: int = 0
     connect_timeout_s: float = 10.0
+    bootstrap_servers: str = ""                # Kafka brokers; "" (and no KAFKA_BOOTSTRAP_SERVERS): the embedded log
+    kafka_commit_offsets: bool = False         # also copy commits to Kafka (after ZooKeeper's) for Kafka's tools
 
     def validate(self):
         if self.auto_offset_reset not in ("earliest", "latest", "none"):
@@ -187,7 +189,9 @@ class Consumer:
     ``{topic: streams}``; ``pattern`` a regex of topics to follow (``exclude=True`` for a black
     list). ``zk`` is a connect string or a started kazoo client (shared, not closed by us);
     ``zk`` and ``data_dir`` default to the environment (``ZK_CONNECT``, ``ZKGROUPS_DATA_DIR``) as
-    for the CLIs. ``consumer_id`` overrides the generated ``<group>_<host>-<ms>-<8 hex>`` (it
+    for the CLIs. With ``bootstrap_servers`` (or ``KAFKA_BOOTSTRAP_SERVERS``) records come from
+    Kafka instead of the embedded log; ``kafka`` holds librdkafka properties (security, SASL,
+    SSL, tuning). ``consumer_id`` overrides the generated ``<group>_<host>-<ms>-<8 hex>`` (it
     must be unique in the group and a valid znode name).
 
     States (:class:`ConsumerState`), changed through ``_set_state`` under ``_state_lock``::
@@ -217,7 +221,8 @@ class Consumer:
 
     def __init__(self, group_id: str, topics=None, pattern: Optional[str] = None, *, exclude: bool = False,
                  zk=None, data_dir: Optional[str] = None, listener: Optional[ConsumerRebalanceListener] = None,
-                 consumer_id: Optional[str] = None, log_options: Optional[dict] = None, **config):
+                 consumer_id: Optional[str] = None, log_options: Optional[dict] = None,
+                 kafka: Optional[dict] = None, **config):
         self.config = cfg.build(ConsumerConfig, config, "consumer config")
         zk = zk or cfg.default_connect()
         data_dir = data_dir or cfg.default_data_dir()
@@ -250,10 +255,14 @@ class Consumer:
         self._client = start_client(zk, self.config.session_timeout_ms, self.config.connect_timeout_s) \
             if self._own_client else zk
         try:
-            self._log = Log(data_dir, **(log_options or {}))
-            self._fetcher = Fetcher(self._log, self.config.max_poll_records, self.config.max_partition_fetch_bytes,
-                                    self.config.fetch_max_bytes, self.config.fetch_max_wait_ms,
-                                    on_error=self._on_fetch_error)
+            self._plane: DataPlane = open_data_plane(
+                data_dir=data_dir, bootstrap_servers=self.config.bootstrap_servers or None, kafka=kafka,
+                log_options=log_options)
+            self._fetcher = self._plane.open_fetcher(
+                group_id=group_id, max_poll_records=self.config.max_poll_records,
+                max_partition_fetch_bytes=self.config.max_partition_fetch_bytes,
+                fetch_max_bytes=self.config.fetch_max_bytes, fetch_max_wait_ms=self.config.fetch_max_wait_ms,
+                on_error=self._on_fetch_error)
             self._async_commits = ThreadPoolExecutor(1, thread_name_prefix="commit-async")
             self._fetcher.start()
             self._member = GroupMember(self._client, group_id, subscription, kind, self.config.assignment_strategy,
@@ -275,9 +284,10 @@ class Consumer:
         values = dict(cfg.load_toml(path, "consumer"))
         zk = cfg.take(values, "zk", str, path)
         data_dir = cfg.take(values, "data_dir", str, path)
+        kafka = cfg.take(values, "kafka", dict, path)
         values.update(overrides)
         return cls(group_id, topics, pattern, zk=values.pop("zk", zk), data_dir=values.pop("data_dir", data_dir),
-                   **values)
+                   kafka=values.pop("kafka", kafka), **values)
 
     def _set_state(self, new: ConsumerState, expect=None) -> bool:
         """Move to ``new`` if the current state is in ``expect`` (any state allowed by the
@@ -482,9 +492,9 @@ class Consumer:
                 log.warning("consumer %s: could not record start offsets: %s", self.consumer_id, e)
         for topic in {tp.topic for tp in positions} - self._checked_topics:
             self._checked_topics.add(topic)
-            if not self._log.has_data(topic):
-                log.warning("consumer %s: topic %s has no data under %s yet; if records were produced to it, "
-                            "data_dir points elsewhere", self.consumer_id, topic, self._log.data_dir)
+            if not self._plane.has_data(topic):
+                log.warning("consumer %s: topic %s has no data in %s yet; if records were produced to it, "
+                            "they are somewhere else", self.consumer_id, topic, self._plane.describe())
         self._fetcher.assign(positions, paused=True)  # until on_partitions_assigned has run in poll()
         self._handoff.assigned(known)
         if self._in_poll:
@@ -503,12 +513,12 @@ class Consumer:
         if mode == "committed":
             mode = self.config.auto_offset_reset
         if mode == "earliest":
-            return self._log.earliest_offset(tp.topic, tp.partition)
+            return self._plane.earliest_offsets([tp])[tp]
         if mode == "latest":
-            return self._log.latest_offset(tp.topic, tp.partition)
+            return self._plane.latest_offsets([tp])[tp]
         if mode == "timestamp":
-            found = self._log.offset_for_time(tp.topic, tp.partition, self.config.start_timestamp_ms)
-            return found if found is not None else self._log.latest_offset(tp.topic, tp.partition)
+            found = self._plane.offsets_for_times({tp: self.config.start_timestamp_ms})[tp]
+            return found if found is not None else self._plane.latest_offsets([tp])[tp]
         return None  # "none"
 
     def _on_fetch_error(self, tp: TopicPartition, exc: BaseException) -> None:
@@ -559,6 +569,12 @@ class Consumer:
         self._member.commit(changed)
         with self._commit_lock:
             self._committed_positions.update(changed)
+        if self.config.kafka_commit_offsets:
+            try:  # after ZooKeeper's fenced commit, never instead of it
+                self._plane.commit_offsets(self.group_id, changed)
+            except ZkGroupsError as e:
+                log.warning("consumer %s: copying offsets to Kafka failed (ZooKeeper has them): %s",
+                            self.consumer_id, e)
 
     def commit_async(self, offsets=None, callback: Optional[Callable] = None):
         """Commit on a background thread (one at a time, in order); ``callback(offsets,
@@ -601,30 +617,28 @@ class Consumer:
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         """``seek`` to the earliest retained offset (default: every owned partition)."""
-        for tp in partitions or self.assignment():
-            self._fetcher.seek(tp, self._log.earliest_offset(tp.topic, tp.partition))
+        for tp, offset in self._plane.earliest_offsets(partitions or self.assignment()).items():
+            self._fetcher.seek(tp, offset)
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
         """``seek`` to the end (default: every owned partition): only new records follow."""
-        for tp in partitions or self.assignment():
-            self._fetcher.seek(tp, self._log.latest_offset(tp.topic, tp.partition))
+        for tp, offset in self._plane.latest_offsets(partitions or self.assignment()).items():
+            self._fetcher.seek(tp, offset)
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> Dict[TopicPartition, int]:
         """Earliest retained offset of each partition (owned or not)."""
-        return {tp: self._log.earliest_offset(tp.topic, tp.partition) for tp in partitions}
+        return self._plane.earliest_offsets(partitions)
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> Dict[TopicPartition, int]:
         """Offset after the last record of each partition (owned or not)."""
-        return {tp: self._log.latest_offset(tp.topic, tp.partition) for tp in partitions}
+        return self._plane.latest_offsets(partitions)
 
     def offsets_for_times(self, timestamps: Dict[TopicPartition, int]) -> Dict[TopicPartition, Optional[OffsetAndTimestamp]]:
         """For each partition (owned or not) the earliest offset whose timestamp is at least the
         given one (milliseconds), or None if there is none."""
-        out = {}
-        for tp, ts in timestamps.items():
-            offset = self._log.offset_for_time(tp.topic, tp.partition, ts)
-            out[tp] = None if offset is None else OffsetAndTimestamp(offset, ts)
-        return out
+        found = self._plane.offsets_for_times(timestamps)
+        return {tp: None if offset is None else OffsetAndTimestamp(offset, timestamps[tp])
+                for tp, offset in found.items()}
 
     # ------------------------------------------------------------ flow control
 
@@ -672,7 +686,7 @@ class Consumer:
             self._set_state(ConsumerState.CLOSED)
             self._fetcher.close()
             self._async_commits.shutdown(wait=True)
-            self._log.close()
+            self._plane.close()
             if self._own_client:
                 close_client(self._client)
 

@@ -392,7 +392,7 @@ class Fetcher:
                     if job is not None:
                         lock.release()
                         try:
-                            self._fetch(job)
+                            self._fetch(job, wait=remaining)
                         finally:
                             lock.acquire()
                         continue
@@ -521,9 +521,11 @@ class Fetcher:
     def _current(self, st: _Partition, epoch: int) -> bool:
         return self._parts.get(st.tp) is st and st.epoch == epoch
 
-    def _fetch(self, job) -> None:
+    def _fetch(self, job, wait: Optional[float] = None) -> None:
         """Read one chunk outside the lock (holding the read slot), then apply it under the
-        lock, or discard it if its partition was revoked, re-assigned or seeked meanwhile."""
+        lock, or discard it if its partition was revoked, re-assigned or seeked meanwhile.
+        ``wait``: how long a read may wait for data (a ``poll()``'s time left; None from the
+        prefetch thread). The log never waits; a data plane that pushes records may."""
         st, epoch, offset = job
         tp = st.tp
         records = exc = None

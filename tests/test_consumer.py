@@ -417,5 +417,5 @@ def test_a_topic_without_data_under_data_dir_is_named_once(cluster, zk, data_dir
     c = make_consumer(topics=("elsewhere",))
     wait_for(lambda: c.assignment(), message="an assignment")
     c.poll(timeout_ms=100)
-    lines = [r.getMessage() for r in caplog.records if "has no data under" in r.getMessage()]
+    lines = [r.getMessage() for r in caplog.records if "has no data in" in r.getMessage()]
     assert len(lines) == 1 and "topic elsewhere" in lines[0] and data_dir in lines[0]

@@ -1,0 +1,490 @@
+"""The Kafka data plane: topics on Kafka brokers, read and written through librdkafka
+(confluent-kafka), while zkgroups stays the one decider of who owns which partition.
+
+Guarantees
+----------
+* **zkgroups decides.** A consumer's librdkafka client only ``assign()``s the partitions the
+  coordinator gave its member, at the positions zkgroups chose (the offset committed in
+  ZooKeeper, or the start position); it never ``subscribe()``s, so Kafka's own group protocol
+  (JoinGroup, SyncGroup, heartbeats) is never used and cannot move partitions behind our back.
+  ``group.id`` is set to the zkgroups group only so offsets can be *copied* where Kafka's tools
+  read them (:meth:`KafkaDataPlane.commit_offsets`; ZooKeeper stays the source of truth and
+  carries the fence).
+* **Positions are ours.** ``auto.offset.reset=error``: a position Kafka no longer holds is
+  reported as :class:`OffsetOutOfRange` (with the partition's earliest and latest offsets), and
+  the consumer's own ``auto_offset_reset`` decides, exactly as with the embedded log.
+* **The fetcher's promises hold** (:class:`KafkaFetcher`): fair ``max_poll_records`` hand-out
+  from per-partition buffers, pause/resume/seek, records of a revoked or re-positioned partition
+  never handed out, one error report per parked partition. librdkafka prefetches; the buffers
+  above it are bounded as for the embedded log.
+* **Failures inside Kafka stay inside librdkafka**: a broker down, a leader moving, a request
+  timing out are retried there and never reach ``poll()``; a partition whose topic disappears,
+  or that the client may not read, is reported once and parked.
+* **Keys land where Java clients put them**: producers use ``partitioner=murmur2_random``.
+* librdkafka's own log lines go to Python logging (``zkgroups.kafka``), never straight to stderr.
+
+Not provided: Kafka transactions (records of aborted transactions are skipped by librdkafka's
+default ``isolation.level=read_committed``; offsets may then have gaps, which readers accept),
+and ``offsets_for_times`` where the brokers do not support it (librdkafka's mock cluster
+answers -1: no offset).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from itertools import groupby, repeat
+from operator import itemgetter
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+
+from consumer.dataplane import DataPlane, Record
+from consumer.fetcher import Fetcher
+from consumer.records import ConsumerRecord, TopicPartition
+from coordinator.errors import FetchFailed, OffsetOutOfRange, UnknownTopic, ZkGroupsError
+from coordinator.kafka import (DEFAULT_TIMEOUT_S, KafkaUnavailable, check_bootstrap_servers, confluent_kafka,
+                               librdkafka_config, log_client_error)
+
+log = logging.getLogger("zkgroups.kafka")
+
+#: librdkafka settings zkgroups needs and a user may not change (see the module docstring).
+FORCED_CONSUMER_CONFIG = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "auto.offset.reset": "error",
+    "enable.partition.eof": False,
+}
+#: Defaults a user may override in the ``[kafka]`` table.
+DEFAULT_CONSUMER_CONFIG = {
+    # librdkafka pauses fetching 1 s whenever its local queue is full by default; readers then
+    # flap between ~185k and ~2M records/s. Its documentation advises ~10 ms when that shows.
+    "fetch.queue.backoff.ms": 10,
+}
+DEFAULT_PRODUCER_CONFIG = {
+    "partitioner": "murmur2_random",   # Java's placement of keys (librdkafka's default differs)
+    "linger.ms": 5,
+}
+#: Partition errors after which a partition is parked and reported (others are retried inside librdkafka).
+_PARKING = ("UNKNOWN_TOPIC_OR_PART", "TOPIC_AUTHORIZATION_FAILED", "_UNKNOWN_PARTITION", "_UNKNOWN_TOPIC")
+
+
+class KafkaDataPlane(DataPlane):
+    """A Kafka cluster at ``bootstrap_servers``; ``config``: librdkafka properties (the
+    ``[kafka]`` table: ``security.protocol``, ``sasl.*``, ``ssl.*``, tuning)."""
+
+    name = "kafka"
+
+    def __init__(self, bootstrap_servers: str, config: Optional[Mapping[str, object]] = None,
+                 timeout_s: float = DEFAULT_TIMEOUT_S):
+        self._ck = confluent_kafka()
+        self.servers = check_bootstrap_servers(bootstrap_servers)
+        self._user_config = dict(config or {})
+        librdkafka_config(self.servers, self._user_config, {})  # reject conflicts now
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()   # one client call at a time on the shared clients below
+        self._reader = None             # metadata, watermarks, range reads (no group)
+        self._admin = None
+        self._producer = None
+        self._committers: Dict[str, object] = {}
+        self._closed = False
+
+    def describe(self) -> str:
+        return f"Kafka at {self.servers}"
+
+    # ------------------------------------------------------------ clients
+
+    def consumer_config(self, group_id: str = "") -> dict:
+        config = librdkafka_config(self.servers, self._user_config, DEFAULT_CONSUMER_CONFIG, FORCED_CONSUMER_CONFIG)
+        config["group.id"] = group_id or "zkgroups-tools"
+        return config
+
+    def producer_config(self, overrides: Optional[Mapping[str, object]] = None) -> dict:
+        return {**librdkafka_config(self.servers, self._user_config, DEFAULT_PRODUCER_CONFIG), **(overrides or {})}
+
+    def _reader_client(self):
+        if self._reader is None:
+            self._reader = self._ck.Consumer(self.consumer_config())
+        return self._reader
+
+    def _admin_client(self):
+        if self._admin is None:
+            from confluent_kafka.admin import AdminClient
+            self._admin = AdminClient(librdkafka_config(self.servers, self._user_config, {}))
+        return self._admin
+
+    def _unavailable(self, e: BaseException) -> KafkaUnavailable:
+        return KafkaUnavailable(f"Kafka at {self.servers} did not answer within {self.timeout_s:g}s ({e})")
+
+    # ------------------------------------------------------------ topics and offsets
+
+    def partition_counts(self, topics: Optional[Iterable[str]] = None) -> Dict[str, int]:
+        with self._lock:
+            try:
+                metadata = self._reader_client().list_topics(timeout=self.timeout_s)
+            except self._ck.KafkaException as e:
+                raise self._unavailable(e) from None
+        counts = {name: len(t.partitions) for name, t in metadata.topics.items()
+                  if t.error is None and not name.startswith("__")}
+        return counts if topics is None else {t: counts[t] for t in topics if t in counts}
+
+    def _list_offsets(self, spec_of: Mapping[TopicPartition, object]) -> Dict[TopicPartition, int]:
+        if not spec_of:
+            return {}
+        ck = self._ck
+        with self._lock:
+            futures = self._admin_client().list_offsets(
+                {ck.TopicPartition(tp.topic, tp.partition): spec for tp, spec in spec_of.items()},
+                request_timeout=self.timeout_s)
+        out = {}
+        for ktp, future in futures.items():
+            tp = TopicPartition(ktp.topic, ktp.partition)
+            try:
+                out[tp] = future.result().offset
+            except ck.KafkaException as e:
+                err = e.args[0] if e.args else None
+                if err is not None and getattr(err, "name", lambda: "")() in _PARKING:
+                    raise UnknownTopic(tp.topic) from None
+                raise self._unavailable(e) from None
+        return out
+
+    def earliest_offsets(self, partitions: Iterable[TopicPartition]) -> Dict[TopicPartition, int]:
+        from confluent_kafka.admin import OffsetSpec
+        return self._list_offsets({TopicPartition(*tp): OffsetSpec.earliest() for tp in partitions})
+
+    def latest_offsets(self, partitions: Iterable[TopicPartition]) -> Dict[TopicPartition, int]:
+        from confluent_kafka.admin import OffsetSpec
+        return self._list_offsets({TopicPartition(*tp): OffsetSpec.latest() for tp in partitions})
+
+    def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]) -> Dict[TopicPartition, Optional[int]]:
+        from confluent_kafka.admin import OffsetSpec
+        found = self._list_offsets({TopicPartition(*tp): OffsetSpec.for_timestamp(ts) for tp, ts in timestamps.items()})
+        return {tp: (offset if offset >= 0 else None) for tp, offset in found.items()}
+
+    # ------------------------------------------------------------ reading
+
+    def fetch(self, tp: TopicPartition, offset: int, max_records: int = 500,
+              max_bytes: int = 1 << 20) -> List[ConsumerRecord]:
+        tp = TopicPartition(*tp)
+        low, high = self._watermarks(tp)
+        if offset < low or offset > high:
+            raise OffsetOutOfRange(tp.topic, tp.partition, offset, low, high)
+        if offset == high:
+            return []
+        ck = self._ck
+        out: List[ConsumerRecord] = []
+        size = 0
+        deadline = time.monotonic() + self.timeout_s
+        with self._lock:
+            reader = self._reader_client()
+            reader.assign([ck.TopicPartition(tp.topic, tp.partition, offset)])
+            try:
+                while len(out) < max_records and time.monotonic() < deadline:
+                    messages = reader.consume(num_messages=min(max_records - len(out), 10_000), timeout=0.2)
+                    for records, error in _runs(messages):
+                        if error is not None:
+                            raise _partition_error(tp, offset, error)
+                        for r in records:
+                            if r.offset < offset:
+                                continue
+                            out.append(r)
+                            size += len(r.value or b"") + len(r.key or b"")
+                            if len(out) >= max_records or (size >= max_bytes and out):
+                                return out
+                    if out and out[-1].offset + 1 >= high:
+                        return out
+            finally:
+                reader.unassign()
+        if not out:
+            raise self._unavailable(TimeoutError("no records arrived"))
+        return out
+
+    def _watermarks(self, tp: TopicPartition):
+        with self._lock:
+            try:
+                return self._reader_client().get_watermark_offsets(
+                    self._ck.TopicPartition(tp.topic, tp.partition), timeout=self.timeout_s, cached=False)
+            except self._ck.KafkaException as e:
+                raise self._unavailable(e) from None
+
+    def open_fetcher(self, *, group_id: str, max_poll_records: int, max_partition_fetch_bytes: int,
+                     fetch_max_bytes: int, fetch_max_wait_ms: int,
+                     on_error: Callable[[TopicPartition, BaseException], None]) -> "KafkaFetcher":
+        config = self.consumer_config(group_id)
+        config.setdefault("fetch.max.bytes", fetch_max_bytes)
+        config.setdefault("max.partition.fetch.bytes", max_partition_fetch_bytes)
+        config.setdefault("fetch.wait.max.ms", fetch_max_wait_ms)
+        return KafkaFetcher(self._ck.Consumer(config), self, max_poll_records, max_partition_fetch_bytes,
+                            fetch_max_bytes, fetch_max_wait_ms, on_error=on_error)
+
+    # ------------------------------------------------------------ writing
+
+    def append(self, tp: TopicPartition, records: Sequence[Record]) -> int:
+        tp = TopicPartition(*tp)
+        with self._lock:
+            if self._producer is None:
+                self._producer = self._ck.Producer(self.producer_config({"linger.ms": 0}))
+            offsets, errors = [], []
+
+            def delivered(err, msg):
+                (errors if err is not None else offsets).append(err if err is not None else msg.offset())
+            for key, value, timestamp, headers in records:
+                self._producer.produce(tp.topic, value, key, tp.partition, on_delivery=delivered,
+                                       timestamp=timestamp or 0, headers=list(headers) or None)
+            left = self._producer.flush(self.timeout_s)
+        if errors or left:
+            raise self._unavailable(errors[0] if errors else TimeoutError(f"{left} records not delivered"))
+        return min(offsets)
+
+    # ------------------------------------------------------------ the group's offsets, for Kafka's tools
+
+    def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Copy a group's committed offsets to Kafka (OffsetCommit for a group that never joins:
+        Kafka accepts it unfenced, so ZooKeeper's fenced commit comes first, always)."""
+        if not offsets:
+            return
+        ck = self._ck
+        with self._lock:
+            committer = self._committers.get(group_id)
+            if committer is None:
+                committer = self._committers[group_id] = ck.Consumer(self.consumer_config(group_id))
+            try:
+                committer.commit(offsets=[ck.TopicPartition(tp.topic, tp.partition, o) for tp, o in offsets.items()],
+                                 asynchronous=False)
+            except ck.KafkaException as e:
+                raise self._unavailable(e) from None
+
+    def committed_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> Dict[TopicPartition, Optional[int]]:
+        """What Kafka holds for the group (as its tools see it); None where nothing was committed."""
+        ck = self._ck
+        with self._lock:
+            committer = self._committers.get(group_id)
+            if committer is None:
+                committer = self._committers[group_id] = ck.Consumer(self.consumer_config(group_id))
+            try:
+                found = committer.committed([ck.TopicPartition(tp.topic, tp.partition) for tp in partitions],
+                                            timeout=self.timeout_s)
+            except ck.KafkaException as e:
+                raise self._unavailable(e) from None
+        return {TopicPartition(k.topic, k.partition): (k.offset if k.offset >= 0 else None) for k in found}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            clients = [c for c in [self._reader, *self._committers.values()] if c is not None]
+            self._reader, self._committers = None, {}
+            producer, self._producer = self._producer, None
+        for client in clients:
+            client.close()
+        if producer is not None:
+            producer.flush(self.timeout_s)
+
+
+# ---------------------------------------------------------------- records from librdkafka messages
+
+_TIMESTAMP = itemgetter(1)
+_KEY = itemgetter(0)
+
+
+def _runs(messages):
+    """Split one ``consume()`` result into runs of one partition, in order: (records, None) for
+    a run of records, (None, error message) for an error event. No Python frame per record:
+    every field is read by C-level ``map`` over the Message methods."""
+    if not messages:
+        return
+    Message = confluent_kafka().Message
+    errors = list(map(Message.error, messages))
+    if any(errors):
+        start = 0
+        for i, err in enumerate(errors):
+            if err is not None:
+                yield from _runs(messages[start:i])
+                yield None, messages[i]
+                start = i + 1
+        yield from _runs(messages[start:])
+        return
+    keys = list(zip(map(Message.topic, messages), map(Message.partition, messages)))
+    start = 0
+    for (topic, partition), group in groupby(keys):
+        n = sum(1 for _ in group)
+        run = messages[start:start + n]
+        start += n
+        headers = list(map(Message.headers, run))
+        yield list(map(tuple.__new__, repeat(ConsumerRecord), zip(
+            repeat(topic), repeat(partition), map(Message.offset, run), map(_TIMESTAMP, map(Message.timestamp, run)),
+            map(Message.key, run), map(Message.value, run),
+            [tuple(h) if h else () for h in headers] if any(headers) else repeat(())))), None
+
+
+def _partition_error(tp: TopicPartition, offset: int, message) -> ZkGroupsError:
+    err = message.error()
+    return FetchFailed(tp.topic, tp.partition, RuntimeError(f"{err.name()}: {err.str()}"))
+
+
+# ---------------------------------------------------------------- the fetcher
+
+class KafkaFetcher(Fetcher):
+    """The fetcher's buffers and fair hand-out over a librdkafka consumer that only ``assign()``s.
+
+    Reading: one ``consume()`` at a time (the read slot, as for the log) takes what librdkafka
+    has prefetched for any assigned partition; each partition's run joins that partition's
+    buffer if it continues it (its first offset is the next one expected — a run from before a
+    seek or a re-assignment never does; librdkafka also drops what it fetched before a seek).
+    The prefetch thread reads while fewer than ``max_poll_records`` records are retained, as for
+    the log; ``poll()`` reads itself when nothing is buffered.
+
+    Control: ``assign``/``revoke``/``seek``/``pause``/``resume`` change the buffers (under the
+    fetcher's lock) and then librdkafka's assignment (under ``_control``, never while holding the
+    fetcher's lock), so librdkafka fetches only what is assigned and not paused.
+    """
+
+    def __init__(self, consumer, plane: KafkaDataPlane, max_poll_records: int = 500,
+                 max_partition_fetch_bytes: int = 1 << 20, fetch_max_bytes: int = 50 << 20,
+                 fetch_max_wait_ms: int = 100, on_error=None):
+        super().__init__(None, max_poll_records, max_partition_fetch_bytes, fetch_max_bytes, fetch_max_wait_ms,
+                         on_error=on_error)
+        self._kc = consumer
+        self._plane = plane
+        self._ktp = plane._ck.TopicPartition
+        self._control = threading.Lock()
+
+    # ---- control, mirrored to librdkafka
+
+    def assign(self, positions, paused: bool = False) -> None:
+        positions = {TopicPartition(*tp): int(offset) for tp, offset in positions.items()}
+        known = self.assigned() & set(positions)
+        super().assign(positions, paused)
+        new = [self._ktp(tp.topic, tp.partition, positions[tp]) for tp in positions if tp not in known]
+        with self._control:
+            if new:
+                self._kc.incremental_assign(new)
+                if paused:
+                    self._kc.pause(new)
+            for tp in known:
+                self._seek_kafka(tp, positions[tp])
+
+    def revoke(self, tps) -> None:
+        tps = [TopicPartition(*tp) for tp in tps]
+        gone = self.assigned() & set(tps)
+        super().revoke(tps)
+        if gone:
+            with self._control:
+                self._kc.incremental_unassign([self._ktp(tp.topic, tp.partition) for tp in gone])
+
+    def seek(self, tp, offset: int) -> None:
+        super().seek(tp, offset)
+        with self._control:
+            self._seek_kafka(TopicPartition(*tp), int(offset))
+
+    def _seek_kafka(self, tp: TopicPartition, offset: int) -> None:
+        try:
+            self._kc.seek(self._ktp(tp.topic, tp.partition, offset))
+        except self._plane._ck.KafkaException:
+            # Not fetching yet (librdkafka seeks only partitions it consumes): assign it anew there.
+            self._kc.incremental_unassign([self._ktp(tp.topic, tp.partition)])
+            self._kc.incremental_assign([self._ktp(tp.topic, tp.partition, offset)])
+
+    def pause(self, tps) -> None:
+        tps = [TopicPartition(*tp) for tp in tps]
+        super().pause(tps)
+        mine = self.assigned() & set(tps)
+        if mine:
+            with self._control:
+                self._kc.pause([self._ktp(tp.topic, tp.partition) for tp in mine])
+
+    def resume(self, tps) -> None:
+        tps = [TopicPartition(*tp) for tp in tps]
+        super().resume(tps)
+        mine = self.assigned() & set(tps)
+        if mine:
+            with self._control:
+                self._kc.resume([self._ktp(tp.topic, tp.partition) for tp in mine])
+
+    def end_offsets(self, tps):
+        latest = self._plane.latest_offsets(TopicPartition(*tp) for tp in tps)
+        with self._lock:
+            for tp, offset in latest.items():
+                st = self._parts.get(tp)
+                if st is not None and (st.highwater is None or offset > st.highwater):
+                    st.highwater = offset
+        return latest
+
+    def close(self, timeout: float = 5.0) -> None:
+        super().close(timeout)  # the prefetch thread is out of consume() when this returns
+        with self._control:
+            self._kc.close()
+
+    # ---- reading
+
+    def _pick(self, now: float):
+        """Under the lock, with the read slot free: a read of every partition (librdkafka
+        decides which have data) if any is fetchable; the job is the read's start epoch."""
+        if any(not st.paused and st.error is None for st in self._parts.values()):
+            self._busy = True
+            return self._epoch, None
+        return None, None
+
+    def _fetch(self, job, wait: Optional[float] = None) -> None:
+        started_epoch = job
+        timeout = self._idle_wait if wait is None else max(0.0, min(wait, self._idle_wait))
+        try:
+            messages = self._kc.consume(num_messages=self._chunk, timeout=timeout)
+            runs = list(_runs(messages))
+        except Exception as e:
+            with self._lock:
+                self._release_slot()
+            log.warning("Kafka consumer: %s", e)
+            return
+        failures = []
+        with self._lock:
+            self._release_slot()
+            for records, message in runs:
+                if message is not None:
+                    failures.append(message)
+                    continue
+                st = self._parts.get(TopicPartition(records[0].topic, records[0].partition))
+                if st is None or st.error is not None:
+                    continue  # revoked (or parked) since: librdkafka's late delivery
+                first = records[0].offset
+                if first < st.fetch_offset:
+                    records = [r for r in records if r.offset >= st.fetch_offset]
+                    if not records:
+                        continue
+                    first = records[0].offset
+                if first != st.fetch_offset and st.epoch > started_epoch:
+                    continue  # re-positioned during this read: only a run that continues it counts
+                st.chunks.append(records)
+                st.count += len(records)
+                st.fetch_offset = last = records[-1].offset + 1
+                if st.highwater is None or last > st.highwater:
+                    st.highwater = last
+        for message in failures:
+            self._partition_failed(message)
+
+    def _partition_failed(self, message) -> None:
+        err = message.error()
+        topic, partition = message.topic(), message.partition()
+        if not topic or partition is None or partition < 0:
+            log_client_error(err)  # not about one partition: librdkafka retries it
+            return
+        tp = TopicPartition(topic, partition)
+        name = err.name()
+        if name == "_AUTO_OFFSET_RESET":
+            low, high = self._plane._watermarks(tp)
+            exc: BaseException = OffsetOutOfRange(topic, partition, message.offset(), low, high)
+        elif name in _PARKING or err.fatal() or not err.retriable():
+            exc = FetchFailed(topic, partition, RuntimeError(f"{name}: {err.str()}"))
+        else:
+            log.info("Kafka: %s of %s (retried inside librdkafka)", err.str(), tp)
+            return
+        with self._lock:
+            st = self._parts.get(tp)
+            if st is None or st.error is not None:
+                return
+            st.error = exc  # parked: not fetched again until seek/assign
+            if isinstance(exc, OffsetOutOfRange):
+                st.highwater = exc.latest
+            offset = st.fetch_offset
+        with self._control:
+            self._kc.pause([self._ktp(topic, partition)])
+        self._report(tp, offset, exc)
