@@ -372,9 +372,12 @@ class KafkaFetcher(Fetcher):
                 self._kc.incremental_unassign([self._ktp(tp.topic, tp.partition) for tp in gone])
 
     def seek(self, tp, offset: int) -> None:
-        super().seek(tp, offset)
+        tp = TopicPartition(*tp)
+        super().seek(tp, offset)  # also clears a parked partition's error
         with self._control:
-            self._seek_kafka(TopicPartition(*tp), int(offset))
+            self._seek_kafka(tp, int(offset))
+        if tp not in self.paused():
+            self._mirror(self._kc.resume, [tp])  # it was paused in librdkafka if it had been parked
 
     def _seek_kafka(self, tp: TopicPartition, offset: int) -> None:
         try:
@@ -387,18 +390,19 @@ class KafkaFetcher(Fetcher):
     def pause(self, tps) -> None:
         tps = [TopicPartition(*tp) for tp in tps]
         super().pause(tps)
-        mine = self.assigned() & set(tps)
-        if mine:
-            with self._control:
-                self._kc.pause([self._ktp(tp.topic, tp.partition) for tp in mine])
+        self._mirror(self._kc.pause, tps)
 
     def resume(self, tps) -> None:
         tps = [TopicPartition(*tp) for tp in tps]
         super().resume(tps)
+        self._mirror(self._kc.resume, tps)
+
+    def _mirror(self, call, tps) -> None:
+        """Apply a librdkafka pause or resume to those of ``tps`` that are assigned."""
         mine = self.assigned() & set(tps)
         if mine:
             with self._control:
-                self._kc.resume([self._ktp(tp.topic, tp.partition) for tp in mine])
+                call([self._ktp(tp.topic, tp.partition) for tp in mine])
 
     def end_offsets(self, tps):
         latest = self._plane.latest_offsets(TopicPartition(*tp) for tp in tps)
@@ -485,6 +489,5 @@ class KafkaFetcher(Fetcher):
             if isinstance(exc, OffsetOutOfRange):
                 st.highwater = exc.latest
             offset = st.fetch_offset
-        with self._control:
-            self._kc.pause([self._ktp(topic, partition)])
+        self._mirror(self._kc.pause, [tp])
         self._report(tp, offset, exc)
