@@ -63,6 +63,14 @@ DEFAULT_PRODUCER_CONFIG = {
     "partitioner": "murmur2_random",   # Java's placement of keys (librdkafka's default differs)
     "linger.ms": 5,
 }
+#: The longest a read waits for a first message: control calls (assign, seek, ...) wait for a
+#: read in flight, so this bounds what a rebalance or a seek waits for librdkafka.
+READ_WAIT_S = 0.02
+#: The most one read takes out of librdkafka's queue. librdkafka hands messages out of one queue
+#: in arrival order, so one partition's backlog can stand in front of the others' records: a
+#: read takes everything already queued (up to this), and the fair round-robin over the
+#: per-partition buffers then serves every partition (seed 004), not the queue's order.
+MAX_READ = 20_000
 #: Partition errors after which a partition is parked and reported (others are retried inside librdkafka).
 _PARKING = ("UNKNOWN_TOPIC_OR_PART", "TOPIC_AUTHORIZATION_FAILED", "_UNKNOWN_PARTITION", "_UNKNOWN_TOPIC")
 
@@ -326,16 +334,21 @@ def _partition_error(tp: TopicPartition, offset: int, message) -> ZkGroupsError:
 class KafkaFetcher(Fetcher):
     """The fetcher's buffers and fair hand-out over a librdkafka consumer that only ``assign()``s.
 
-    Reading: one ``consume()`` at a time (the read slot, as for the log) takes what librdkafka
-    has prefetched for any assigned partition; each partition's run joins that partition's
+    Reading: one read at a time (the read slot, as for the log) takes what librdkafka has
+    prefetched for any assigned partition (all that is queued, up to ``MAX_READ``); each partition's run joins that partition's
     buffer if it continues it (its first offset is the next one expected — a run from before a
     seek or a re-assignment never does; librdkafka also drops what it fetched before a seek).
     The prefetch thread reads while fewer than ``max_poll_records`` records are retained, as for
     the log; ``poll()`` reads itself when nothing is buffered.
 
     Control: ``assign``/``revoke``/``seek``/``pause``/``resume`` change the buffers (under the
-    fetcher's lock) and then librdkafka's assignment (under ``_control``, never while holding the
-    fetcher's lock), so librdkafka fetches only what is assigned and not paused.
+    fetcher's lock) and then librdkafka's assignment, so librdkafka fetches only what is assigned
+    and not paused.
+
+    One call at a time: every call on a confluent-kafka consumer waits while another thread is
+    inside its ``consume()``, so control calls take the read slot too (:meth:`_exclusive`), and a
+    read never blocks long: it waits for the first message only up to ``READ_WAIT_S`` (or less),
+    then takes what else is already queued without waiting.
     """
 
     def __init__(self, consumer, plane: KafkaDataPlane, max_poll_records: int = 500,
@@ -346,7 +359,7 @@ class KafkaFetcher(Fetcher):
         self._kc = consumer
         self._plane = plane
         self._ktp = plane._ck.TopicPartition
-        self._control = threading.Lock()
+        self._slot_waiters = 0
 
     # ---- control, mirrored to librdkafka
 
@@ -355,29 +368,33 @@ class KafkaFetcher(Fetcher):
         known = self.assigned() & set(positions)
         super().assign(positions, paused)
         new = [self._ktp(tp.topic, tp.partition, positions[tp]) for tp in positions if tp not in known]
-        with self._control:
+
+        def mirror():
             if new:
                 self._kc.incremental_assign(new)
                 if paused:
                     self._kc.pause(new)
             for tp in known:
                 self._seek_kafka(tp, positions[tp])
+        self._exclusive(mirror)
 
     def revoke(self, tps) -> None:
         tps = [TopicPartition(*tp) for tp in tps]
         gone = self.assigned() & set(tps)
         super().revoke(tps)
         if gone:
-            with self._control:
-                self._kc.incremental_unassign([self._ktp(tp.topic, tp.partition) for tp in gone])
+            self._exclusive(lambda: self._kc.incremental_unassign([self._ktp(tp.topic, tp.partition) for tp in gone]))
 
     def seek(self, tp, offset: int) -> None:
         tp = TopicPartition(*tp)
         super().seek(tp, offset)  # also clears a parked partition's error
-        with self._control:
+        resume = tp not in self.paused()  # it was paused in librdkafka if it had been parked
+
+        def mirror():
             self._seek_kafka(tp, int(offset))
-        if tp not in self.paused():
-            self._mirror(self._kc.resume, [tp])  # it was paused in librdkafka if it had been parked
+            if resume:
+                self._kc.resume([self._ktp(tp.topic, tp.partition)])
+        self._exclusive(mirror)
 
     def _seek_kafka(self, tp: TopicPartition, offset: int) -> None:
         try:
@@ -401,8 +418,7 @@ class KafkaFetcher(Fetcher):
         """Apply a librdkafka pause or resume to those of ``tps`` that are assigned."""
         mine = self.assigned() & set(tps)
         if mine:
-            with self._control:
-                call([self._ktp(tp.topic, tp.partition) for tp in mine])
+            self._exclusive(lambda: call([self._ktp(tp.topic, tp.partition) for tp in mine]))
 
     def end_offsets(self, tps):
         latest = self._plane.latest_offsets(TopicPartition(*tp) for tp in tps)
@@ -415,14 +431,40 @@ class KafkaFetcher(Fetcher):
 
     def close(self, timeout: float = 5.0) -> None:
         super().close(timeout)  # the prefetch thread is out of consume() when this returns
-        with self._control:
-            self._kc.close()
+        self._kc.close()
+
+    def _exclusive(self, call) -> None:
+        """Run a call on the librdkafka consumer holding the read slot (see the class docstring);
+        it waits for a read in flight, which ends within ``READ_WAIT_S``."""
+        with self._lock:
+            if self._closed:
+                return  # librdkafka's consumer is closed with the fetcher: nothing to mirror
+            self._slot_waiters += 1
+            try:
+                while self._busy:
+                    self._data_cv.wait()
+                self._busy = True
+            finally:
+                self._slot_waiters -= 1
+        try:
+            call()
+        finally:
+            with self._lock:
+                self._release_slot()
+                self._fetch_cv.notify_all()  # the prefetch thread stood aside for this call
+
+    def _release_slot(self) -> None:
+        super()._release_slot()
+        if self._slot_waiters:
+            self._data_cv.notify_all()
 
     # ---- reading
 
     def _pick(self, now: float):
         """Under the lock, with the read slot free: a read of every partition (librdkafka
         decides which have data) if any is fetchable; the job is the read's start epoch."""
+        if self._slot_waiters:
+            return None, None  # a control call waits for the slot: it goes first, or it would starve
         if any(not st.paused and st.error is None for st in self._parts.values()):
             self._busy = True
             return self._epoch, None
@@ -430,9 +472,17 @@ class KafkaFetcher(Fetcher):
 
     def _fetch(self, job, wait: Optional[float] = None) -> None:
         started_epoch = job
-        timeout = self._idle_wait if wait is None else max(0.0, min(wait, self._idle_wait))
+        timeout = READ_WAIT_S if wait is None else max(0.0, min(wait, READ_WAIT_S))
         try:
-            messages = self._kc.consume(num_messages=self._chunk, timeout=timeout)
+            # librdkafka's consume() waits for a full batch or the timeout: wait for the first
+            # message only, then take what is already queued.
+            first = self._kc.poll(timeout)
+            messages = [first] if first is not None else []
+            while messages and len(messages) < MAX_READ:
+                queued = self._kc.consume(num_messages=self._chunk, timeout=0)
+                messages += queued
+                if len(queued) < self._chunk:
+                    break
             runs = list(_runs(messages))
         except Exception as e:
             with self._lock:
