@@ -637,8 +637,8 @@ def test_a_failed_fetch_without_on_error_is_logged_once(flog, make_fetcher, capl
 # --------------------------------------------------------------------------- the real log
 
 real_log = pytest.mark.skipif(
-    not os.path.exists(os.path.join(os.path.dirname(__file__), "..", "consumer", "log.py")),
-    reason="consumer/log.py not written yet")
+    not os.path.exists(os.path.join(os.path.dirname(__file__), "..", "consumer", "log", "log.py")),
+    reason="consumer/log/log.py not written yet")
 
 
 @real_log
