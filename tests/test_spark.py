@@ -26,7 +26,7 @@ if shutil.which("java") is None:
 
 from coordinator import protocol  # noqa: E402
 from coordinator.coordinator import Coordinator, CoordinatorConfig  # noqa: E402
-from consumer.cli.pipeline import ParquetBatchWriter, run_pipeline  # noqa: E402
+from consumer.spark.sink import ParquetBatchWriter, run_pipeline  # noqa: E402
 from coordinator.topics import TopicRegistry  # noqa: E402
 from consumer.consumer import Consumer  # noqa: E402
 from consumer.log import Log  # noqa: E402

@@ -1,0 +1,70 @@
+"""Consumer groups on Spark: every worker task is a member of a zkgroups consumer group.
+
+The driver starts ``workers`` Spark tasks; each task runs a :class:`~consumer.consumer.Consumer`
+in group ``group_id``, polls, calls the user's ``process(batch)`` and commits the batch's
+offsets after ``process`` returned (at-least-once), then leaves the group cleanly. Commits
+are coalesced: at most one every ``commit_interval_ms`` (100 ms; 0 commits every batch), and
+always before a partition is handed over, when a partition reaches the drain snapshot and
+when the worker stops. Members are ordinary group members: plain Python consumers can share
+the group with them.
+
+Modules:
+
+* :mod:`~consumer.spark.driver` — what runs on the driver: :class:`GroupJob` and
+  :func:`run_group_job`, the :class:`JobSummary`, :func:`local_session`,
+  :func:`check_spark_conf`.
+* :mod:`~consumer.spark.executor` — what runs in a Spark task: the worker (a group member),
+  its loop and commits; what ``process`` gets (:class:`Batch`, :class:`WorkerContext`);
+  :func:`read_committed`, the group's progress.
+* :mod:`~consumer.spark.batching` — where a partition's records are cut into batches (pure).
+* :mod:`~consumer.spark.sink` — the exactly-once Parquet sink (:class:`ParquetBatchWriter`),
+  the check of its output, per-key counts, and :func:`run_pipeline` (``bin/pipeline``).
+
+Modes
+-----
+``drain``
+    The driver snapshots the end offset of every partition of the subscribed topics when
+    the job starts. Records at or after a partition's snapshot are not processed. A worker
+    keeps going until the *group's* committed offsets (read from ZooKeeper for every
+    partition, not only its own; assignments move) reach the snapshot, so the job ends
+    when everything that was there at the start has been processed and committed.
+``stream``
+    Run until ``duration_s`` has passed since the job started (a retried task does not get
+    extra time), or until stopped: :meth:`GroupJob.request_stop` (a stop znode every worker
+    watches) or ``stop_file`` appearing.
+
+Batches
+-------
+Without ``align`` a batch is whatever one ``poll()`` returned; with ``align=N`` a
+partition's records are cut at multiples of N, at the drain snapshot, or where the sink's
+``batch_end`` says, so a batch redone after a failure is cut exactly as before: what an
+exactly-once sink needs (the rules: :mod:`~consumer.spark.batching`).
+
+Guarantees and limits
+---------------------
+* A worker's consumer id includes the Spark application id, a per-run token, the task's
+  partition index and attempt number, so a retried task never collides with its dead
+  predecessor (whose partitions move once its ZooKeeper session ends).
+* A worker killed mid-batch loses nothing: its uncommitted batch is redone by the next owner.
+* ``spark.speculation=true`` is refused: a speculative copy of a task would be an extra
+  member processing the same partitions' batches concurrently with the original.
+* The log is a shared-disk log: ``data_dir`` must be the same files for the driver and every
+  executor (local mode, or a shared filesystem).
+* Not handled: partitions added to a topic during a drain are not drained (only the
+  snapshot); a worker that keeps running while cut off from ZooKeeper (a zombie) may still
+  finish the batch it had started after its partitions moved (at-least-once, as always).
+
+Nothing here imports pyspark (or pyarrow) until a job runs, so ``import consumer.spark`` is
+cheap.
+"""
+from consumer.spark.batching import BatchCutter
+from consumer.spark.driver import (MODES, WORKER_DEFAULTS, GroupJob, JobSummary, SparkJobError, check_spark_conf,
+                                   local_session, run_group_job)
+from consumer.spark.executor import Batch, WorkerContext, WorkerSummary, read_committed
+from consumer.spark.sink import OutputReport, ParquetBatchWriter, PipelineResult, count_keys, run_pipeline, scan_output
+
+__all__ = [
+    "MODES", "WORKER_DEFAULTS", "Batch", "BatchCutter", "GroupJob", "JobSummary", "OutputReport",
+    "ParquetBatchWriter", "PipelineResult", "SparkJobError", "WorkerContext", "WorkerSummary", "check_spark_conf",
+    "count_keys", "local_session", "read_committed", "run_group_job", "run_pipeline", "scan_output",
+]

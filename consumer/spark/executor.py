@@ -1,0 +1,382 @@
+"""What runs in a Spark task: one group member per task, its loop, its commits.
+
+The driver ships a :class:`WorkerSpec` and :func:`task` to the executors (cloudpickle: the
+spec's module path, this one, must be importable there). Each task runs a :class:`_Worker`:
+a :class:`~consumer.consumer.Consumer` in the group that polls, cuts the records into
+batches (:mod:`consumer.spark.batching`), calls the user's ``process(batch)`` and commits
+the batch's offsets after ``process`` returned (at-least-once), then leaves the group
+cleanly and returns its :class:`WorkerSummary`. Commits are coalesced: at most one every
+``commit_interval_ms`` (0 commits every batch), and always before a partition is handed
+over, when a partition reaches the drain snapshot and when the worker stops.
+
+A worker stops when the group drained the snapshot (drain), at the deadline, when the run's
+stop znode appears, or when the stop file appears. Nothing here imports pyspark except the
+task function, when it runs.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from coordinator import protocol, read
+from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
+from coordinator.errors import CommitFailedError, ZkGroupsError
+from coordinator.zkclient import close_client, start_client
+from consumer.records import ConsumerRecord, TopicPartition
+from consumer.spark.batching import BatchCutter, BatchEnd
+
+log = logging.getLogger("zkgroups.spark")
+
+GROUP_CHECK_INTERVAL_S = 0.1
+DRAIN_POLL_TIMEOUT_MS = 50    # drain: idle workers look at the group's progress this often
+STOP_FILE_CHECK_INTERVAL_S = 0.2
+
+
+# ---------------------------------------------------------------- what the user function gets
+
+@dataclass
+class WorkerContext:
+    """Who is processing: the task, its attempt, its group member id and its progress so far."""
+    group_id: str
+    app_id: str
+    run_id: str
+    index: int          # the Spark task's partition index (0..workers-1)
+    attempt: int        # TaskContext.attemptNumber(): 0 first, 1 after one failure, ...
+    consumer_id: str
+    batches: int = 0    # batches this task processed before the current one
+    records: int = 0
+
+
+class Batch:
+    """One call's worth of records: ``records`` maps each partition to a contiguous run."""
+
+    __slots__ = ("records", "worker")
+
+    def __init__(self, records: Dict[TopicPartition, List[ConsumerRecord]], worker: WorkerContext):
+        self.records = records
+        self.worker = worker
+
+    @property
+    def ranges(self) -> Dict[TopicPartition, Tuple[int, int]]:
+        """``{tp: (first offset, last offset + 1)}``."""
+        return {tp: (recs[0].offset, recs[-1].offset + 1) for tp, recs in self.records.items()}
+
+    def __len__(self) -> int:
+        return sum(map(len, self.records.values()))
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        for recs in self.records.values():
+            yield from recs
+
+    def __repr__(self) -> str:
+        ranges = ", ".join(f"{tp}[{a}:{b})" for tp, (a, b) in sorted(self.ranges.items()))
+        return f"Batch({ranges})"
+
+
+# ---------------------------------------------------------------- what a task returns
+
+@dataclass
+class WorkerSummary:
+    index: int
+    attempt: int
+    consumer_id: str
+    records: int
+    batches: int
+    partitions: List[str]          # partitions this task processed records of
+    rebalances: int                # rebalance commands its member applied
+    started_at: float              # epoch seconds
+    first_record_at: Optional[float]
+    duration_s: float
+    stop_reason: str               # drained | deadline | stopped
+
+
+# ---------------------------------------------------------------- helpers
+
+_ILLEGAL = re.compile(r"[^a-zA-Z0-9._-]")
+
+
+def sanitize_id(raw: str) -> str:
+    """A valid znode / consumer-id name: illegal characters become ``_``."""
+    name = _ILLEGAL.sub("_", raw)[:protocol.MAX_NAME_LENGTH]
+    return name if name not in ("", ".", "..") else "_"
+
+
+def worker_consumer_id(group_id: str, app_id: str, run_id: str, index: int, attempt: int) -> str:
+    return sanitize_id(f"{group_id}_spark-{app_id}-{run_id}-p{index}-a{attempt}")
+
+
+def read_committed(client, group_id: str, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, Optional[int]]:
+    """The group's committed offsets of ``partitions`` (None: none committed; a corrupt one is
+    logged and read as None), read in parallel. Workers read them to know when the group has
+    drained the snapshot; the driver, for the job's summary."""
+    problems: Dict[TopicPartition, str] = {}
+    committed = read.committed_offsets(client, group_id, partitions, problems)
+    for tp, problem in problems.items():
+        log.error("%s: %s", protocol.offsets_path(group_id, tp.topic, tp.partition), problem)
+    return committed
+
+
+# ---------------------------------------------------------------- the task
+
+@dataclass
+class WorkerSpec:
+    """Everything a worker task needs; pickled to the executors."""
+    group_id: str
+    topics: List[str]
+    process: Callable[[Batch], None]
+    zk: str
+    data_dir: str
+    mode: str
+    app_id: str
+    run_id: str
+    started_at: float
+    deadline: Optional[float]                 # epoch seconds
+    end_offsets: Dict[TopicPartition, int]    # drain snapshot
+    stop_file: Optional[str]
+    align: Optional[int]
+    batch_end: Optional[BatchEnd]
+    flush_partial: bool
+    poll_timeout_ms: int
+    commit_interval_ms: int
+    consumer_config: dict
+    log_options: Optional[dict]
+
+
+def task(spec: WorkerSpec):
+    """The ``mapPartitions`` function: runs one worker, yields its summary (a dict)."""
+    def run(_iterator):
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        yield _Worker(spec, ctx.partitionId(), ctx.attemptNumber()).run()
+    return run
+
+
+class _Worker:
+    """One group member inside one Spark task. Listener callbacks run inside poll()."""
+
+    def __init__(self, spec: WorkerSpec, index: int, attempt: int):
+        from consumer.consumer import ConsumerRebalanceListener
+
+        self.spec = spec
+        self.ctx = WorkerContext(spec.group_id, spec.app_id, spec.run_id, index, attempt,
+                                 worker_consumer_id(spec.group_id, spec.app_id, spec.run_id, index, attempt))
+        self.batches = BatchCutter(spec.align, spec.end_offsets if spec.mode == "drain" else None, spec.batch_end)
+        self.uncommitted: Dict[TopicPartition, int] = {}  # processed up to here, not committed yet
+        self._next_commit = 0.0
+        self.paused: set = set()
+        self.handled: set = set()
+        self.first_record_at: Optional[float] = None
+        self.stop_flag = threading.Event()
+        self.consumer = None
+        self.client = None
+        self._next_group_check = 0.0
+        self._next_file_check = 0.0
+
+        worker = self
+
+        class Listener(ConsumerRebalanceListener):
+            def on_partitions_revoked(self, revoked):
+                worker._revoked(revoked)
+
+            def on_partitions_lost(self, lost):
+                worker._forget(lost)
+
+            def on_partitions_assigned(self, assigned):
+                worker._assigned(assigned)
+
+        self.listener = Listener()
+
+    # -------------------------------------------------------- lifecycle
+
+    def run(self) -> dict:
+        from kazoo.recipe.watchers import DataWatch
+        from consumer.consumer import Consumer
+
+        logging.getLogger("kazoo").setLevel(logging.ERROR)
+        spec, started = self.spec, time.time()
+        client = self.client = start_client(spec.zk, spec.consumer_config.get("session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS))
+        reason = None
+        try:
+            DataWatch(client, protocol.spark_stop_path(spec.run_id), self._on_stop_node)
+            if spec.mode == "drain" and self._group_drained(client):
+                reason = "drained"  # nothing left: do not join (and rebalance) the group at all
+            else:
+                self.consumer = Consumer(spec.group_id, spec.topics, zk=client, data_dir=spec.data_dir,
+                                         listener=self.listener, consumer_id=self.ctx.consumer_id,
+                                         log_options=spec.log_options, enable_auto_commit=False,
+                                         **spec.consumer_config)
+                failed = True
+                try:
+                    reason = self._loop(client)
+                    failed = False
+                finally:
+                    self._close(failed)
+        finally:
+            close_client(client)
+        return asdict(WorkerSummary(
+            index=self.ctx.index, attempt=self.ctx.attempt, consumer_id=self.ctx.consumer_id,
+            records=self.ctx.records, batches=self.ctx.batches, partitions=sorted(map(str, self.handled)),
+            rebalances=self.consumer.group_metadata().rebalances if self.consumer else 0, started_at=started,
+            first_record_at=self.first_record_at, duration_s=time.time() - started, stop_reason=reason))
+
+    def _close(self, failed: bool) -> None:
+        try:
+            try:
+                self._commit(force=True)  # what process() returned for (never a failed batch)
+            finally:
+                self.consumer.close(autocommit=False)
+        except Exception as e:
+            if not failed:
+                raise
+            log.warning("worker %s: leaving the group after a failure: %s", self.ctx.consumer_id, e)
+
+    def _on_stop_node(self, data, stat):  # kazoo thread: only record
+        if stat is not None:
+            self.stop_flag.set()
+            return False
+        return None
+
+    # -------------------------------------------------------- the loop
+
+    def _loop(self, client) -> str:
+        spec, consumer = self.spec, self.consumer
+        while True:
+            reason = self._stop_reason(client)
+            if reason:
+                if reason != "drained" and spec.flush_partial and spec.align:
+                    partial = self.batches.partial()
+                    if partial:
+                        self._process(partial)
+                self._commit(force=True)
+                return reason
+            timeout = spec.poll_timeout_ms
+            if spec.mode == "drain":
+                timeout = min(timeout, DRAIN_POLL_TIMEOUT_MS)
+            if spec.deadline is not None:
+                timeout = max(0, min(timeout, int((spec.deadline - time.time()) * 1000)))
+            records = consumer.poll(timeout_ms=timeout)
+            if records:
+                self._accept(records)
+            ready = self.batches.ready()
+            while ready:
+                self._process(ready)
+                ready = self.batches.ready()
+            self._commit()
+
+    def _stop_reason(self, client) -> Optional[str]:
+        now = time.time()
+        if self.stop_flag.is_set():
+            return "stopped"
+        if self.spec.deadline is not None and now >= self.spec.deadline:
+            return "deadline"
+        if self.spec.stop_file and now >= self._next_file_check:
+            self._next_file_check = now + STOP_FILE_CHECK_INTERVAL_S
+            if os.path.exists(self.spec.stop_file):
+                return "stopped"
+        if self.spec.mode == "drain" and now >= self._next_group_check:
+            self._next_group_check = now + GROUP_CHECK_INTERVAL_S
+            if self._group_drained(client):
+                return "drained"
+        return None
+
+    def _group_drained(self, client) -> bool:
+        ends = self.spec.end_offsets
+        committed = read_committed(client, self.spec.group_id, list(ends))
+        return all((committed[tp] or 0) >= end for tp, end in ends.items())
+
+    # -------------------------------------------------------- batches
+
+    def _accept(self, records: Dict[TopicPartition, List[ConsumerRecord]]) -> None:
+        found = self.batches.accept(records)
+        for tp, expected, got in found.jumps:
+            log.warning("worker %s: %s jumped from %d to %d", self.ctx.consumer_id, tp, expected, got)
+        for tp in found.complete:
+            if tp not in self.paused:  # everything up to the snapshot is fetched
+                try:
+                    self.consumer.pause(tp)
+                    self.paused.add(tp)
+                except ZkGroupsError:  # lost meanwhile (session end): nothing to pause
+                    pass
+
+    def _process(self, ready: Dict[TopicPartition, List[ConsumerRecord]]) -> None:
+        if self.first_record_at is None:
+            self.first_record_at = time.time()
+        self.spec.process(Batch(ready, self.ctx))
+        for tp, recs in ready.items():
+            self.uncommitted[tp] = recs[-1].offset + 1
+        finished = self.batches.processed(ready)
+        self.handled.update(ready)
+        self.ctx.batches += 1
+        self.ctx.records += sum(map(len, ready.values()))
+        if finished:  # a partition reached the drain snapshot: let the group see it now
+            self._commit(force=True)
+            self._next_group_check = 0.0
+
+    def _commit(self, force: bool = False) -> None:
+        """Commit processed offsets: at most every commit_interval_ms, unless ``force``."""
+        if not self.uncommitted or (not force and time.monotonic() < self._next_commit):
+            return
+        offsets, self.uncommitted = self.uncommitted, {}
+        self._next_commit = time.monotonic() + self.spec.commit_interval_ms / 1000.0
+        try:
+            self.consumer.commit(offsets)
+        except CommitFailedError as e:
+            # The partitions moved on; their new owner redoes what we did not commit (at-least-once).
+            log.warning("worker %s: %s", self.ctx.consumer_id, e)
+            self.batches.forget(offsets)
+
+    # -------------------------------------------------------- rebalance callbacks (inside poll)
+
+    def _revoked(self, revoked) -> None:
+        """Commit what was processed of ``revoked`` while we still own them, then forget them."""
+        offsets = {tp: self.uncommitted.pop(tp) for tp in revoked if tp in self.uncommitted}
+        if offsets:
+            try:
+                self.consumer.commit(offsets)
+            except CommitFailedError as e:
+                log.warning("worker %s: %s", self.ctx.consumer_id, e)
+        self._forget(revoked)
+
+    def _forget(self, partitions) -> None:
+        self.batches.forget(partitions)  # not processed: the next owner starts at the committed offset
+        for tp in partitions:
+            self.uncommitted.pop(tp, None)  # lost: the next owner redoes it
+
+    def _assigned(self, assigned) -> None:
+        again = self.paused & set(assigned)
+        if again:
+            self.consumer.resume(*again)  # paused in an earlier ownership; start afresh
+            self.paused -= again
+        if self.spec.mode == "drain":
+            self._skip_past_snapshot(assigned)
+
+    def _skip_past_snapshot(self, assigned) -> None:
+        """Drain: a partition whose start position is already at or past the snapshot (e.g.
+        ``auto_offset_reset="latest"`` and nothing committed) gets that position committed,
+        so the group can finish. Runs in on_partitions_assigned, before any record of the
+        partition is returned: the position is where consumption starts, nothing is skipped
+        that this drain would process."""
+        late = {}
+        for tp in assigned:
+            try:
+                position = self.consumer.position(tp)
+            except ZkGroupsError:
+                continue
+            if position >= self.spec.end_offsets.get(tp, 0):
+                late[tp] = position
+        if not late:
+            return
+        committed = read_committed(self.client, self.spec.group_id, list(late))
+        offsets = {tp: pos for tp, pos in late.items()
+                   if (committed[tp] or 0) < self.spec.end_offsets.get(tp, 0)}
+        if offsets:
+            try:
+                self.consumer.commit(offsets)
+            except CommitFailedError as e:
+                log.warning("worker %s: %s", self.ctx.consumer_id, e)

@@ -1,0 +1,232 @@
+"""An exactly-once Parquet sink for group jobs, the check of its output, and per-key counts.
+
+:func:`run_pipeline` reads a topic through a consumer group on Spark (:class:`GroupJob`)
+and writes
+
+    <out>/records/<topic>-<partition>/<start:020d>-<end:020d>.parquet   every record, once
+    <out>/counts/                                                     per-key counts (Parquet)
+
+Why the output is exactly once although consumption is at-least-once: batch boundaries do
+not depend on timing. A worker cuts a partition's records at offsets that are multiples of
+``batch_size`` (or at the drain snapshot), and before cutting a batch that starts at
+offset S it looks for a file that already starts at S and, if there is one, cuts where that
+file ends (:meth:`ParquetBatchWriter.existing_end`, the job's ``batch_end``). Each batch is
+written to a hidden temporary file and renamed into place (``os.replace``), and its offsets
+are committed only after that. A batch redone after a worker died (between the rename and
+the commit, or earlier) therefore rewrites the same file with the same records. Per-key
+counts are computed afterwards by a Spark job over the Parquet files, so they are exact too.
+
+The same holds across runs (drain, then stream, then drain...) of one group into one
+``out``. Not covered: other consumers committing different offsets in the same group, or
+a worker cut off from ZooKeeper that keeps writing after its partitions moved (a zombie).
+
+pyarrow and pyspark are imported only when a batch is written or the keys are counted.
+"""
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+from consumer.spark.driver import GroupJob, JobSummary
+
+log = logging.getLogger("zkgroups.pipeline")
+
+RECORDS_DIR = "records"
+COUNTS_DIR = "counts"
+_FILE = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
+
+
+# ---------------------------------------------------------------- the sink (runs on the executors)
+
+def _schema():
+    import pyarrow as pa
+
+    return pa.schema([
+        ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.int64()),
+        ("key", pa.binary()), ("value", pa.binary()),
+        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    ])
+
+
+class ParquetBatchWriter:
+    """``process`` for a group job: one Parquet file per partition and offset range.
+
+    Picklable (plain attributes). ``after_write(batch)`` runs after the batch's files are in
+    place and before its offsets are committed (tests use it to fail at the worst moment).
+    """
+
+    def __init__(self, records_dir: str, after_write: Optional[Callable] = None, fsync: bool = True):
+        self.records_dir = os.path.abspath(records_dir)
+        self.after_write = after_write
+        self.fsync = fsync
+
+    def partition_dir(self, tp) -> str:
+        return os.path.join(self.records_dir, f"{tp.topic}-{tp.partition}")
+
+    def path(self, tp, start: int, end: int) -> str:
+        return os.path.join(self.partition_dir(tp), f"{start:020d}-{end:020d}.parquet")
+
+    def existing_end(self, tp, start: int) -> Optional[int]:
+        """End offset of a file already written for the batch starting at ``start`` (batch_end hook)."""
+        ends = sorted(int(m.group(2)) for m in map(_FILE.match, _names(self.partition_dir(tp)))
+                      if m and int(m.group(1)) == start)
+        if len(ends) > 1:
+            log.warning("%s: several files start at offset %d: %s", self.partition_dir(tp), start, ends)
+        return ends[0] if ends else None
+
+    def __call__(self, batch) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = _schema()
+        for tp, recs in batch.records.items():
+            start, end = recs[0].offset, recs[-1].offset + 1
+            d = self.partition_dir(tp)
+            os.makedirs(d, exist_ok=True)
+            n = len(recs)
+            table = pa.Table.from_arrays([
+                pa.array([tp.topic] * n, pa.string()),
+                pa.array([tp.partition] * n, pa.int32()),
+                pa.array([r.offset for r in recs], pa.int64()),
+                pa.array([r.timestamp for r in recs], pa.int64()),
+                pa.array([r.key for r in recs], pa.binary()),
+                pa.array([r.value for r in recs], pa.binary()),
+                pa.array([[{"key": k, "value": v} for k, v in r.headers] for r in recs], schema.field("headers").type),
+            ], schema=schema)
+            final = self.path(tp, start, end)
+            tmp = os.path.join(d, f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.tmp")
+            try:
+                pq.write_table(table, tmp)
+                if self.fsync:
+                    _fsync_file(tmp)
+                os.replace(tmp, final)  # a redone batch replaces the same name with the same records
+            except BaseException:
+                _remove_quietly(tmp)
+                raise
+            if self.fsync:
+                _fsync_file(d)
+        if self.after_write is not None:
+            self.after_write(batch)
+
+
+def _names(d: str) -> List[str]:
+    try:
+        return os.listdir(d)
+    except FileNotFoundError:
+        return []
+
+
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------- output checks and counts (driver)
+
+@dataclass
+class OutputReport:
+    files: int = 0
+    records: int = 0                      # by file ranges
+    overlaps: int = 0                     # offsets covered by more than one file (should be 0)
+    ranges: Dict[str, List[Tuple[int, int]]] = field(default_factory=dict)  # merged, per partition
+    distinct_keys: int = 0
+    counted: int = 0                      # records counted by the Spark job
+    counts_dir: str = ""
+
+
+def scan_output(records_dir: str) -> OutputReport:
+    """Files and offset ranges by name; removes leftover temporary files of dead workers."""
+    report = OutputReport()
+    for d in sorted(glob.glob(os.path.join(records_dir, "*"))):
+        spans = []
+        for name in _names(d):
+            if name.startswith(".") and name.endswith(".tmp"):
+                _remove_quietly(os.path.join(d, name))
+                continue
+            m = _FILE.match(name)
+            if m:
+                spans.append((int(m.group(1)), int(m.group(2))))
+        spans.sort()
+        merged: List[Tuple[int, int]] = []
+        for a, b in spans:
+            report.files += 1
+            report.records += b - a
+            if merged and a < merged[-1][1]:
+                report.overlaps += min(b, merged[-1][1]) - a
+                merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+            elif merged and a == merged[-1][1]:
+                merged[-1] = (merged[-1][0], b)
+            else:
+                merged.append((a, b))
+        if merged:
+            report.ranges[os.path.basename(d)] = merged
+    return report
+
+
+def count_keys(spark, records_dir: str, counts_dir: str) -> Tuple[int, int]:
+    """Per-key counts of every record in ``records_dir`` -> Parquet at ``counts_dir``
+    (columns key: binary, key_text: string, count: long). Returns (distinct keys, records)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StructField, StructType, BinaryType, StringType
+
+    dirs = sorted(d for d in glob.glob(os.path.join(records_dir, "*"))
+                  if any(_FILE.match(n) for n in _names(d)))
+    if dirs:
+        df = spark.read.parquet(*dirs)  # one directory per partition (hidden .tmp files are skipped)
+        counts = df.groupBy("key").count().withColumn("key_text", F.col("key").cast("string")) \
+            .select("key", "key_text", "count")
+    else:
+        schema = StructType([StructField("key", BinaryType()), StructField("key_text", StringType()),
+                             StructField("count", LongType())])
+        counts = spark.createDataFrame([], schema)
+    counts.coalesce(1).write.mode("overwrite").parquet(counts_dir)
+    row = spark.read.parquet(counts_dir).agg(F.count("*").alias("keys"), F.sum("count").alias("records")).first()
+    return int(row["keys"] or 0), int(row["records"] or 0)
+
+
+# ---------------------------------------------------------------- the pipeline
+
+@dataclass
+class PipelineResult:
+    summary: JobSummary
+    output: OutputReport
+
+    def as_dict(self) -> dict:
+        return {"summary": self.summary.as_dict(), "output": self.output.__dict__}
+
+
+def run_pipeline(spark, *, zk: str, data_dir: str, group: str, topic: str, out: str, workers: int = 2,
+                 mode: str = "drain", duration_s: Optional[float] = None, batch_size: int = 10000,
+                 stop_file: Optional[str] = None, consumer_config: Optional[dict] = None,
+                 after_write: Optional[Callable] = None, job_ready: Optional[Callable] = None,
+                 fsync: bool = True) -> PipelineResult:
+    """Consume ``topic`` through ``group`` on Spark into ``out`` (see the module docstring).
+    ``job_ready(job)`` is called with the GroupJob before it runs (e.g. to wire a stop signal)."""
+    records_dir = os.path.join(os.path.abspath(out), RECORDS_DIR)
+    os.makedirs(records_dir, exist_ok=True)
+    writer = ParquetBatchWriter(records_dir, after_write, fsync)
+    job = GroupJob(spark, group, [topic], writer, zk=zk, data_dir=data_dir, workers=workers, mode=mode,
+                   duration_s=duration_s, stop_file=stop_file, align=batch_size, batch_end=writer.existing_end,
+                   flush_partial=True, consumer_config=consumer_config)
+    if job_ready is not None:
+        job_ready(job)
+    summary = job.run()
+    report = scan_output(records_dir)
+    report.counts_dir = os.path.join(os.path.abspath(out), COUNTS_DIR)
+    report.distinct_keys, report.counted = count_keys(spark, records_dir, report.counts_dir)
+    return PipelineResult(summary, report)
