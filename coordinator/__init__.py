@@ -3,6 +3,8 @@
 Modules, from the bottom up (each imports only those above it):
 
 * :mod:`~coordinator.errors` — the error hierarchy (one-line messages; ``RetriableError``).
+* :mod:`~coordinator.kafka` — librdkafka clients the zkgroups way (bootstrap servers checked,
+  ``[kafka]`` properties merged); confluent-kafka is imported only when Kafka is used.
 * :mod:`~coordinator.config` — configuration as dataclasses that reject unknown keys; TOML
   files; the environment defaults (``ZK_CONNECT``, ``ZKGROUPS_DATA_DIR``).
 * :mod:`~coordinator.protocol` — **the contract**: every ZooKeeper path and JSON schema, with
@@ -13,6 +15,8 @@ Modules, from the bottom up (each imports only those above it):
 * :mod:`~coordinator.assignors` — assignment strategies as pure functions (range,
   roundrobin, sticky) and the group's vote on one.
 * :mod:`~coordinator.rebalance` — one group's rebalance: read → compute → diff → write → wait.
+* :mod:`~coordinator.mirror` — the topic mirror: a KRaft Kafka cluster's topics written into
+  ``/brokers/topics`` by the leader, fenced by its epoch.
 * :mod:`~coordinator.coordinator` — the node: election, epoch, watches, the request queue
   and its handler threads.
 * :mod:`~coordinator.cli` — ``coordinatord`` and the one-line-error plumbing every tool shares.

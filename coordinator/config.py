@@ -15,6 +15,7 @@ import sys
 from typing import Any, Mapping, Type, TypeVar
 
 from coordinator.errors import InvalidConfig
+from coordinator.kafka import check_bootstrap_servers
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -145,11 +146,40 @@ class CoordinatorConfig:
     settle_ms: int = 0                      # optional wait before a group is read (bursts coalesce anyway)
     handler_threads: int = 4
     suspend_grace_ratio: float = 0.5        # step down if SUSPENDED longer than this × session
+    # The topic mirror (coordinator/mirror.py), for a Kafka cluster in KRaft mode only: a Kafka
+    # in ZooKeeper mode writes /brokers/topics itself, and a mirror would fight it.
+    bootstrap_servers: str = ""             # the Kafka cluster whose topics the leader mirrors; "": none
+    kafka: dict = dataclasses.field(default_factory=dict, repr=False)  # librdkafka properties (secrets: never shown)
+    mirror_interval_ms: int = 10000         # refresh interval (also refreshed at once on demand)
 
     def validate(self):
         positive(self, "session_timeout_ms", "rebalance_timeout_ms", "failed_retry_interval_ms",
-                 "check_interval_ms", "handler_threads", "suspend_grace_ratio")
+                 "check_interval_ms", "handler_threads", "suspend_grace_ratio", "mirror_interval_ms")
         if self.max_rebalance_retries < 0 or self.rebalance_backoff_ms < 0 or self.settle_ms < 0:
             raise InvalidConfig("retries, backoff and settle must be >= 0")
         if self.suspend_grace_ratio >= 1:
             raise InvalidConfig("suspend_grace_ratio must be < 1 (the grace is shorter than the session)")
+        self.kafka = check_kafka_properties(self.kafka, "kafka")
+        if self.bootstrap_servers:
+            self.bootstrap_servers = check_bootstrap_servers(self.bootstrap_servers)
+        elif self.kafka:
+            raise InvalidConfig("kafka properties are given but bootstrap_servers is not: "
+                                "they are for the topic mirror, which needs the Kafka cluster's address")
+
+
+def check_kafka_properties(properties, source: str) -> dict:
+    """librdkafka properties: a table of names to strings, numbers or booleans (the values are
+    never shown: they may be secrets). TOML reads an unquoted ``security.protocol = "SSL"`` as
+    a nested table; it is flattened back into the dotted name."""
+    if not isinstance(properties, dict):
+        raise InvalidConfig(f"{source} must be a table of librdkafka properties")
+    flat = {}
+    for key, value in properties.items():
+        if isinstance(value, dict):
+            for inner, inner_value in check_kafka_properties(value, f"{source}: {key}").items():
+                flat[f"{key}.{inner}"] = inner_value
+        elif isinstance(value, (str, int, float, bool)):
+            flat[key] = value
+        else:
+            raise InvalidConfig(f"{source}: {key} must be a string, number or boolean, got a {type(value).__name__}")
+    return flat

@@ -6,6 +6,10 @@ bumps the epoch, publishes ``/consumers/coordinator/leader``, watches topics and
 every group for a check, and hands requests to a small pool of handler threads. ``close()``
 abandons the current attempt, resigns (the next contender leads at once) and disconnects.
 
+With ``bootstrap_servers`` configured, the leader also runs a :class:`~coordinator.mirror.TopicMirror`
+for its term: the topics of that (KRaft) Kafka cluster are mirrored into ``/brokers/topics``,
+and a group whose members name a topic the registry lacks asks it for a refresh at once.
+
 Guarantees: every leader write is fenced by the epoch in the same transaction; a group is
 never handled by two threads at once and change events are coalesced per group; watch and
 connection callbacks never call ZooKeeper (they only record and queue). A leader that is
@@ -30,6 +34,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from coordinator import config as cfg
 from coordinator import protocol, read
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode, InvalidName
+from coordinator.mirror import TopicMirror
 from coordinator.topics import TopicRegistry
 from coordinator.config import CoordinatorConfig
 from coordinator.rebalance import Abandoned, Deposed, GroupRebalancer, Superseded, fenced_commit
@@ -182,6 +187,7 @@ class Coordinator:
         self.host = socket.gethostname()
         self.node_id = node_id or f"{self.host}-{os.getpid()}"
         self.config = config or CoordinatorConfig()
+        self.config.validate()  # a config made in code is checked as one read from a file is
         self.client = None
         self._closing = threading.Event()
         self._term: Optional[Leadership] = None
@@ -350,15 +356,17 @@ class Coordinator:
 
 
 class LeaderSession:
-    """Everything a node does while it leads: watches, the request queue and its handlers.
+    """Everything a node does while it leads: watches, the request queue and its handlers, and
+    the topic mirror if one is configured (started with the term, stopped with it).
 
     Threads and locks: kazoo's threads run the watch callbacks, which only put events on
     ``events``. The leader thread (:meth:`run`) alone handles events, reads topics and group
     memberships and owns ``topics``, ``topic_watches``, ``group_watches`` and
     ``ignored_groups``. Handler threads (:meth:`_handle`) rebalance one group each at a time
-    (``requests`` guarantees a group is never handled twice at once); ``rebalancer`` and
-    ``index`` are safe for them to share. ``lock`` guards what both the leader thread and the
-    handlers touch: ``retry_at`` and ``unverified``.
+    (``requests`` guarantees a group is never handled twice at once); ``rebalancer``,
+    ``index`` and ``mirror`` are safe for them to share. ``lock`` guards what both the leader
+    thread and the handlers touch: ``retry_at`` and ``unverified``. The mirror works on its own
+    thread; handlers only ask it for a refresh, which never blocks.
     """
 
     def __init__(self, node: Coordinator, term: Leadership, info: protocol.LeaderInfo):
@@ -378,6 +386,11 @@ class LeaderSession:
         self.ignored_groups: Set[str] = set()
         self.handlers = []
         self.lock = threading.Lock()
+        self.mirror: Optional[TopicMirror] = None
+        if self.config.bootstrap_servers:
+            self.mirror = TopicMirror(self.client, term.epoch, self.config.bootstrap_servers, self.config.kafka,
+                                      self.config.mirror_interval_ms, active=lambda: self.term.active,
+                                      on_deposed=lambda reason: self.term.end(f"deposed: {reason}"))
 
     # ------------------------------------------------------------ main loop (the leader's own thread)
 
@@ -394,6 +407,8 @@ class LeaderSession:
             self.handlers.append(t)
         ChildrenWatch(client, protocol.BROKER_TOPICS, self._watch_topics)
         ChildrenWatch(client, protocol.GROUPS, self._watch_groups)
+        if self.mirror:
+            self.mirror.start()
         if not self.unverified:
             self._mark_loaded()
         next_check = time.monotonic() + self.config.check_interval_ms / 1000.0
@@ -408,6 +423,8 @@ class LeaderSession:
                 # Watches are hints: after a reconnect re-read what we depend on.
                 self.term.reconnected = False
                 self._request_all()
+                if self.mirror:
+                    self.mirror.request_refresh()
             for group in self._due_retries(now):
                 self.requests.request(group)
             if now >= next_check:
@@ -427,6 +444,8 @@ class LeaderSession:
 
     def stop(self) -> None:
         self.term.end(self.term.reason or "stopping")
+        if self.mirror:
+            self.mirror.stop()
         self.requests.close(len(self.handlers))
         for t in self.handlers:
             t.join(timeout=5)
@@ -452,6 +471,8 @@ class LeaderSession:
             if self.term.ended.is_set():
                 return False
             self.events.put(("topic", (topic, data)))
+            if data is None:
+                return False  # deleted: a topic created again gets a watch of its own
         return callback
 
     def _watch_members(self, group):
@@ -471,8 +492,10 @@ class LeaderSession:
         elif kind == "topic":
             topic, data = arg
             if data is None:
-                self.topics.pop(topic, None)
                 self.topic_watches.discard(topic)
+                if self.topics.pop(topic, None) is not None:
+                    for group in self.index.groups_for(topic):  # rebalanced away from it
+                        self.requests.request(group)
                 return
             try:
                 count = protocol.decode_topic(data, protocol.topic_path(topic))
@@ -546,7 +569,7 @@ class LeaderSession:
         if not self.term.active:
             return
         try:
-            outcome = self.rebalancer.run(group, dict(self.topics), observe=self.index.update,
+            outcome = self.rebalancer.run(group, dict(self.topics), observe=self._observe,
                                           changed=lambda: self.requests.changed(group))
             if outcome.state != "unchanged":
                 log.info("group %s generation %d %s: reason=%s members=%d moved=%d duration=%.1fms%s",
@@ -576,6 +599,18 @@ class LeaderSession:
         except Exception:
             log.exception("group %s: unexpected error during rebalance; retrying later", group)
             self._retry_later(group, self.config.failed_retry_interval_ms)
+
+    def _observe(self, group: str, registrations) -> None:
+        """A handler saw the group's members: index their subscriptions, and if one names a
+        topic the registry lacks (or a regex matches none), ask the mirror to look at once, so
+        a new Kafka topic is served in about a Metadata round trip rather than an interval."""
+        registrations = list(registrations)
+        self.index.update(group, registrations)
+        if self.mirror:
+            topics = dict(self.topics)  # a copy: the leader thread may change it meanwhile
+            if any(not set(reg.subscription) <= topics.keys() if reg.pattern == protocol.PATTERN_STATIC
+                   else not reg.topics(topics) for reg in registrations):
+                self.mirror.request_refresh()
 
     def _verified(self, group: str) -> None:
         with self.lock:

@@ -7,7 +7,9 @@ wrong, so a znode written by someone else never takes down more than the thing i
 
 Layout (documented in the README)::
 
-    /brokers/topics/<topic>                         {"version":1,"partitions":{"0":[0],...}}
+    /brokers/topics/<topic>                         {"version":1,"partitions":{"0":[0],...}} (Kafka's format;
+                                                    versions 2 and 3 read too; mirrored ones marked)
+    /brokers/ids/<broker id>                        only read: a Kafka in ZooKeeper mode is here
     /consumers/coordinator/election/<contenders>    kazoo Election (each watches its predecessor)
     /consumers/coordinator/leader                   ephemeral LeaderInfo of the current leader
     /consumers/coordinator/epoch                    persistent; its znode version is the epoch
@@ -33,6 +35,7 @@ import re2
 from coordinator.errors import CorruptZnode, InvalidName
 
 BROKER_TOPICS = "/brokers/topics"
+BROKER_IDS = "/brokers/ids"   # a Kafka in ZooKeeper mode registers its live brokers here (never zkgroups)
 COORDINATOR = "/consumers/coordinator"
 ELECTION = COORDINATOR + "/election"
 LEADER = COORDINATOR + "/leader"
@@ -189,21 +192,70 @@ def now_ms() -> int:
 
 # ---------------------------------------------------------------- topics (Kafka's format)
 
+#: The key that marks a topic znode written by the topic mirror (coordinator/mirror.py):
+#: ``{"cluster_id": <the Kafka cluster's id>}``. Kafka's own decoder reads only the keys it
+#: knows (``partitions``, ``adding_replicas``, ``removing_replicas``, ``topic_id``), so the
+#: mark does not disturb it; anyone who rewrites the znode drops the mark, and the mirror then
+#: leaves that znode alone.
+MIRROR_MARK = "zkgroups_mirror"
+
+
+@dataclass(frozen=True)
+class TopicZnode:
+    """What a /brokers/topics/<topic> znode says: its partition count, and the Kafka cluster
+    it was mirrored from (None: not written by the topic mirror)."""
+    partitions: int
+    mirrored_from: Optional[str] = None
+
+
 def encode_topic(partitions: int, broker_id: int = 0) -> bytes:
     return _dump({"version": 1, "partitions": {str(p): [broker_id] for p in range(partitions)}})
 
 
-def decode_topic(raw: bytes, path: str) -> int:
-    """Partition count of a /brokers/topics/<topic> znode; partitions must be 0..n-1."""
+def encode_mirrored_topic(replicas: Dict[int, List[int]], cluster_id: str) -> bytes:
+    """A topic mirrored from a Kafka cluster: Kafka's version 1 format with the partitions'
+    replica lists as Kafka reported them, and the mirror's mark."""
+    return _dump({"version": 1, "partitions": {str(p): list(r) for p, r in sorted(replicas.items())},
+                  MIRROR_MARK: {"cluster_id": cluster_id}})
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_replica_map(value) -> bool:
+    return isinstance(value, dict) and all(isinstance(r, list) and all(_is_int(b) for b in r)
+                                           for r in value.values())
+
+
+def decode_topic_znode(raw: bytes, path: str) -> TopicZnode:
+    """A /brokers/topics/<topic> znode in any format Kafka in ZooKeeper mode writes: version 1
+    (``partitions`` only), 2 (with ``adding_replicas`` / ``removing_replicas``, Kafka 2.4+) and
+    3 (with an optional ``topic_id``, Kafka 2.8+). As Kafka's own decoder, it reads the keys it
+    knows and ignores the others. Partitions must be numbered 0..n-1, each with a list of
+    broker ids."""
     obj = _load(raw, path, "topic registration")
+    _require("version" not in obj or (_is_int(obj["version"]) and obj["version"] >= 1), path,
+             f"topic registration has a bad version {obj.get('version')!r}")
     parts = obj.get("partitions")
     _require(isinstance(parts, dict) and parts, path, "topic registration has no 'partitions' map")
-    try:
-        ids = sorted(int(p) for p in parts)
-    except ValueError:
-        raise CorruptZnode(path, "topic registration has a non-numeric partition id") from None
+    _require(all(p.isascii() and p.isdecimal() for p in parts), path,
+             "topic registration has a non-numeric partition id")
+    ids = sorted(int(p) for p in parts)
     _require(ids == list(range(len(ids))), path, "topic partitions are not numbered 0..n-1")
-    return len(ids)
+    _require(_is_replica_map(parts), path, "topic partitions must each list their replicas' broker ids")
+    for key in ("adding_replicas", "removing_replicas"):
+        _require(key not in obj or _is_replica_map(obj[key]), path,
+                 f"topic registration's {key!r} must map partitions to broker ids")
+    _require(isinstance(obj.get("topic_id", ""), str), path, "topic registration's 'topic_id' must be a string")
+    mark = obj.get(MIRROR_MARK)
+    cluster = mark.get("cluster_id") if isinstance(mark, dict) else None
+    return TopicZnode(len(ids), cluster if isinstance(cluster, str) else None)
+
+
+def decode_topic(raw: bytes, path: str) -> int:
+    """Partition count of a /brokers/topics/<topic> znode (see :func:`decode_topic_znode`)."""
+    return decode_topic_znode(raw, path).partitions
 
 
 # ---------------------------------------------------------------- member registration

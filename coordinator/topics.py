@@ -6,12 +6,13 @@ watches these znodes; producers and consumers read partition counts from them.
 """
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from coordinator import protocol
 from coordinator.errors import CorruptZnode, InvalidPartitions, TopicExists, UnknownTopic
+from coordinator.protocol import TopicZnode
 from coordinator.zkclient import riding_out_failover
 
 
@@ -57,15 +58,22 @@ class TopicRegistry:
 
     def all_partitions(self) -> Dict[str, int]:
         """{topic: partitions} for every readable topic; corrupt ones are left out."""
-        topics = self.list()
-        asyncs = [(t, self.client.get_async(protocol.topic_path(t))) for t in topics]
+        return {topic: znode.partitions for topic, (znode, _) in self.znodes().items() if znode is not None}
+
+    def znodes(self) -> Dict[str, Tuple[Optional[TopicZnode], int]]:
+        """{topic: (its znode decoded, or None if unreadable; the znode's version)}, read in
+        one round trip."""
+        asyncs = [(t, self.client.get_async(protocol.topic_path(t))) for t in self.list()]
         result = {}
         for topic, a in asyncs:
             try:
-                raw, _ = a.get()
-                result[topic] = protocol.decode_topic(raw, protocol.topic_path(topic))
-            except (NoNodeError, CorruptZnode):
+                raw, stat = a.get()
+            except NoNodeError:
                 continue
+            try:
+                result[topic] = (protocol.decode_topic_znode(raw, protocol.topic_path(topic)), stat.version)
+            except CorruptZnode:
+                result[topic] = (None, stat.version)
         return result
 
     def add_partitions(self, topic: str, total: int) -> None:

@@ -66,9 +66,43 @@ BAD = [
     ("topic", protocol.decode_topic, dump({"version": 1}), "no 'partitions' map"),
     ("topic", protocol.decode_topic, dump({"version": 1, "partitions": {"0": [0], "2": [0]}}), "not numbered 0..n-1"),
     ("topic", protocol.decode_topic, dump({"version": 1, "partitions": {"a": [0]}}), "non-numeric"),
+    ("topic", protocol.decode_topic, dump({"version": 1, "partitions": {"1_0": [0]}}), "non-numeric"),
+    ("topic", protocol.decode_topic, dump({"version": 1, "partitions": {"0": 1}}), "list their replicas"),
+    ("topic", protocol.decode_topic, dump({"version": 1, "partitions": {"0": ["b1"]}}), "list their replicas"),
+    ("topic", protocol.decode_topic, dump({"version": "2", "partitions": {"0": [0]}}), "bad version"),
+    ("topic", protocol.decode_topic, dump({"version": 2, "partitions": {"0": [0]}, "adding_replicas": []}),
+     "'adding_replicas' must map"),
+    ("topic", protocol.decode_topic, dump({"version": 3, "partitions": {"0": [0]}, "topic_id": 7}),
+     "'topic_id' must be a string"),
     ("offset", protocol.decode_offset, b"ten", "not a decimal number"),
     ("offset", protocol.decode_offset, b"-5", "negative"),
 ]
+
+
+#: Topic znodes as Kafka in ZooKeeper mode writes them (kafka.zk.TopicZNode): version 1 until 2.3,
+#: version 2 (adding_replicas / removing_replicas, KIP-455) from 2.4, version 3 with an optional
+#: topic_id (KIP-516) from 2.8. Kafka's decoder reads the keys it knows and ignores the rest.
+KAFKA_TOPIC_ZNODES = [
+    ("version 1", {"version": 1, "partitions": {"0": [1], "1": [2]}}, 2),
+    ("version 2", {"version": 2, "partitions": {"0": [1, 2]}, "adding_replicas": {}, "removing_replicas": {}}, 1),
+    ("version 2 during a reassignment",
+     {"version": 2, "partitions": {"0": [1, 2, 3], "1": [2, 3]}, "adding_replicas": {"0": [3]},
+      "removing_replicas": {"0": [1]}}, 2),
+    ("version 3 with a topic id",
+     {"version": 3, "partitions": {"0": [1, 2], "1": [2, 3], "2": [3, 1]}, "adding_replicas": {},
+      "removing_replicas": {}, "topic_id": "3sRZ7yWwTsC9O2ieIS7tDA"}, 3),
+    ("version 3 without a topic id", {"version": 3, "partitions": {"0": [1]}, "adding_replicas": {},
+                                      "removing_replicas": {}}, 1),
+    ("partitions in any order", {"version": 1, "partitions": {"2": [1], "0": [1], "1": [1]}}, 3),
+    ("keys Kafka does not know", {"version": 4, "partitions": {"0": [1]}, "future": {"x": 1}}, 1),
+    ("written by the topic mirror",
+     {"version": 1, "partitions": {"0": [1]}, protocol.MIRROR_MARK: {"cluster_id": "c"}}, 1),
+]
+
+
+@pytest.mark.parametrize("obj,partitions", [k[1:] for k in KAFKA_TOPIC_ZNODES], ids=[k[0] for k in KAFKA_TOPIC_ZNODES])
+def test_topic_znodes_as_kafka_writes_them(obj, partitions):
+    assert protocol.decode_topic(dump(obj), PATH) == partitions
 
 
 @pytest.mark.parametrize("decode,raw,problem", [b[1:] for b in BAD], ids=[f"{b[0]}: {b[3]}" for b in BAD])

@@ -7,7 +7,14 @@ seconds, after which it exits 1 with one line; or, with ``--wait-for-zk``, as lo
 saying so once every 10 s (kazoo's own retry warnings are muted meanwhile). A chroot that
 cannot be created is one line and exit 1.
 
-Precedence: command line (or environment) > ``--config`` file > defaults.
+Precedence: command line (or environment) > ``--config`` file > defaults. ``--kafka-config``
+replaces the config file's ``kafka`` table.
+
+Topic mirroring (``--bootstrap-servers``) is for a Kafka cluster in KRaft mode only, and only
+when asked for: ``KAFKA_BOOTSTRAP_SERVERS`` is not read, because a Kafka in ZooKeeper mode
+writes ``/brokers/topics`` itself and a mirror writing the same ZooKeeper would fight it. Its
+settings are checked at startup too (confluent-kafka installed, properties librdkafka accepts;
+a refused value is never shown, it may be a secret).
 
 SIGTERM/SIGINT: the leader abandons its current attempt, resigns (another node leads at
 once) and exits 0; a node still waiting for ZooKeeper exits 0 at once.
@@ -26,6 +33,7 @@ from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, MAX_MS, MAX_WAIT_S, ZK_C
                                     take_connect)
 from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.errors import InvalidConfig
+from coordinator.mirror import check_mirror_config
 from coordinator.zkclient import wait_for_zookeeper
 
 log = logging.getLogger("zkgroups.coordinator")
@@ -33,7 +41,7 @@ log = logging.getLogger("zkgroups.coordinator")
 #: Upper bounds of the configuration (lower bounds are CoordinatorConfig.validate's).
 LIMITS = {"session_timeout_ms": MAX_MS, "rebalance_timeout_ms": MAX_MS, "rebalance_backoff_ms": MAX_MS,
           "failed_retry_interval_ms": MAX_MS, "check_interval_ms": MAX_MS, "settle_ms": MAX_MS,
-          "max_rebalance_retries": 100, "handler_threads": 64}
+          "mirror_interval_ms": MAX_MS, "max_rebalance_retries": 100, "handler_threads": 64}
 
 
 _DEFAULTS = CoordinatorConfig()  # the help shows the dataclass's defaults
@@ -54,12 +62,23 @@ _DEFAULTS = CoordinatorConfig()  # the help shows the dataclass's defaults
               help=f"How long to wait for ZooKeeper at startup [{DEFAULT_ZK_TIMEOUT:g}] (at most {MAX_WAIT_S:g}).")
 @click.option("--wait-for-zk", is_flag=True, default=None,
               help="Wait for ZooKeeper at startup as long as it takes, saying so every --zk-timeout seconds.")
+@click.option("--bootstrap-servers", metavar="HOST:PORT[,...]",
+              help="Mirror the topics of this Kafka cluster into /brokers/topics while leading. Only for a "
+                   "cluster in KRaft mode: a Kafka in ZooKeeper mode writes /brokers/topics itself, and mirroring "
+                   "into that ZooKeeper would fight it. Never taken from KAFKA_BOOTSTRAP_SERVERS.")
+@click.option("--kafka-config", type=click.Path(), metavar="FILE",
+              help="TOML file of librdkafka properties for the mirror ([kafka] table or top level): "
+                   "security.protocol, sasl.*, ssl.* ...; values are never logged.")
+@click.option("--mirror-interval-ms", type=int,
+              help=f"How often the mirror reads Kafka's topics [{_DEFAULTS.mirror_interval_ms}]; it also reads "
+                   "them at once when a member names a topic not mirrored yet.")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @click.option("--config", "config_file", type=click.Path(),
               help="TOML file with the options above ([coordinator] table or top level).")
-def main(zk, node_id, zk_timeout, wait_for_zk, log_level, config_file, **options):
-    """Run a zkgroups coordinator node."""
+def main(zk, node_id, zk_timeout, wait_for_zk, log_level, config_file, kafka_config, **options):
+    """Run a zkgroups coordinator node; with --bootstrap-servers, the leader also mirrors the
+    topics of a KRaft Kafka cluster into ZooKeeper."""
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     source = config_file or "options"
@@ -73,10 +92,14 @@ def main(zk, node_id, zk_timeout, wait_for_zk, log_level, config_file, **options
             if value is not None and ctx.get_parameter_source(name) in (None, click.core.ParameterSource.DEFAULT):
                 startup[name] = value
     values.update({k: v for k, v in options.items() if v is not None})
+    if kafka_config:
+        values["kafka"] = cfg.check_kafka_properties(cfg.load_toml(kafka_config, "kafka"), kafka_config)
     config = cfg.build(CoordinatorConfig, values, source)
     for name, limit in LIMITS.items():
         if getattr(config, name) > limit:
             raise InvalidConfig(f"{source}: {name} must be at most {limit}, got {getattr(config, name)}")
+    if config.bootstrap_servers:
+        check_mirror_config(config.bootstrap_servers, config.kafka)
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -95,7 +118,9 @@ def main(zk, node_id, zk_timeout, wait_for_zk, log_level, config_file, **options
         node = Coordinator(zk, startup["node_id"], config).start()
     finally:
         kazoo_log.setLevel(logging.WARNING)
-    log.info("node %s started (zk %s)", node.node_id, zk)
+    log.info("node %s started (zk %s)%s", node.node_id, zk,
+             f"; while leading it mirrors the topics of Kafka at {config.bootstrap_servers} every "
+             f"{config.mirror_interval_ms} ms" if config.bootstrap_servers else "")
     while not stop.wait(0.5):
         pass
     node.close()
