@@ -1,5 +1,8 @@
-"""Value types shared by the log, the producer and the consumer."""
+"""Value types shared by the data planes, the producer and the consumer, and how records are built."""
 from __future__ import annotations
+
+import gc
+from contextlib import contextmanager
 
 from typing import NamedTuple, Optional, Tuple
 
@@ -34,3 +37,21 @@ class RecordMetadata(NamedTuple):
 class OffsetAndTimestamp(NamedTuple):
     offset: int
     timestamp: int
+
+
+@contextmanager
+def records_built():
+    """Defer the cyclic GC while a batch of records is built (the log's and Kafka's readers).
+
+    Building allocates one tuple per record; with the GC on, a collection every 700 of them
+    makes it about a third slower. None of these objects can form a cycle, so deferring the
+    collection loses nothing (it runs at the next allocation after).
+    """
+    enabled = gc.isenabled()
+    if enabled:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

@@ -39,7 +39,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from consumer.dataplane import DataPlane, Record
 from consumer.fetcher import Fetcher
-from consumer.records import ConsumerRecord, TopicPartition
+from consumer.records import ConsumerRecord, TopicPartition, records_built
 from coordinator.errors import FetchFailed, OffsetOutOfRange, UnknownTopic, ZkGroupsError
 from coordinator.kafka import (DEFAULT_TIMEOUT_S, KafkaUnavailable, check_bootstrap_servers, confluent_kafka,
                                librdkafka_config, log_client_error)
@@ -71,6 +71,8 @@ READ_WAIT_S = 0.02
 #: read takes everything already queued (up to this), and the fair round-robin over the
 #: per-partition buffers then serves every partition (seed 004), not the queue's order.
 MAX_READ = 20_000
+#: Messages per librdkafka call while draining its queue (fewer, larger calls cost less).
+READ_CHUNK = 5_000
 #: Partition errors after which a partition is parked and reported (others are retried inside librdkafka).
 _PARKING = ("UNKNOWN_TOPIC_OR_PART", "TOPIC_AUTHORIZATION_FAILED", "_UNKNOWN_PARTITION", "_UNKNOWN_TOPIC")
 
@@ -294,34 +296,38 @@ _TIMESTAMP = itemgetter(1)
 _KEY = itemgetter(0)
 
 
-def _runs(messages):
+def _runs(messages, topic: Optional[str] = None):
     """Split one ``consume()`` result into runs of one partition, in order: (records, None) for
     a run of records, (None, error message) for an error event. No Python frame per record:
-    every field is read by C-level ``map`` over the Message methods."""
+    every field is read by C-level ``map`` over the Message methods. ``topic``: the one topic
+    every message belongs to, when the reader knows it (saves a call per record)."""
     if not messages:
         return
     Message = confluent_kafka().Message
-    errors = list(map(Message.error, messages))
-    if any(errors):
+    if any(map(Message.error, messages)):
         start = 0
-        for i, err in enumerate(errors):
-            if err is not None:
-                yield from _runs(messages[start:i])
-                yield None, messages[i]
+        for i, message in enumerate(messages):
+            if message.error() is not None:
+                yield from _runs(messages[start:i], topic)
+                yield None, message
                 start = i + 1
-        yield from _runs(messages[start:])
+        yield from _runs(messages[start:], topic)
         return
-    keys = list(zip(map(Message.topic, messages), map(Message.partition, messages)))
+    keys = map(Message.partition, messages) if topic else zip(map(Message.topic, messages),
+                                                               map(Message.partition, messages))
     start = 0
-    for (topic, partition), group in groupby(keys):
-        n = sum(1 for _ in group)
-        run = messages[start:start + n]
+    for key, group in groupby(keys):
+        n = len(list(group))
+        run = messages[start:start + n] if n < len(messages) else messages
         start += n
-        headers = list(map(Message.headers, run))
+        run_topic, partition = (topic, key) if topic else key
+        headers = repeat(())
+        if any(map(Message.headers, run)):
+            headers = [tuple(h) if h else () for h in map(Message.headers, run)]
         yield list(map(tuple.__new__, repeat(ConsumerRecord), zip(
-            repeat(topic), repeat(partition), map(Message.offset, run), map(_TIMESTAMP, map(Message.timestamp, run)),
-            map(Message.key, run), map(Message.value, run),
-            [tuple(h) if h else () for h in headers] if any(headers) else repeat(())))), None
+            repeat(run_topic), repeat(partition), map(Message.offset, run),
+            map(_TIMESTAMP, map(Message.timestamp, run)), map(Message.key, run), map(Message.value, run),
+            headers))), None
 
 
 def _partition_error(tp: TopicPartition, offset: int, message) -> ZkGroupsError:
@@ -360,6 +366,7 @@ class KafkaFetcher(Fetcher):
         self._plane = plane
         self._ktp = plane._ck.TopicPartition
         self._slot_waiters = 0
+        self._topics: set = set()  # topics assigned (member thread writes, the reader reads a snapshot)
 
     # ---- control, mirrored to librdkafka
 
@@ -367,6 +374,7 @@ class KafkaFetcher(Fetcher):
         positions = {TopicPartition(*tp): int(offset) for tp, offset in positions.items()}
         known = self.assigned() & set(positions)
         super().assign(positions, paused)
+        self._topics = {tp.topic for tp in self.assigned()}
         new = [self._ktp(tp.topic, tp.partition, positions[tp]) for tp in positions if tp not in known]
 
         def mirror():
@@ -382,6 +390,7 @@ class KafkaFetcher(Fetcher):
         tps = [TopicPartition(*tp) for tp in tps]
         gone = self.assigned() & set(tps)
         super().revoke(tps)
+        self._topics = {tp.topic for tp in self.assigned()}
         if gone:
             self._exclusive(lambda: self._kc.incremental_unassign([self._ktp(tp.topic, tp.partition) for tp in gone]))
 
@@ -479,11 +488,13 @@ class KafkaFetcher(Fetcher):
             first = self._kc.poll(timeout)
             messages = [first] if first is not None else []
             while messages and len(messages) < MAX_READ:
-                queued = self._kc.consume(num_messages=self._chunk, timeout=0)
+                queued = self._kc.consume(num_messages=READ_CHUNK, timeout=0)
                 messages += queued
-                if len(queued) < self._chunk:
+                if len(queued) < READ_CHUNK:
                     break
-            runs = list(_runs(messages))
+            topics = self._topics
+            with records_built():
+                runs = list(_runs(messages, next(iter(topics)) if len(topics) == 1 else None))
         except Exception as e:
             with self._lock:
                 self._release_slot()
