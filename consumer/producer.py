@@ -641,7 +641,7 @@ class _KafkaProducer(Producer):
             left = self._kp.flush() if timeout is None else self._kp.flush(timeout)
             if left:  # fail what is left rather than wait on: its futures learn why
                 self._kp.purge()
-                self._kp.flush(0)
+                self._kp.flush(1.0)  # serves the purged records' reports (librdkafka purges in the background)
             self._kp.close()
         finally:
             self._plane.close()

@@ -220,6 +220,10 @@ def test_bad_or_unreachable_bootstrap_servers_and_unknown_topics_are_one_line(
         code, out, err, seconds = run_groupctl([*base, *args], subprocess_env)
         assert code == exit_code and seconds < BOUND_S, (args, code, err)
         assert_one_line_error(code, out, err, said)
+    # librdkafka's own lines are there, in Python logging's form, with -v only.
+    code, out, err, _ = run_groupctl([*base, "-v", "--bootstrap-servers", dead, "topics", "list"], subprocess_env)
+    assert code == EXIT_RETRIABLE and "Connect to" in err and err.splitlines()[-1].startswith("error: Kafka at")
+    assert all(line.startswith(("error: ", "warning: ", "info: ")) for line in err.splitlines()), err
     env = dict(subprocess_env, KAFKA_BOOTSTRAP_SERVERS="not a server list")
     code, out, err, _ = run_groupctl([*base, "topics", "list"], env)
     assert code == 2 and "KAFKA_BOOTSTRAP_SERVERS" in err
@@ -252,3 +256,18 @@ def test_kafka_config_files_pass_properties_through_and_never_show_them(
                                       kafka_cluster.bootstrap_servers, "topics", "list"], subprocess_env)
     assert_one_line_error(code, out, err, "sasl.password must be a string")
     assert "hunter2" not in err
+
+
+def test_consume_takes_kafka_settings_from_its_config_file(kafka_cluster, topic, zk_connect, subprocess_env, tmp_path):
+    config = tmp_path / "consumer.toml"
+    config.write_text(f'[consumer]\nbootstrap_servers = "{kafka_cluster.bootstrap_servers}"\n'
+                      '[consumer.kafka]\n"client.id" = "from-the-file"\n')
+    # Kafka from the file: a topic Kafka does not have is one line (the embedded log would wait for it).
+    code, out, err, _ = run_groupctl(["--zk", zk_connect, "consume", "g", "missing", "--config", str(config)],
+                                     subprocess_env)
+    assert code == 1
+    assert_one_line_error(code, out, err, "topic 'missing' does not exist")
+    config.write_text('[consumer]\nbootstrap_servers = "no-port"\n')
+    code, out, err, _ = run_groupctl(["--zk", zk_connect, "consume", "g", topic, "--config", str(config)],
+                                     subprocess_env)
+    assert_one_line_error(code, out, err, "is not host:port")
