@@ -245,9 +245,6 @@ class _LogFuture(FutureRecordMetadata):
         return RecordMetadata(b.topic, b.partition, b.base_offset + self._index, self._timestamp), None
 
 
-_FAILED = object()  # marks a _KafkaFuture's result as a failure
-
-
 class _KafkaFuture(FutureRecordMetadata):
     """Its own delivery-report callback: librdkafka's report of this record (served inside a
     ``poll``/``flush`` of the producer) calls it with ``(error, message)``.
@@ -261,7 +258,7 @@ class _KafkaFuture(FutureRecordMetadata):
     watchers = None
 
     def __call__(self, err, message) -> None:
-        self._result = message if err is None else (_FAILED, self._owner._delivery_failed(err, message))
+        self._result = message if err is None else self._owner._delivery_failed(err, message)
         if self.watchers is not None:
             _fire(self)
 
@@ -274,15 +271,15 @@ class _KafkaFuture(FutureRecordMetadata):
 
     def _outcome(self):
         result = self._result
-        if type(result) is tuple:
-            return None, result[1]
+        if type(result) is DeliveryFailed:
+            return None, result
         if type(result) is not RecordMetadata:  # the delivered message: read it once
             result = self._result = RecordMetadata(result.topic(), result.partition(), result.offset(),
                                                    result.timestamp()[1])
         return result, None
 
     def _wait(self, timeout: Optional[float]) -> bool:
-        """Serve delivery reports here until this one is in: nobody else may be polling."""
+        """Serve delivery reports in this thread until this one is in (no other thread may be serving them)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while self._result is None:
             left = _WAIT_STEP_S if deadline is None else min(deadline - time.monotonic(), _WAIT_STEP_S)

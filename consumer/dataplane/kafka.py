@@ -22,6 +22,11 @@ Guarantees
   or that the client may not read, is reported once and parked.
 * **Keys land where Java clients put them**: producers use ``partitioner=murmur2_random``.
 * librdkafka's own log lines go to Python logging (``zkgroups.kafka``), never straight to stderr.
+* The user's librdkafka properties may be secrets: a configuration librdkafka refuses is one
+  :class:`InvalidConfig` line, and no error message shows their values.
+* Administration for ``groupctl`` (:meth:`KafkaDataPlane.create_topic`, ``create_partitions``,
+  ``partition_leaders``) ends within the request timeout: a cluster that does not carry a
+  request out (librdkafka's mock has no controller) is :class:`KafkaUnavailable`.
 
 Not provided: Kafka transactions (records of aborted transactions are skipped by librdkafka's
 default ``isolation.level=read_committed``; offsets may then have gaps, which readers accept),
