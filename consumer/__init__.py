@@ -27,7 +27,8 @@ from importlib import import_module
 _EXPORTS = {
     "Consumer": "consumer.consumer", "ConsumerConfig": "consumer.consumer",
     "ConsumerRebalanceListener": "consumer.consumer", "WakeupException": "consumer.consumer",
-    "Producer": "consumer.producer", "Log": "consumer.log",
+    "Producer": "consumer.producer", "FutureRecordMetadata": "consumer.producer",
+    "DeliveryFailed": "consumer.producer", "Log": "consumer.log",
     "TopicPartition": "consumer.records", "ConsumerRecord": "consumer.records",
     "RecordMetadata": "consumer.records", "OffsetAndTimestamp": "consumer.records",
     "CommitFailedError": "coordinator.errors", "NoOffsetForPartition": "coordinator.errors",

@@ -1,23 +1,65 @@
-"""The producer: buffers records per partition and appends them to the log in batches.
+"""The producer: records to topics on either data plane; every ``send`` returns a future.
 
-Guarantees
-----------
-* ``send`` only validates and appends to an in-memory buffer. A partition's buffer is written
-  as one batch (one :meth:`Log.append`) when it holds ``batch_size`` records, when a record
-  has waited ``linger_ms`` (a background thread), on :meth:`flush` and on :meth:`close`.
-* Records of one partition are written in the order ``send`` was called (batches of a
-  partition are written under one lock, in the order they were cut).
-* Partition choice: an explicit ``partition`` (checked against the topic registry), else
-  Kafka's default partitioner for keyed records (``murmur2(key) & 0x7fffffff % n``, so a key
-  maps to the same partition here, in every process and in Kafka), else round robin.
+``Producer(zk, data_dir=...)`` writes the embedded log (topics registered in ZooKeeper);
+``Producer(bootstrap_servers=..., kafka={...})`` writes Kafka through a librdkafka producer
+(confluent-kafka) configured by :meth:`KafkaDataPlane.producer_config`. Which one follows
+:func:`consumer.dataplane.open_data_plane`'s rule: Kafka when bootstrap servers are given (the
+argument, else ``KAFKA_BOOTSTRAP_SERVERS``; ``bootstrap_servers=""`` means the embedded log),
+else the embedded log. An explicit ``log`` always means the embedded log.
+
+Guarantees (both data planes)
+-----------------------------
+* ``send`` returns a :class:`FutureRecordMetadata` (kafka-python's API). It resolves to
+  ``RecordMetadata(topic, partition, offset, timestamp)`` when the record is written, or fails
+  with the reason: the log's error for its batch, :class:`DeliveryFailed` from Kafka, or
+  :class:`DeliveryFailed` for a record still pending when the producer was closed with a timeout.
+  Callbacks run once, in the thread that resolves the future (or at once in the caller if it
+  is already resolved); an exception a callback raises is logged, never propagated.
+* Futures cost a small object each; they are resolved in bulk (a batch of the log at a time,
+  librdkafka's delivery reports as they are served) with no lock or event per record: only a
+  future that is waited on or given a callback pays for that.
+* Records of one partition are written in the order ``send`` was called.
+* Keys: Kafka's default partitioner (``murmur2(key) & 0x7fffffff % n``), so a key lands on the
+  same partition in every process, in the embedded log and where Java clients put it in Kafka
+  (librdkafka runs with ``partitioner=murmur2_random``). An explicit ``partition`` is checked
+  against the topic's partition count; records without key or partition are spread.
+* ``send`` of a topic that does not exist raises :class:`UnknownTopic` at once (unless
+  ``auto_create_topics``), a partition that does not exist :class:`InvalidPartitions`.
+* After :meth:`flush` returns, every record sent before it is written and its future
+  resolved. A failed write is raised once by the next ``send``, ``flush`` or ``close``
+  (besides failing its futures).
+
+The embedded log
+----------------
+* ``send`` validates and appends to an in-memory buffer. A partition's buffer is written as one
+  batch (one :meth:`Log.append`) when it holds ``batch_size`` records, when a record has
+  waited ``linger_ms`` (a background thread), on :meth:`flush` and on :meth:`close`. A
+  future's offset is its batch's first offset plus its index in the batch.
 * Partition counts come from the topic registry in ZooKeeper, cached for
   ``metadata_max_age_ms`` and re-read at once when a partition index is out of range, so
   partitions added to a topic start receiving records within that time.
-* After :meth:`flush` returns, every record sent before it is in the log (durable as the
-  log's fsync policy says). A failure of a background write is raised by the next ``send``,
-  ``flush`` or ``close``; the records of that batch are lost.
+* Durable as the log's fsync policy says (``log_options``: fsync, segment_bytes, ...).
 
-Not provided: per-record futures or callbacks, retries, compression, transactions.
+Kafka
+-----
+* librdkafka batches, retries and keeps order (``linger_ms`` → ``linger.ms``, ``batch_size`` →
+  ``batch.num.messages`` when given; the ``kafka`` table holds every other property: acks,
+  ``enable.idempotence``, compression, security). Durability is the brokers' (``acks``,
+  ``min.insync.replicas``). A record that cannot be delivered within librdkafka's
+  ``message.timeout.ms`` fails its future with :class:`DeliveryFailed`.
+* The topic's existence and partition count come from Kafka's metadata; ``auto_create_topics``
+  lets the brokers create a missing topic as they are configured to (``auto.create.topics.enable``,
+  ``num.partitions``; ``auto_create_partitions`` is for the embedded log).
+* Delivery reports are served by ``send`` (every :data:`SERVE_EVERY` records), ``flush``,
+  ``close``, a waiting ``get`` and, while the application sends nothing, a background thread
+  (every :data:`IDLE_SERVE_S`); callbacks run on one of those threads.
+* ``send`` blocks while librdkafka's queue is full, at most ``max_block_ms``, then raises
+  :class:`KafkaUnavailable`.
+* ``zk`` is not needed (Kafka knows its topics) and is not used.
+
+Not provided: transactions; on the embedded log, retries and compression. On Kafka a future
+keeps librdkafka's delivered message (with copies of its key and value) until its metadata is
+first read: keep futures only as long as they are needed.
 """
 from __future__ import annotations
 
@@ -25,18 +67,230 @@ import logging
 import random
 import threading
 import time
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from kazoo.client import KazooClient
 
+from consumer.dataplane import bootstrap_servers_from
 from consumer.hashing import partition_for_key
 from consumer.log import Log
-from coordinator.errors import IllegalStateError, InvalidConfig, InvalidPartitions, UnknownTopic
+from consumer.records import RecordMetadata
+from coordinator.errors import IllegalStateError, InvalidConfig, InvalidPartitions, UnknownTopic, ZkGroupsError
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 
 log = logging.getLogger(__name__)
 
+#: Kafka: ``send`` serves librdkafka's delivery reports once per this many records.
+SERVE_EVERY = 1000
+#: Kafka: a background thread serves delivery reports when none were served for this long.
+IDLE_SERVE_S = 0.05
+#: Kafka: how long a waiting ``get`` lets librdkafka wait for a delivery report at a time.
+_WAIT_STEP_S = 0.01
+
+
+class DeliveryFailed(ZkGroupsError):
+    """A record could not be written: Kafka refused it, did not take it in time, or the
+    producer was closed first. ``retriable`` is Kafka's own verdict (sending it again may work)."""
+
+    def __init__(self, topic: str, partition: Optional[int], reason: str, retriable: bool = False):
+        where = topic if partition is None or partition < 0 else f"{topic}-{partition}"
+        super().__init__(f"a record for {where} was not delivered: {reason}")
+        self.topic, self.partition, self.retriable = topic, partition, retriable
+
+
+# ---------------------------------------------------------------- futures
+
+# Watchers of unresolved futures (waiters, callbacks) are registered and taken under this one
+# lock. Resolving takes it only when a watcher exists, so futures nobody watches cost no lock.
+_watch_lock = threading.Lock()
+
+
+def _watch(target, watcher: Callable[[], None]) -> None:
+    """Run ``watcher`` when ``target`` (an object with ``done`` and ``watchers``) is resolved,
+    now if it already is."""
+    with _watch_lock:
+        if not target.done:
+            if target.watchers is None:
+                target.watchers = []
+            target.watchers.append(watcher)
+            watcher = None
+    if watcher is not None:
+        watcher()
+    elif target.done:  # resolved meanwhile and its resolver may have missed the new list
+        _fire(target)
+
+
+def _fire(target) -> None:
+    """Run (once) the watchers of a resolved ``target``; its resolver calls this after setting
+    ``done`` when it finds ``watchers`` set (either it or ``_watch`` takes every watcher)."""
+    with _watch_lock:
+        watchers, target.watchers = target.watchers, None
+    for watcher in watchers or ():
+        watcher()
+
+
+class FutureRecordMetadata:
+    """Where a sent record landed, once it is written (kafka-python's ``FutureRecordMetadata``).
+
+    ``get(timeout)`` returns the :class:`RecordMetadata` or raises the failure (``TimeoutError``
+    if not resolved in time); ``is_done``, ``succeeded()``, ``failed()``; ``exception(timeout)``
+    waits like ``concurrent.futures`` and returns the failure or None. ``add_callback(fn,
+    *args)`` calls ``fn(*args, metadata)`` on success, ``add_errback(fn, *args)`` ``fn(*args,
+    error)`` on failure, ``add_both`` either, ``add_done_callback(fn)`` ``fn(future)``; each
+    returns the future. Callbacks run in the thread that resolves it (see the module docstring).
+    """
+
+    __slots__ = ()
+
+    # ---- what each data plane's future provides
+
+    def _target(self):
+        """The object whose ``done`` and ``watchers`` this future shares (its batch, or itself)."""
+        raise NotImplementedError
+
+    def _outcome(self) -> Tuple[Optional[RecordMetadata], Optional[BaseException]]:
+        raise NotImplementedError
+
+    def _wait(self, timeout: Optional[float]) -> bool:
+        """Wait until resolved, at most ``timeout`` seconds (None: no limit); whether it is."""
+        event = threading.Event()
+        _watch(self._target(), event.set)
+        return event.wait(timeout)
+
+    # ---- the API
+
+    @property
+    def is_done(self) -> bool:
+        return self._target().done
+
+    def succeeded(self) -> bool:
+        return self.is_done and self._outcome()[1] is None
+
+    def failed(self) -> bool:
+        return self.is_done and self._outcome()[1] is not None
+
+    def get(self, timeout: Optional[float] = None) -> RecordMetadata:
+        metadata, error = self._resolved(timeout)
+        if error is not None:
+            raise error.with_traceback(None)  # one error serves many futures: keep its traceback short
+        return metadata
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        return self._resolved(timeout)[1]
+
+    def add_callback(self, fn: Callable, *args) -> "FutureRecordMetadata":
+        return self._on_done(lambda metadata, error: error is None and fn(*args, metadata))
+
+    def add_errback(self, fn: Callable, *args) -> "FutureRecordMetadata":
+        return self._on_done(lambda metadata, error: error is not None and fn(*args, error))
+
+    def add_both(self, fn: Callable, *args) -> "FutureRecordMetadata":
+        return self._on_done(lambda metadata, error: fn(*args, metadata if error is None else error))
+
+    def add_done_callback(self, fn: Callable[["FutureRecordMetadata"], object]) -> "FutureRecordMetadata":
+        return self._on_done(lambda metadata, error: fn(self))
+
+    def _resolved(self, timeout: Optional[float]):
+        if not self.is_done and not self._wait(timeout):
+            raise TimeoutError(f"the record was not written within {timeout:g}s")
+        return self._outcome()
+
+    def _on_done(self, call: Callable) -> "FutureRecordMetadata":
+        def watcher():
+            try:
+                call(*self._outcome())
+            except Exception:
+                log.exception("producer: a callback of a sent record failed")
+        _watch(self._target(), watcher)
+        return self
+
+    def __repr__(self) -> str:
+        if not self.is_done:
+            return "<FutureRecordMetadata pending>"
+        metadata, error = self._outcome()
+        return f"<FutureRecordMetadata {'failed: ' + str(error) if error else metadata}>"
+
+
+class _Batch:
+    """One partition's records of the embedded log: buffered, then written in one append; its
+    futures read ``base_offset`` or ``error`` once ``done``."""
+
+    __slots__ = ("topic", "partition", "records", "base_offset", "error", "done", "watchers")
+
+    def __init__(self, topic: str, partition: int):
+        self.topic, self.partition, self.records = topic, partition, []
+        self.base_offset, self.error, self.done, self.watchers = -1, None, False, None
+
+    def resolve(self, base_offset: int, error: Optional[BaseException]) -> None:
+        self.base_offset, self.error, self.records = base_offset, error, None  # the values are written
+        self.done = True
+        if self.watchers is not None:
+            _fire(self)
+
+
+class _LogFuture(FutureRecordMetadata):
+    __slots__ = ("_batch", "_index", "_timestamp")
+
+    def __init__(self, batch: _Batch, index: int, timestamp: int):
+        self._batch, self._index, self._timestamp = batch, index, timestamp
+
+    def _target(self):
+        return self._batch
+
+    def _outcome(self):
+        b = self._batch
+        if b.error is not None:
+            return None, b.error
+        return RecordMetadata(b.topic, b.partition, b.base_offset + self._index, self._timestamp), None
+
+
+class _KafkaFuture(FutureRecordMetadata):
+    """Its own delivery-report callback: librdkafka's report of this record (served inside a
+    ``poll``/``flush`` of the producer) calls it with ``(error, message)``.
+
+    Made with no arguments and no ``__init__`` (the class attributes are the defaults, and each
+    producer has a subclass whose ``_owner`` is that producer): ~90 ns less per record than
+    with an ``__init__``, about 6% of what a record costs the Kafka producer."""
+
+    _owner: "_KafkaProducer"
+    _result = None
+    watchers = None
+
+    def __call__(self, err, message) -> None:
+        self._result = message if err is None else self._owner._delivery_failed(err, message)
+        if self.watchers is not None:
+            _fire(self)
+
+    @property
+    def done(self) -> bool:
+        return self._result is not None
+
+    def _target(self):
+        return self
+
+    def _outcome(self):
+        result = self._result
+        if type(result) is DeliveryFailed:
+            return None, result
+        if type(result) is not RecordMetadata:  # the delivered message: read it once
+            result = self._result = RecordMetadata(result.topic(), result.partition(), result.offset(),
+                                                   result.timestamp()[1])
+        return result, None
+
+    def _wait(self, timeout: Optional[float]) -> bool:
+        """Serve delivery reports in this thread until this one is in (no other thread may be serving them)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._result is None:
+            left = _WAIT_STEP_S if deadline is None else min(deadline - time.monotonic(), _WAIT_STEP_S)
+            if left <= 0:
+                return False
+            if not self._owner._serve(left) and self._result is None:
+                raise IllegalStateError("the producer was closed before the record was delivered")
+        return True
+
+
+# ---------------------------------------------------------------- the producer
 
 class _TopicInfo:
     __slots__ = ("partitions", "expires", "next")
@@ -47,23 +301,80 @@ class _TopicInfo:
 
 
 class Producer:
-    """Send records to topics registered in ZooKeeper. ``zk`` is a connect string (the producer
-    opens and closes its own client) or a started kazoo client (shared, not closed).
+    """Send records to topics of the embedded log or of Kafka (see the module docstring).
 
-    ``log``: share an existing :class:`Log` (not closed by the producer); otherwise one is
-    opened on ``data_dir`` with ``log_options`` (fsync, segment_bytes, retention_*, ...).
+    ``Producer(zk, data_dir=..., linger_ms=5, batch_size=16384, auto_create_topics=False,
+    auto_create_partitions=1, metadata_max_age_ms=5000, log=None, **log_options)``: the embedded
+    log. ``zk`` is a connect string (the producer opens and closes its own client) or a started
+    kazoo client (shared, not closed); ``log`` shares an open :class:`Log` (not closed by the
+    producer), else one is opened on ``data_dir`` with ``log_options``.
+
+    ``Producer(bootstrap_servers="h:9092,...", kafka={librdkafka properties}, linger_ms=None,
+    batch_size=None, auto_create_topics=False, max_block_ms=60000, request_timeout_ms=10000)``:
+    Kafka; ``request_timeout_ms`` bounds each metadata request (an unreachable cluster raises
+    :class:`KafkaUnavailable` after it). A topic's metadata is read on its first ``send`` and
+    again when an explicit partition is not known yet; librdkafka keeps its own up to date
+    (``auto_create_partitions`` and ``metadata_max_age_ms`` are accepted and unused).
+
+    ``send(topic, value, key=None, partition=None, timestamp=None, headers=None)`` returns a
+    :class:`FutureRecordMetadata`; ``flush(timeout=None)``, ``close(timeout=None)``; a context
+    manager. Thread-safe: any thread may send, flush or close.
+
+    States: OPEN ──close()──▶ CLOSED (a second ``close`` does nothing). Once ``close`` has
+    returned, every future of the producer is resolved and ``send`` raises IllegalStateError.
     """
 
-    def __init__(self, zk, data_dir: Optional[str] = None, linger_ms: int = 5, batch_size: int = 16384,
+    def __new__(cls, zk=None, data_dir=None, *, bootstrap_servers: Optional[str] = None, log: Optional[Log] = None,
+                **options):
+        if cls is Producer:
+            servers = "" if log is not None else bootstrap_servers_from(bootstrap_servers)
+            cls = _KafkaProducer if servers else _LogProducer
+        return super().__new__(cls)
+
+    def send(self, topic: str, value: bytes, key: Optional[bytes] = None, partition: Optional[int] = None,
+             timestamp: Optional[int] = None,
+             headers: Optional[Sequence[Tuple[str, bytes]]] = None) -> FutureRecordMetadata:
+        """Queue one record; its future resolves once it is written. Raises UnknownTopic,
+        InvalidPartitions, TypeError at once, and a failure of an earlier write once."""
+        raise NotImplementedError
+
+    def flush(self, timeout: Optional[float] = None) -> None:
+        """Return when every record sent before is written and its future resolved."""
+        raise NotImplementedError
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Flush, then release everything the producer opened. Idempotent."""
+        raise NotImplementedError
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _whole_numbers(**values) -> None:
+    for name, (value, low) in values.items():
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < low):
+            raise InvalidConfig(f"{name} must be a whole number >= {low}, got {value!r}")
+
+
+class _LogProducer(Producer):
+    """The embedded log. Threads: any number of senders, the linger thread; ``_lock`` guards
+    ``_buffers``, ``_has_pending`` and ``_closed``; ``_write_lock`` is held while batches are cut
+    and written, so a partition's batches are written in the order they were cut."""
+
+    def __init__(self, zk=None, data_dir: Optional[str] = None, *, bootstrap_servers: Optional[str] = None,
+                 kafka=None, linger_ms: Optional[int] = None, batch_size: Optional[int] = None,
                  auto_create_topics: bool = False, auto_create_partitions: int = 1,
                  metadata_max_age_ms: int = 5000, log: Optional[Log] = None, **log_options):
-        for name, value, low in (("linger_ms", linger_ms, 0), ("batch_size", batch_size, 1),
-                                 ("auto_create_partitions", auto_create_partitions, 1),
-                                 ("metadata_max_age_ms", metadata_max_age_ms, 0)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise InvalidConfig(f"{name} must be a whole number >= {low}, got {value!r}")
+        linger_ms = 5 if linger_ms is None else linger_ms
+        batch_size = 16384 if batch_size is None else batch_size
+        _whole_numbers(linger_ms=(linger_ms, 0), batch_size=(batch_size, 1),
+                       auto_create_partitions=(auto_create_partitions, 1),
+                       metadata_max_age_ms=(metadata_max_age_ms, 0))
         if log is None and data_dir is None:
-            raise InvalidConfig("Producer needs a data_dir or a log")
+            raise InvalidConfig("Producer needs a data_dir or a log (or bootstrap_servers for Kafka)")
         self._own_client = isinstance(zk, str)
         if not self._own_client and not isinstance(zk, KazooClient):
             raise InvalidConfig(f"zk must be a connect string or a started kazoo client, not {type(zk).__name__}")
@@ -82,9 +393,9 @@ class Producer:
         self.auto_create_partitions = auto_create_partitions
         self.metadata_max_age = metadata_max_age_ms / 1000.0
         self._topics: Dict[str, _TopicInfo] = {}
-        self._buffers: Dict[Tuple[str, int], list] = {}
-        self._lock = threading.Lock()          # guards _buffers, _has_pending and _closed
-        self._write_lock = threading.RLock()   # cut + write of batches, so a partition's batches stay in order
+        self._buffers: Dict[Tuple[str, int], _Batch] = {}
+        self._lock = threading.Lock()
+        self._write_lock = threading.RLock()
         self._wake = threading.Condition(self._lock)  # the linger thread waits for records (or close)
         self._has_pending = False              # records buffered since the last _write_all
         self._stop = threading.Event()
@@ -95,11 +406,7 @@ class Producer:
             self._thread = threading.Thread(target=self._linger_loop, name="producer-linger", daemon=True)
             self._thread.start()
 
-    # ------------------------------------------------------------ public API
-
-    def send(self, topic: str, value: bytes, key: Optional[bytes] = None, partition: Optional[int] = None,
-             timestamp: Optional[int] = None, headers: Optional[Sequence[Tuple[str, bytes]]] = None) -> None:
-        """Buffer one record. Raises UnknownTopic, InvalidPartitions, TypeError at once."""
+    def send(self, topic, value, key=None, partition=None, timestamp=None, headers=None) -> FutureRecordMetadata:
         if self._closed:
             raise IllegalStateError("the producer is closed")
         if self._error is not None:
@@ -119,9 +426,7 @@ class Producer:
                 partition = partition_for_key(key, info.partitions)
         elif not (type(partition) is int and 0 <= partition < info.partitions):
             info = self._refresh(topic)  # maybe partitions were just added
-            if not (type(partition) is int and 0 <= partition < info.partitions):
-                raise InvalidPartitions(f"partition {partition!r} of topic {topic!r} does not exist "
-                                        f"(it has partitions 0..{info.partitions - 1})")
+            _check_partition(topic, partition, info)
         if timestamp is None:
             timestamp = time.time_ns() // 1_000_000
         elif type(timestamp) is not int:
@@ -129,25 +434,28 @@ class Producer:
         record = (key, value, timestamp, _checked_headers(headers) if headers else ())
         tp = (topic, partition)
         with self._lock:
-            buf = self._buffers.get(tp)
-            if buf is None:
-                buf = self._buffers[tp] = []
-            buf.append(record)
-            full = len(buf) >= self.batch_size
+            batch = self._buffers.get(tp)
+            if batch is None:
+                batch = self._buffers[tp] = _Batch(topic, partition)
+            records = batch.records
+            records.append(record)
+            index = len(records) - 1
             if not self._has_pending:  # notify only when the producer goes from idle to busy
                 self._has_pending = True
                 self._wake.notify()
-        if full or self._thread is None:
+        future = _LogFuture(batch, index, timestamp)
+        if index + 1 >= self.batch_size or self._thread is None:
             self._write(tp)
+        return future
 
-    def flush(self) -> None:
-        """Write every buffered record; return when all records sent before are in the log."""
+    def flush(self, timeout: Optional[float] = None) -> None:
+        """Write every buffered record now (in this thread: ``timeout`` is not needed)."""
         self._write_all()
         if self._error is not None:
             self._raise_background_error()
 
-    def close(self) -> None:
-        """Flush, stop the linger thread and close the log if this producer opened it."""
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Flush, stop the linger thread and close the log and client this producer opened."""
         if self._closed:
             return
         with self._lock:
@@ -164,13 +472,7 @@ class Producer:
             if self._own_client:
                 close_client(self._client)
 
-    def __enter__(self) -> "Producer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    # ------------------------------------------------------------ internals
+    # ---- internals
 
     def _refresh(self, topic: str) -> _TopicInfo:
         try:
@@ -180,19 +482,23 @@ class Producer:
                 raise
             partitions = self._registry.ensure(topic, self.auto_create_partitions)
             log.info("producer: created topic %s with %d partitions", topic, partitions)
-        info = self._topics.get(topic)
-        if info is None or info.partitions != partitions:
-            info = self._topics[topic] = _TopicInfo(partitions, 0.0)
-        info.expires = time.monotonic() + self.metadata_max_age
-        return info
+        return _cache_topic(self._topics, topic, partitions, self.metadata_max_age)
+
+    def _append(self, batch: _Batch) -> None:
+        try:
+            base = self._log.append(batch.topic, batch.partition, batch.records)
+        except BaseException as e:
+            batch.resolve(-1, e)
+            raise
+        batch.resolve(base, None)
 
     def _write(self, tp: Tuple[str, int]) -> None:
         """Cut one partition's buffer and append it."""
         with self._write_lock:
             with self._lock:
                 batch = self._buffers.pop(tp, None)
-            if batch:
-                self._log.append(tp[0], tp[1], batch)
+            if batch is not None:
+                self._append(batch)
 
     def _write_all(self) -> None:
         with self._write_lock:
@@ -200,9 +506,9 @@ class Producer:
                 buffers, self._buffers = self._buffers, {}
                 self._has_pending = False
             failure = None
-            for (topic, partition), batch in buffers.items():
+            for batch in buffers.values():
                 try:
-                    self._log.append(topic, partition, batch)
+                    self._append(batch)
                 except Exception as e:  # keep writing the other partitions; report the first failure
                     failure = failure or e
             if failure is not None:
@@ -226,6 +532,203 @@ class Producer:
     def _raise_background_error(self) -> None:
         error, self._error = self._error, None
         raise error
+
+
+class _KafkaProducer(Producer):
+    """Kafka through one librdkafka producer. Threads: any number of senders; delivery reports
+    are served by whichever thread polls (senders, ``flush``, waiting futures, the idle thread);
+    librdkafka is thread-safe. ``_failure`` (the first delivery failure not yet raised) is
+    written by those threads without a lock: which failure is raised first is not promised."""
+
+    def __init__(self, zk=None, data_dir: Optional[str] = None, *, bootstrap_servers: Optional[str] = None,
+                 kafka=None, linger_ms: Optional[int] = None, batch_size: Optional[int] = None,
+                 auto_create_topics: bool = False, auto_create_partitions: int = 1,
+                 metadata_max_age_ms: int = 5000, max_block_ms: int = 60_000, request_timeout_ms: int = 10_000,
+                 log: Optional[Log] = None, **log_options):
+        from consumer.dataplane.kafka import KafkaDataPlane
+        from coordinator.kafka import confluent_kafka
+        if log_options:
+            raise InvalidConfig(f"{', '.join(sorted(log_options))}: settings of the embedded log, not of Kafka")
+        _whole_numbers(linger_ms=(linger_ms, 0), batch_size=(batch_size, 1), max_block_ms=(max_block_ms, 0),
+                       metadata_max_age_ms=(metadata_max_age_ms, 0), request_timeout_ms=(request_timeout_ms, 1))
+        self._plane = KafkaDataPlane(bootstrap_servers_from(bootstrap_servers), kafka,
+                                     timeout_s=request_timeout_ms / 1000.0)
+        overrides = {}
+        if linger_ms is not None:
+            overrides["linger.ms"] = linger_ms
+        if batch_size is not None:
+            overrides["batch.num.messages"] = batch_size
+        self._kp = self._plane.new_producer(overrides)
+        self._produce = self._kp.produce
+        self._KafkaException = confluent_kafka().KafkaException
+        self.auto_create_topics = auto_create_topics
+        self.metadata_max_age = metadata_max_age_ms / 1000.0
+        self.max_block = max_block_ms / 1000.0
+        self._topics: Dict[str, _TopicInfo] = {}
+        self._new_future = type("KafkaFuture", (_KafkaFuture,), {"_owner": self})
+        self._failure: Optional[BaseException] = None
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._countdown = SERVE_EVERY
+        self._last_served = time.monotonic()
+        self._stop = threading.Event()
+        self._idle_thread = threading.Thread(target=self._serve_when_idle, name="producer-deliveries", daemon=True)
+        self._idle_thread.start()
+
+    def send(self, topic, value, key=None, partition=None, timestamp=None, headers=None) -> FutureRecordMetadata:
+        # The same checks as _LogProducer.send, written out: a shared helper would cost each record a call.
+        if self._closed:
+            raise IllegalStateError("the producer is closed")
+        if self._failure is not None:
+            self._raise_failure()
+        if type(value) is not bytes:
+            value = _as_bytes(value, "value")
+        if key is not None and type(key) is not bytes:
+            key = _as_bytes(key, "key")
+        info = self._topics.get(topic)
+        if info is None:
+            info = self._refresh(topic)
+        if partition is None:
+            partition = -1  # librdkafka's partitioner: murmur2 for keys (as Java), else random
+        elif not (type(partition) is int and 0 <= partition < info.partitions):
+            _check_partition(topic, partition, self._refresh(topic))  # maybe partitions were just added
+        if timestamp is None:
+            timestamp = 0  # librdkafka stamps it
+        elif type(timestamp) is not int:
+            raise TypeError(f"timestamp must be an int (milliseconds), got {type(timestamp).__name__}")
+        if headers:
+            headers = list(_checked_headers(headers))
+        future = self._new_future()
+        try:
+            self._produce(topic, value, key, partition, future, None, timestamp, headers or None)
+        except BufferError:
+            self._produce_when_room(topic, value, key, partition, future, timestamp, headers or None)
+        except self._KafkaException as e:
+            raise self._refused(topic, partition, e) from None
+        except RuntimeError:  # librdkafka's producer was closed by a close() in another thread
+            raise IllegalStateError("the producer is closed") from None
+        self._countdown -= 1
+        if self._countdown <= 0:
+            self._serve(0)
+        return future
+
+    def flush(self, timeout: Optional[float] = None) -> None:
+        """Wait until librdkafka has a delivery report for every record and serve them; raises
+        TimeoutError if some have none after ``timeout`` seconds (None: librdkafka's
+        ``message.timeout.ms`` bounds it)."""
+        if self._closed:
+            return
+        left = self._kp.flush() if timeout is None else self._kp.flush(timeout)
+        self._last_served = time.monotonic()
+        if left:
+            raise TimeoutError(f"{left} records were not delivered within {timeout:g}s")
+        if self._failure is not None:
+            self._raise_failure()
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Flush (at most ``timeout`` seconds); records still pending then fail their futures
+        with DeliveryFailed. Raises the first delivery failure not raised yet."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stop.set()
+        self._idle_thread.join()
+        try:
+            left = self._kp.flush() if timeout is None else self._kp.flush(timeout)
+            if left:  # fail what is left rather than wait on: its futures learn why
+                self._kp.purge()
+                self._kp.flush(1.0)  # serves the purged records' reports (librdkafka purges in the background)
+            self._kp.close()
+        finally:
+            self._plane.close()
+        if self._failure is not None:
+            self._raise_failure()
+
+    # ---- internals
+
+    def _refresh(self, topic: str) -> _TopicInfo:
+        partitions = self._plane.partition_counts([topic]).get(topic)
+        if partitions is None and self.auto_create_topics:
+            try:  # a metadata request for the topic: brokers that allow it create it
+                self._kp.list_topics(topic, timeout=self._plane.timeout_s)
+            except self._KafkaException as e:
+                log.info("producer: asking Kafka to create topic %s: %s", topic, e)
+            partitions = self._plane.partition_counts([topic]).get(topic)
+        if partitions is None:
+            raise UnknownTopic(topic)
+        return _cache_topic(self._topics, topic, partitions, self.metadata_max_age)
+
+    def _produce_when_room(self, topic, value, key, partition, future, timestamp, headers) -> None:
+        """librdkafka's queue is full: serve delivery reports until there is room (bounded)."""
+        deadline = time.monotonic() + self.max_block
+        while True:
+            self._serve(0.05)
+            try:
+                return self._produce(topic, value, key, partition, future, None, timestamp, headers)
+            except BufferError:
+                if time.monotonic() >= deadline:
+                    from coordinator.kafka import KafkaUnavailable
+                    raise KafkaUnavailable(f"{self._plane.describe()} took no records for {self.max_block:g}s "
+                                           "(the producer's queue stayed full)") from None
+            except self._KafkaException as e:
+                raise self._refused(topic, partition, e) from None
+
+    def _refused(self, topic: str, partition: int, e: Exception) -> ZkGroupsError:
+        """What a produce() librdkafka refused at once means."""
+        from consumer.dataplane.kafka import error_name, error_text, kafka_error
+        name, reason, err = error_name(e), error_text(e), kafka_error(e)
+        if name in ("_UNKNOWN_PARTITION", "UNKNOWN_TOPIC_OR_PART") and partition >= 0:
+            return InvalidPartitions(f"partition {partition} of topic {topic!r} does not exist ({reason})")
+        if name in ("_UNKNOWN_TOPIC", "UNKNOWN_TOPIC_OR_PART"):
+            return UnknownTopic(topic)
+        return DeliveryFailed(topic, partition, reason, retriable=err is not None and err.retriable())
+
+    def _delivery_failed(self, err, message) -> DeliveryFailed:
+        """Called from a delivery report: the failure for its future, remembered to be raised once."""
+        if err.name() in ("_PURGE_QUEUE", "_PURGE_INFLIGHT"):
+            reason = "the producer was closed before it was delivered"
+        else:
+            reason = err.str()
+        failure = DeliveryFailed(message.topic(), message.partition(), reason, retriable=err.retriable())
+        if self._failure is None:
+            self._failure = failure
+        return failure
+
+    def _raise_failure(self) -> None:
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+
+    def _serve(self, timeout: float) -> bool:
+        """Serve librdkafka's delivery reports (and log lines), waiting at most ``timeout``;
+        False once librdkafka's producer is closed (close() served every report before)."""
+        self._countdown = SERVE_EVERY
+        self._last_served = time.monotonic()
+        try:
+            self._kp.poll(timeout)
+        except RuntimeError:
+            return False
+        return True
+
+    def _serve_when_idle(self) -> None:
+        while not self._stop.wait(IDLE_SERVE_S):
+            if time.monotonic() - self._last_served >= IDLE_SERVE_S:
+                self._serve(0)
+
+
+def _cache_topic(topics: Dict[str, _TopicInfo], topic: str, partitions: int, max_age: float) -> _TopicInfo:
+    info = topics.get(topic)
+    if info is None or info.partitions != partitions:
+        info = topics[topic] = _TopicInfo(partitions, 0.0)
+    info.expires = time.monotonic() + max_age
+    return info
+
+
+def _check_partition(topic: str, partition, info: _TopicInfo) -> None:
+    if not (type(partition) is int and 0 <= partition < info.partitions):
+        raise InvalidPartitions(f"partition {partition!r} of topic {topic!r} does not exist "
+                                f"(it has partitions 0..{info.partitions - 1})")
 
 
 def _checked_headers(headers) -> tuple:

@@ -60,6 +60,16 @@ def fill(data_dir: str, topic: str, counts, *, zk=None, key=None, ts=lambda offs
                                       for o in range(base, min(n, base + chunk))])
 
 
+def committed(zk, group: str, topic: str, partitions: int) -> dict:
+    """{partition: the offset committed in ZooKeeper, None where nothing is}."""
+    from coordinator import protocol
+    out = {}
+    for p in range(partitions):
+        path = protocol.offsets_path(group, topic, p)
+        out[p] = protocol.decode_offset(zk.get(path)[0], path) if zk.exists(path) else None
+    return out
+
+
 def ok(result) -> str:
     """The stdout of a CliRunner result that succeeded (no traceback)."""
     assert result.exit_code == 0, (result.output, result.exception)

@@ -24,7 +24,7 @@ from coordinator import protocol
 from coordinator.topics import TopicRegistry
 from coordinator.testing.zkserver import Ensemble, four_letter, local_classpath
 from tests.groups import read_state
-from tests.helpers import fill, wait_for
+from tests.helpers import committed, fill, wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GROUPCTL = os.path.join(ROOT, "bin", "groupctl")
@@ -79,14 +79,6 @@ class ConsumeProcess:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait(10)
-
-
-def committed(zk, group, topic, partitions):
-    out = {}
-    for p in range(partitions):
-        path = protocol.offsets_path(group, topic, p)
-        out[p] = protocol.decode_offset(zk.get(path)[0], path) if zk.exists(path) else None
-    return out
 
 
 def members(zk, group):

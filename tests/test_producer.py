@@ -223,6 +223,81 @@ def test_a_failed_write_is_reported(zk, data_dir):
         producer.flush()
 
 
+# ---------------------------------------------------------------- futures
+
+def test_futures_tell_where_each_record_landed(zk, data_dir):
+    TopicRegistry(zk).create("t", 3)
+    with Producer(zk, data_dir, batch_size=7) as producer:  # several batches per partition
+        keyed = [producer.send("t", b"k%d" % i, key=b"key-%d" % i, timestamp=5_000 + i) for i in range(40)]
+        free = [producer.send("t", b"free-%d" % i) for i in range(60)]
+        pinned = producer.send("t", b"pinned", partition=1)
+        producer.flush()
+    partitions = {p: read_partition(data_dir, "t", p) for p in range(3)}
+    for i, future in enumerate(keyed):
+        metadata = future.get(0)
+        assert (metadata.topic, metadata.partition) == ("t", partition_for_key(b"key-%d" % i, 3))
+        assert metadata.timestamp == 5_000 + i
+        assert partitions[metadata.partition][metadata.offset].value == b"k%d" % i
+    for i, future in enumerate(free):
+        metadata = future.get(0)
+        assert partitions[metadata.partition][metadata.offset].value == b"free-%d" % i
+    assert pinned.get(0).partition == 1
+    assert partitions[1][pinned.get(0).offset].value == b"pinned"
+    every = [f.get(0) for f in keyed + free + [pinned]]
+    assert len({(m.partition, m.offset) for m in every}) == len(every) == 101
+
+
+def test_futures_resolve_when_their_batch_is_written(zk, data_dir):
+    TopicRegistry(zk).create("t", 1)
+    with Producer(zk, data_dir, linger_ms=60_000, batch_size=10) as producer:
+        futures = [producer.send("t", b"%d" % i) for i in range(25)]
+        assert all(f.is_done for f in futures[:20]) and not any(f.is_done for f in futures[20:])
+        assert [f.get(0).offset for f in futures[:20]] == list(range(20))
+        seen, done = [], []
+        futures[22].add_callback(seen.append).add_errback(seen.append).add_done_callback(done.append)
+        assert seen == [] and repr(futures[22]) == "<FutureRecordMetadata pending>"
+        with pytest.raises(TimeoutError):
+            futures[24].get(timeout=0.05)
+        with pytest.raises(TimeoutError):
+            futures[24].exception(timeout=0.05)
+        waiter = threading.Thread(target=lambda: seen.append(("waited", futures[24].get(10).offset)))
+        waiter.start()
+        producer.flush()
+        waiter.join(10)
+        assert not waiter.is_alive()
+        assert ("waited", 24) in seen and futures[22].get(0) in seen and done == [futures[22]]
+        assert futures[22].succeeded() and not futures[22].failed() and futures[22].exception() is None
+        late = []
+        futures[0].add_callback(late.append)  # already resolved: runs at once, in the caller
+        assert late == [futures[0].get()]
+
+
+def test_a_failed_write_fails_its_futures(zk, data_dir):
+    TopicRegistry(zk).create("t", 1)
+    log = Log(data_dir)
+    producer = Producer(zk, log=log, linger_ms=60_000)
+    future = producer.send("t", b"v")
+    errors = []
+    future.add_errback(errors.append).add_callback(lambda m: errors.append("success?"))
+    log.close()
+    with pytest.raises(IllegalStateError):
+        producer.flush()
+    assert future.failed() and isinstance(future.exception(), IllegalStateError)
+    with pytest.raises(IllegalStateError, match="log is closed"):
+        future.get()
+    assert len(errors) == 1 and isinstance(errors[0], IllegalStateError)
+    producer.close()
+
+
+def test_a_callback_that_raises_is_logged_and_the_others_still_run(zk, data_dir, caplog):
+    TopicRegistry(zk).create("t", 1)
+    with Producer(zk, data_dir, linger_ms=60_000) as producer:
+        future = producer.send("t", b"v")
+        ran = []
+        future.add_callback(lambda m: 1 / 0).add_callback(ran.append)
+    assert ran == [future.get()] and "a callback of a sent record failed" in caplog.text
+
+
 # ---------------------------------------------------------------- two processes
 
 PRODUCER = """

@@ -1,6 +1,15 @@
 """What every ``groupctl`` and ``pipeline`` command shares: the global options (``--zk``,
-``--data-dir``, ``--zk-timeout``, ``-v``) and the :class:`CliContext` they build, which opens
-the ZooKeeper client and the embedded log on first use and closes them when the command ends.
+``--data-dir``, ``--bootstrap-servers``, ``--kafka-config``, ``--zk-timeout``, ``-v``) and the
+:class:`CliContext` they build, which opens the ZooKeeper client and the data plane (the
+embedded log, or Kafka when bootstrap servers are given) on first use and closes them when the
+command ends.
+
+``--kafka-config FILE`` is TOML: its ``[kafka]`` table, or else the whole file, holds librdkafka
+properties (``security.protocol``, ``sasl.*``, ``ssl.*``, tuning), passed to librdkafka as they
+are; dotted keys may be written as nested tables. ``bootstrap.servers`` there is used when
+neither ``--bootstrap-servers`` nor ``KAFKA_BOOTSTRAP_SERVERS`` is given. The values may be
+secrets: no message shows them. librdkafka's own log lines go to Python logging
+(``zkgroups.kafka``) and are shown with ``-v``.
 
 A new command::
 
@@ -14,13 +23,17 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from typing import Iterable
+from typing import Dict, Iterable, Optional
 
 import click
 
+from consumer.dataplane import ENV_BOOTSTRAP_SERVERS, DataPlane, open_data_plane
 from consumer.log import Log
-from coordinator.cli.common import DEFAULT_ZK_TIMEOUT, MAX_WAIT_S, ZK_CONNECT, Seconds, setup_logging
+from coordinator import config as _config
+from coordinator.cli.common import DEFAULT_ZK_TIMEOUT, MAX_WAIT_S, ZK_CONNECT, CliUsageError, Seconds, setup_logging
 from coordinator.config import DEFAULT_CONNECT, DEFAULT_DATA_DIR, ENV_DATA_DIR, ENV_ZK_CONNECT
+from coordinator.errors import InvalidConfig, UnknownTopic
+from coordinator.kafka import check_bootstrap_servers
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 
@@ -28,18 +41,23 @@ log = logging.getLogger(__name__)
 
 
 class CliContext:
-    """What every subcommand needs; ZooKeeper client and log are opened on first use.
+    """What every subcommand needs; the ZooKeeper client and the data plane are opened on first use.
 
     ``given`` names the global options the user set (command line or environment), so a
     command can let them win over a configuration file and the file win over defaults.
+    ``bootstrap_servers`` ("" for the embedded log) and ``kafka`` (librdkafka properties) say
+    where the records are; ``zk_timeout`` also bounds each request to Kafka.
     """
 
     def __init__(self, zk_connect: str = DEFAULT_CONNECT, data_dir: str = DEFAULT_DATA_DIR,
-                 zk_timeout: float = DEFAULT_ZK_TIMEOUT, given: Iterable[str] = ()):
+                 zk_timeout: float = DEFAULT_ZK_TIMEOUT, given: Iterable[str] = (),
+                 bootstrap_servers: str = "", kafka: Optional[Dict[str, object]] = None):
         self.zk_connect, self.data_dir, self.zk_timeout = zk_connect, data_dir, zk_timeout
         self.given = frozenset(given)
+        self.bootstrap_servers = bootstrap_servers
+        self.kafka: Dict[str, object] = dict(kafka or {})
         self._zk = None
-        self._log = None
+        self._plane: Optional[DataPlane] = None
         self._warned_no_data = set()
 
     @property
@@ -53,11 +71,38 @@ class CliContext:
     def topics(self) -> TopicRegistry:
         return TopicRegistry(self.zk)
 
+    @property
+    def on_kafka(self) -> bool:
+        return bool(self.bootstrap_servers)
+
+    @property
+    def data_plane(self) -> DataPlane:
+        """Kafka at ``--bootstrap-servers``, else the embedded log under ``--data-dir``."""
+        return self.open_data_plane()
+
+    def open_data_plane(self, **log_options) -> DataPlane:
+        """The data plane (one per command; ``log_options`` apply to the embedded log on first use)."""
+        if self._plane is None:
+            self._plane = open_data_plane(data_dir=self.data_dir, bootstrap_servers=self.bootstrap_servers,
+                                          kafka=self.kafka, zk=None if self.on_kafka else self.zk,
+                                          log_options=log_options, timeout_s=self.zk_timeout)
+        return self._plane
+
     def log(self, **options) -> Log:
-        """The embedded log under ``--data-dir`` (one per command; ``options`` apply on first use)."""
-        if self._log is None:
-            self._log = Log(self.data_dir, **options)
-        return self._log
+        """The embedded log under ``--data-dir`` (``options`` apply on first use)."""
+        if self.on_kafka:
+            raise CliUsageError("this command works on the embedded log only (not with --bootstrap-servers)")
+        return self.open_data_plane(**options).log
+
+    def partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has: ZooKeeper's topic registry for the embedded log,
+        Kafka's metadata on Kafka. Raises UnknownTopic (or CorruptZnode)."""
+        if not self.on_kafka:
+            return self.topics.partitions(topic)
+        count = self.data_plane.partition_counts([topic]).get(topic)
+        if count is None:
+            raise UnknownTopic(topic)
+        return count
 
     def partition_dir(self, topic: str, partition: int) -> str:
         """Where the log keeps a partition under ``--data-dir`` (consumer.log's layout)."""
@@ -76,18 +121,18 @@ class CliContext:
     def warn_if_no_data(self, topic: str, partitions: Iterable[int]) -> None:
         """Warn once when none of these partitions has a directory under ``--data-dir``: the
         topic's data is somewhere else (another directory, a wrong ``--data-dir``), and what
-        the command shows would look empty without a word."""
-        if topic in self._warned_no_data:
+        the command shows would look empty without a word. Nothing to say on Kafka."""
+        if self.on_kafka or topic in self._warned_no_data:
             return
         if not any(os.path.isdir(self.partition_dir(topic, p)) for p in partitions):
             self._warned_no_data.add(topic)
             click.echo(f"warning: topic {topic} has no data under {self.data_dir} (is --data-dir right?)", err=True)
 
     def close(self) -> None:
-        """Release the log and the client; errors here are logged, never raised."""
-        if self._log is not None:
-            _quietly(self._log.close, "the log")
-            self._log = None
+        """Release the data plane and the client; errors here are logged, never raised."""
+        if self._plane is not None:
+            _quietly(self._plane.close, "the data plane")
+            self._plane = None
         if self._zk is not None:
             _quietly(functools.partial(close_client, self._zk), "the ZooKeeper client")
             self._zk = None
@@ -102,14 +147,60 @@ def _quietly(close, what: str) -> None:
 
 pass_cli = click.make_pass_decorator(CliContext)
 
+
+class _BootstrapServersType(click.ParamType):
+    """``host:port[,host:port...]``, checked before anything connects."""
+
+    name = "HOST:PORT[,...]"
+
+    def convert(self, value, param, ctx):
+        try:
+            return check_bootstrap_servers(value)
+        except InvalidConfig as e:
+            self.fail(str(e), param, ctx)
+
+
+BOOTSTRAP_SERVERS = _BootstrapServersType()
+_KAFKA_VALUE_TYPES = (str, int, float, bool)
+
+
+def load_kafka_config(path: str) -> Dict[str, object]:
+    """librdkafka properties from a TOML file: its ``[kafka]`` table, else the whole file."""
+    return kafka_properties(_config.load_toml(path, "kafka"), path)
+
+
+def kafka_properties(raw: dict, path: str) -> Dict[str, object]:
+    """librdkafka properties of a TOML table; nested tables become dotted names. Errors name
+    the file and the property, never a value."""
+    props: Dict[str, object] = {}
+
+    def flatten(table: dict, prefix: str) -> None:
+        for key, value in table.items():
+            name = f"{prefix}{key}"
+            if isinstance(value, dict):
+                flatten(value, name + ".")
+            elif isinstance(value, _KAFKA_VALUE_TYPES):
+                props[name] = value
+            else:
+                raise InvalidConfig(f"{path}: librdkafka property {name} must be a string, number or "
+                                    f"true/false, not a {type(value).__name__}")
+    flatten(raw, "")
+    return props
+
+
 _GLOBAL_OPTIONS = (
     click.option("--zk", envvar=ENV_ZK_CONNECT, default=DEFAULT_CONNECT, show_default=True, show_envvar=True,
                  type=ZK_CONNECT, help="ZooKeeper connect string, optionally with a chroot (host:port,host:port/app)."),
     click.option("--data-dir", envvar=ENV_DATA_DIR, default=DEFAULT_DATA_DIR, show_default=True,
-                 show_envvar=True, type=click.Path(file_okay=False), help="Where topics' data lives."),
+                 show_envvar=True, type=click.Path(file_okay=False), help="Where the embedded log's data lives."),
+    click.option("--bootstrap-servers", envvar=ENV_BOOTSTRAP_SERVERS, show_envvar=True, type=BOOTSTRAP_SERVERS,
+                 help="Kafka brokers: records are on Kafka instead of the embedded log."),
+    click.option("--kafka-config", type=click.Path(dir_okay=False), metavar="FILE",
+                 help="TOML file of librdkafka properties ([kafka] table or top level: security.protocol, "
+                      "sasl.*, ssl.*, ...)."),
     click.option("--zk-timeout", envvar="ZKGROUPS_ZK_TIMEOUT", default=DEFAULT_ZK_TIMEOUT, show_default=True,
                  show_envvar=True, type=Seconds(), metavar="SECONDS",
-                 help=f"How long to wait for ZooKeeper to answer (at most {MAX_WAIT_S:g})."),
+                 help=f"How long to wait for ZooKeeper, or Kafka, to answer (at most {MAX_WAIT_S:g})."),
     click.option("-v", "--verbose", count=True, help="Log more (-v: info, -vv: debug)."),
 )
 
@@ -118,12 +209,25 @@ def global_options(f):
     """Add the shared options to a group or command callback and set up ``ctx.obj``."""
 
     @functools.wraps(f)
-    def callback(*args, zk: str, data_dir: str, zk_timeout: float, verbose: int, **kwargs):
+    def callback(*args, zk: str, data_dir: str, bootstrap_servers: Optional[str], kafka_config: Optional[str],
+                 zk_timeout: float, verbose: int, **kwargs):
         setup_logging(verbose)
+        # librdkafka's own lines (connection retries, ...) are detail: the tools say what failed.
+        logging.getLogger("zkgroups.kafka").setLevel(logging.CRITICAL if verbose <= 0 else logging.NOTSET)
         ctx = click.get_current_context()
-        given = [name for name in ("zk", "data_dir", "zk_timeout")
+        given = [name for name in ("zk", "data_dir", "zk_timeout", "bootstrap_servers")
                  if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)]
-        ctx.obj = CliContext(zk, data_dir, zk_timeout, given)
+        kafka = load_kafka_config(kafka_config) if kafka_config else {}
+        from_file = kafka.pop("bootstrap.servers", None)
+        if not bootstrap_servers and from_file is not None:
+            try:
+                bootstrap_servers = check_bootstrap_servers(str(from_file))
+            except InvalidConfig as e:
+                raise InvalidConfig(f"{kafka_config}: {e}") from None
+        if kafka_config and not bootstrap_servers:
+            raise CliUsageError("--kafka-config needs Kafka's brokers: --bootstrap-servers, KAFKA_BOOTSTRAP_SERVERS "
+                                "or bootstrap.servers in the file")
+        ctx.obj = CliContext(zk, data_dir, zk_timeout, given, bootstrap_servers or "", kafka)
         ctx.call_on_close(ctx.obj.close)
         return f(*args, **kwargs)
 

@@ -1,17 +1,25 @@
 """``groupctl``: administer zkgroups from the shell.
 
-    groupctl topics create NAME [--partitions N] [--if-not-exists]
+    groupctl topics create NAME [--partitions N] [--replication-factor N] [--if-not-exists]
     groupctl topics list
     groupctl topics describe NAME
     groupctl topics add-partitions NAME --to N
     groupctl produce TOPIC [-f FILE] [--key K | --key-separator SEP] [--partition P]
     groupctl produce TOPIC --generate N [--size B]
 
-Global options (``--zk``, ``--data-dir``, ``--zk-timeout``, ``-v``) come from
-:mod:`coordinator.cli.common`, as does the error handling: every failure is one line on
-stderr, ``error: ...``, exit status 1 (2 for usage errors). Numbers are range-checked before
-anything is allocated: at most :data:`protocol.MAX_PARTITIONS` partitions per topic, values of
-at most :data:`MAX_VALUE_BYTES`. Names are checked before any path is built.
+Global options (``--zk``, ``--data-dir``, ``--bootstrap-servers``, ``--kafka-config``,
+``--zk-timeout``, ``-v``) come from :mod:`consumer.cli.context`; the error handling from
+:mod:`coordinator.cli.common`: every failure is one line on stderr, ``error: ...``, exit status
+1 (2 for usage errors, 75 for one that may go away by itself: ZooKeeper or Kafka unreachable).
+Numbers are range-checked before anything is allocated: at most :data:`protocol.MAX_PARTITIONS`
+partitions per topic, values of at most :data:`MAX_VALUE_BYTES`. Names are checked before any
+path is built.
+
+With ``--bootstrap-servers`` (or ``KAFKA_BOOTSTRAP_SERVERS``) the topic commands and ``produce``
+work on Kafka: topics, partitions, offsets and leaders come from Kafka's metadata, ``create``
+and ``add-partitions`` are Kafka's CreateTopics and CreatePartitions (bounded by
+``--zk-timeout``), ``produce`` is the Kafka producer. The groups commands keep offsets in
+ZooKeeper either way and read end offsets from the data plane.
 
 Adding commands: decorate a function with ``@main.command()`` (or ``@main.group()`` for a
 family like ``topics``) and take the shared context with ``@pass_cli``.
@@ -24,14 +32,16 @@ from itertools import islice
 from typing import BinaryIO, Iterator, Optional, Tuple
 
 import click
+from click.core import ParameterSource
 
 from consumer.log import FSYNC_POLICIES
 from consumer.producer import Producer
 from consumer.cli import groups
 from consumer.cli.context import CliContext, global_options, pass_cli
+from consumer.records import TopicPartition
 from coordinator import protocol
 from coordinator.cli.common import CliError, CliGroup, CliUsageError, Limited, print_table
-from coordinator.errors import CorruptZnode, TopicExists
+from coordinator.errors import CorruptZnode, InvalidPartitions, TopicExists
 
 #: --generate shows a progress bar when stderr is a terminal, or for at least this many records.
 PROGRESS_MIN_RECORDS = 1_000_000
@@ -59,27 +69,46 @@ def topics() -> None:
 @click.argument("name")
 @click.option("--partitions", "-p", type=PARTITION_COUNT, default=1, show_default=True,
               help=f"Number of partitions (at most {protocol.MAX_PARTITIONS:,}).")
+@click.option("--replication-factor", type=click.IntRange(min=1), metavar="N",
+              help="Kafka only: copies of each partition (default: the brokers' default.replication.factor).")
 @click.option("--if-not-exists", is_flag=True, help="Succeed if the topic already exists.")
 @pass_cli
-def topics_create(cli: CliContext, name: str, partitions: int, if_not_exists: bool) -> None:
-    """Create topic NAME."""
+def topics_create(cli: CliContext, name: str, partitions: int, replication_factor: Optional[int],
+                  if_not_exists: bool) -> None:
+    """Create topic NAME (on Kafka: through Kafka's CreateTopics)."""
     protocol.validate_name(name)
+    if replication_factor is not None and not cli.on_kafka:
+        raise CliUsageError("--replication-factor is for Kafka (the embedded log keeps one copy)")
     try:
-        cli.topics.create(name, partitions)
+        if cli.on_kafka:
+            cli.data_plane.create_topic(name, partitions, replication_factor or -1)
+        else:
+            cli.topics.create(name, partitions)
     except TopicExists:
         if not if_not_exists:
             raise
-        click.echo(f"topic {name} already exists with {cli.topics.partitions(name)} partitions")
+        click.echo(f"topic {name} already exists with {cli.partition_count(name)} partitions")
         return
-    cli.make_partition_dirs(name, range(partitions))
+    if not cli.on_kafka:
+        cli.make_partition_dirs(name, range(partitions))
     click.echo(f"created topic {name} with {partitions} partition{'s' * (partitions != 1)}")
 
 
 @topics.command("list")
 @pass_cli
 def topics_list(cli: CliContext) -> None:
-    """List topics and their partition counts."""
-    registry = cli.topics
+    """List topics and their partition counts (on Kafka: from Kafka's metadata)."""
+    if cli.on_kafka:
+        rows = sorted(cli.data_plane.partition_counts().items())
+    else:
+        rows = _registered_topics(cli.topics)
+    if rows:
+        print_table(("TOPIC", "PARTITIONS"), rows)
+    else:
+        click.echo("no topics", err=True)
+
+
+def _registered_topics(registry) -> list:
     names = registry.list()
     counts = registry.all_partitions()
     rows = []
@@ -90,26 +119,33 @@ def topics_list(cli: CliContext) -> None:
             except CorruptZnode as e:
                 click.echo(f"warning: {e}", err=True)
         rows.append((name, counts.get(name, "?")))
-    if rows:
-        print_table(("TOPIC", "PARTITIONS"), rows)
-    else:
-        click.echo("no topics", err=True)
+    return rows
 
 
 @topics.command("describe")
 @click.argument("name")
 @pass_cli
 def topics_describe(cli: CliContext, name: str) -> None:
-    """Show each partition of NAME: offsets, record count and bytes on disk."""
+    """Show each partition of NAME: offsets and record count; bytes on disk (embedded log) or
+    leader broker (Kafka)."""
     protocol.validate_name(name)
-    partitions = cli.topics.partitions(name)
+    partitions = cli.partition_count(name)
     cli.warn_if_no_data(name, range(partitions))
+    plane = cli.data_plane
+    tps = [TopicPartition(name, p) for p in range(partitions)]
+    earliest, latest = plane.earliest_offsets(tps), plane.latest_offsets(tps)
+    plural = "s" * (partitions != 1)
+    if cli.on_kafka:
+        leaders = plane.partition_leaders(name)
+        rows = [(tp.partition, leaders.get(tp.partition, -1), earliest[tp], latest[tp], latest[tp] - earliest[tp])
+                for tp in tps]
+        click.echo(f"topic {name}: {partitions} partition{plural} ({plane.describe()})")
+        print_table(("PARTITION", "LEADER", "EARLIEST", "LATEST", "RECORDS"), rows)
+        return
     log = cli.log()
-    rows = []
-    for p in range(partitions):
-        earliest, latest = log.earliest_offset(name, p), log.latest_offset(name, p)
-        rows.append((p, earliest, latest, latest - earliest, log.size_bytes(name, p)))
-    click.echo(f"topic {name}: {partitions} partition{'s' * (partitions != 1)} (data in {cli.data_dir})")
+    rows = [(tp.partition, earliest[tp], latest[tp], latest[tp] - earliest[tp], log.size_bytes(name, tp.partition))
+            for tp in tps]
+    click.echo(f"topic {name}: {partitions} partition{plural} (data in {cli.data_dir})")
     print_table(("PARTITION", "EARLIEST", "LATEST", "RECORDS", "BYTES"), rows)
 
 
@@ -119,11 +155,17 @@ def topics_describe(cli: CliContext, name: str) -> None:
               help=f"The new total number of partitions (at most {protocol.MAX_PARTITIONS:,}).")
 @pass_cli
 def topics_add_partitions(cli: CliContext, name: str, total: int) -> None:
-    """Grow topic NAME to N partitions (partitions are never removed)."""
+    """Grow topic NAME to N partitions (partitions are never removed; on Kafka: CreatePartitions)."""
     protocol.validate_name(name)
-    before = cli.topics.partitions(name)
-    cli.topics.add_partitions(name, total)
-    cli.make_partition_dirs(name, range(before, total))
+    before = cli.partition_count(name)
+    if cli.on_kafka:
+        if total < before:
+            raise InvalidPartitions(f"topic {name!r} has {before} partitions; partitions are never removed")
+        if total > before:
+            cli.data_plane.create_partitions(name, total)
+    else:
+        cli.topics.add_partitions(name, total)
+        cli.make_partition_dirs(name, range(before, total))
     if total == before:
         click.echo(f"topic {name} already has {total} partitions")
     else:
@@ -146,7 +188,7 @@ def topics_add_partitions(cli: CliContext, name: str, total: int) -> None:
               metavar="B",
               help=f"Bytes per generated value (zero-padded sequence numbers; at most {MAX_VALUE_BYTES:,}).")
 @click.option("--fsync", type=click.Choice(FSYNC_POLICIES), default="interval", show_default=True,
-              help="When the log syncs to disk.")
+              help="When the embedded log syncs to disk (on Kafka the brokers' acks decide).")
 @pass_cli
 def produce(cli: CliContext, topic: str, source: Optional[BinaryIO], key: Optional[str],
             key_separator: Optional[str], partition: Optional[int], generate: Optional[int],
@@ -159,8 +201,11 @@ def produce(cli: CliContext, topic: str, source: Optional[BinaryIO], key: Option
         raise CliUsageError("--generate cannot be combined with --file or --key-separator")
     if key is not None and key_separator is not None:
         raise CliUsageError("--key and --key-separator are mutually exclusive")
+    if cli.on_kafka and click.get_current_context().get_parameter_source("fsync") != ParameterSource.DEFAULT:
+        raise CliUsageError("--fsync is for the embedded log; on Kafka durability is the brokers' "
+                            "(acks, min.insync.replicas: set acks in --kafka-config)")
     protocol.validate_name(topic)
-    cli.topics.partitions(topic)  # fail fast on an unknown or unreadable topic, before reading input
+    cli.partition_count(topic)  # fail fast on an unknown or unreadable topic, before reading input
     fixed_key = key.encode() if key is not None else None
     if generate is not None:
         records = ((fixed_key, b"%0*d" % (size, i)) for i in range(generate))
@@ -170,7 +215,12 @@ def produce(cli: CliContext, topic: str, source: Optional[BinaryIO], key: Option
             ((fixed_key, line) for line in lines)
 
     started = time.perf_counter()
-    with Producer(cli.zk, log=cli.log(fsync=fsync)) as producer:
+    if cli.on_kafka:
+        producer = Producer(bootstrap_servers=cli.bootstrap_servers, kafka=cli.kafka,
+                            request_timeout_ms=int(cli.zk_timeout * 1000))
+    else:
+        producer = Producer(cli.zk, log=cli.log(fsync=fsync))
+    with producer:
         if generate is not None and (sys.stderr.isatty() or generate >= PROGRESS_MIN_RECORDS):
             count = _send_with_progress(producer, topic, partition, records, generate)
         else:

@@ -5,6 +5,13 @@
     groupctl groups describe GROUP
     groupctl groups reset-offsets GROUP --topic T (--to-earliest|--to-latest|--to-offset N|--to-datetime ISO) [--execute]
     groupctl consume GROUP TOPIC... [--pattern REGEX] [--max-records N] [--idle-exit SECONDS]
+                     [--kafka-commit-offsets]
+
+On Kafka (``--bootstrap-servers``) committed offsets stay in ZooKeeper (``describe`` and
+``reset-offsets`` read and write them there, compare-and-set as always); end offsets, lag and
+reset targets come from Kafka's offsets. ``consume`` reads Kafka; with
+``--kafka-commit-offsets`` it also copies each commit to Kafka for Kafka's own tools, which
+changes nothing else.
 
 ``reset-offsets`` writes by compare-and-set: every offsets znode is read with its version and
 written in one transaction that requires the same version (or creates a missing one), so a
@@ -38,10 +45,13 @@ from kazoo.exceptions import KazooException, NoNodeError
 from coordinator import config as _config
 from coordinator import protocol, read
 from coordinator.assignors import STRATEGIES
-from consumer.cli.context import CliContext, pass_cli
+from consumer.cli.context import CliContext, kafka_properties, pass_cli
+from consumer.records import TopicPartition
 from coordinator.cli.common import MAX_MS, CliError, CliUsageError, Limited, Seconds, print_table, take_connect
 from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
-from coordinator.errors import CommitFailedError, CorruptZnode, InvalidConfig, ZkGroupsError, ZooKeeperUnavailable
+from coordinator.errors import (CommitFailedError, CorruptZnode, InvalidConfig, UnknownTopic, ZkGroupsError,
+                                ZooKeeperUnavailable)
+from coordinator.kafka import check_bootstrap_servers
 from coordinator.zkclient import TransactionFailed, commit
 
 log = logging.getLogger("zkgroups.groupctl")
@@ -122,22 +132,35 @@ def groups_describe(cli: CliContext, group: str) -> None:
         else:
             reg = members[cid]
             click.echo(f"  {cid}  {reg.pattern} {json.dumps(reg.subscription)}  strategies={','.join(reg.strategies)}")
-    log = cli.log()
     assigned = [(topic, p) for topic in sorted(s.assignment) for p in sorted(s.assignment[topic])]
     problems: Dict[object, str] = {}
     committed = read.committed_offsets(zk, group, assigned, problems)
-    rows = []
+    ends: Dict[Tuple[str, int], int] = {}
     for topic in sorted(s.assignment):
         cli.warn_if_no_data(topic, s.assignment[topic])
+        ends.update(_end_offsets(cli, topic, s.assignment[topic]))
+    rows = []
     for topic, p in assigned:
-        end = log.latest_offset(topic, p)
+        end = ends.get((topic, p), "-")
         stream, offset = s.assignment[topic][p], committed[(topic, p)]
         if (topic, p) in problems:
             rows.append((topic, p, stream, f"unreadable ({problems[(topic, p)]})", end, "-"))
         else:
-            rows.append((topic, p, stream, "-" if offset is None else offset, end, "-" if offset is None else end - offset))
+            lag = "-" if offset is None or end == "-" else end - offset
+            rows.append((topic, p, stream, "-" if offset is None else offset, end, lag))
     if rows:
         print_table(["TOPIC", "PARTITION", "STREAM", "COMMITTED", "END", "LAG"], rows)
+
+
+def _end_offsets(cli: CliContext, topic: str, partitions) -> Dict[Tuple[str, int], int]:
+    """The log end of each partition; a topic the data plane does not have is one warning (its
+    ends show as "-")."""
+    try:
+        latest = cli.data_plane.latest_offsets([TopicPartition(topic, p) for p in partitions])
+    except UnknownTopic:
+        click.echo(f"warning: topic {topic} is not on {cli.data_plane.describe()}", err=True)
+        return {}
+    return {(tp.topic, tp.partition): offset for tp, offset in latest.items()}
 
 
 @groups.command("reset-offsets")
@@ -167,24 +190,26 @@ def groups_reset_offsets(cli: CliContext, group: str, topic: str, to_earliest: b
     protocol.validate_name(group, "group")
     protocol.validate_name(topic)
     zk = cli.zk
-    partitions = cli.topics.partitions(topic)
+    partitions = cli.partition_count(topic)
     live = read.children(zk, protocol.ids_path(group))
     if live and execute:
         raise ZkGroupsError(f"group {group!r} has {len(live)} live members; stop them before resetting offsets")
     cli.warn_if_no_data(topic, range(partitions))
-    log = cli.log()
+    plane = cli.data_plane
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    earliest, latest = plane.earliest_offsets(tps), plane.latest_offsets(tps)
+    found = plane.offsets_for_times({tp: ts for tp in tps}) if to_datetime else {}
     targets: Dict[int, int] = {}
-    for p in range(partitions):
-        earliest, latest = log.earliest_offset(topic, p), log.latest_offset(topic, p)
+    for tp in tps:
         if to_earliest:
-            targets[p] = earliest
+            target = earliest[tp]
         elif to_latest:
-            targets[p] = latest
+            target = latest[tp]
         elif to_offset is not None:
-            targets[p] = max(earliest, min(to_offset, latest))
+            target = max(earliest[tp], min(to_offset, latest[tp]))
         else:
-            found = log.offset_for_time(topic, p, ts)
-            targets[p] = latest if found is None else found
+            target = latest[tp] if found.get(tp) is None else found[tp]
+        targets[tp.partition] = target
     current = read_offsets(zk, group, topic, range(partitions))
     print_table(["TOPIC", "PARTITION", "CURRENT", "NEW"],
                 [(topic, p, current[p].shown, targets[p]) for p in range(partitions)])
@@ -301,10 +326,13 @@ def _subtree(zk, path: str) -> List[str]:
 @click.option("--with-metadata", is_flag=True,
               help="Add to each line this member's id, its generation and when poll() returned the record "
                    "(wall clock, seconds).")
+@click.option("--kafka-commit-offsets", is_flag=True,
+              help="Kafka only: also copy each commit to Kafka (after ZooKeeper's), for Kafka's own tools.")
 @pass_cli
 def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_records: Optional[int],
             idle_exit: Optional[float], from_beginning: bool, session_timeout_ms: int,
-            config_file: Optional[str], consumer_id: Optional[str], strategies, with_metadata: bool) -> None:
+            config_file: Optional[str], consumer_id: Optional[str], strategies, with_metadata: bool,
+            kafka_commit_offsets: bool) -> None:
     """Consume as a member of GROUP; print records as JSON lines and commit as it goes.
 
     A refused commit is a warning and consumption goes on (records may be delivered again); an
@@ -325,6 +353,17 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
     if consumer_id:
         protocol.validate_name(consumer_id, "consumer id")
     zk_connect, data_dir, settings = _consumer_settings(cli, config_file)
+    if kafka_commit_offsets:
+        settings["kafka_commit_offsets"] = True
+    if settings.get("kafka_commit_offsets") and not cli.on_kafka:
+        raise CliUsageError("--kafka-commit-offsets needs Kafka (--bootstrap-servers)")
+    if cli.on_kafka:
+        settings["bootstrap_servers"] = cli.bootstrap_servers
+        # Kafka reachable and the topics there: one line now rather than a silent wait.
+        known = cli.data_plane.partition_counts(topics or None)
+        for topic in topics:
+            if topic not in known:
+                raise UnknownTopic(topic)
     settings.setdefault("auto_offset_reset", "earliest" if from_beginning else "latest")
     settings.setdefault("session_timeout_ms", session_timeout_ms)
     settings.setdefault("enable_auto_commit", False)
@@ -341,7 +380,7 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
     committer = _Committer()
     # Its own ZooKeeper session, so that --session-timeout-ms applies to this member.
     with Consumer(group, list(topics) or None, pattern, zk=zk_connect, data_dir=data_dir, listener=committer,
-                  consumer_id=consumer_id, **settings) as c:
+                  consumer_id=consumer_id, kafka=cli.kafka, **settings) as c:
         committer.consumer = c
         last, generation = started, c.group_metadata().generation
         try:
@@ -407,17 +446,26 @@ def _positions(c) -> Dict[object, int]:
 
 
 def _consumer_settings(cli: CliContext, config_file: Optional[str]) -> Tuple[str, str, dict]:
-    """(zk, data_dir, consumer settings): ``zk`` and ``data_dir`` from the file unless given
-    on the command line or in the environment."""
+    """(zk, data_dir, consumer settings): ``zk``, ``data_dir`` and ``bootstrap_servers`` from
+    the file unless given on the command line or in the environment. The file's ``[kafka]``
+    properties (a table in ``[consumer]``) go to ``cli.kafka``; ``--kafka-config``'s win."""
     if not config_file:
         return cli.zk_connect, cli.data_dir, {}
     settings = dict(_config.load_toml(config_file, "consumer"))
     zk = take_connect(settings, config_file)
     data_dir = _config.take(settings, "data_dir", str, config_file)
+    servers = _config.take(settings, "bootstrap_servers", str, config_file)
+    kafka = _config.take(settings, "kafka", dict, config_file)
     if zk is None or "zk" in cli.given:
         zk = cli.zk_connect
     if data_dir is None or "data_dir" in cli.given:
         data_dir = cli.data_dir
+    if servers and not cli.on_kafka:
+        try:
+            cli.bootstrap_servers = check_bootstrap_servers(servers)
+        except InvalidConfig as e:
+            raise InvalidConfig(f"{config_file}: {e}") from None
+    cli.kafka = {**kafka_properties(kafka or {}, config_file), **cli.kafka}
     return zk, data_dir, settings
 
 

@@ -99,13 +99,15 @@ def bootstrap_servers_from(value: Optional[str] = None) -> str:
 
 def open_data_plane(*, data_dir: Optional[str] = None, bootstrap_servers: Optional[str] = None,
                     kafka: Optional[Mapping[str, object]] = None, zk=None,
-                    log_options: Optional[Mapping[str, object]] = None) -> DataPlane:
-    """Kafka at ``bootstrap_servers`` (librdkafka properties in ``kafka``), or the embedded log
-    under ``data_dir`` (its topics registered through the ZooKeeper client ``zk``)."""
+                    log_options: Optional[Mapping[str, object]] = None,
+                    timeout_s: Optional[float] = None) -> DataPlane:
+    """Kafka at ``bootstrap_servers`` (librdkafka properties in ``kafka``; ``timeout_s`` bounds
+    each request, 10 s by default), or the embedded log under ``data_dir`` (its topics
+    registered through the ZooKeeper client ``zk``)."""
     servers = bootstrap_servers_from(bootstrap_servers)
     if servers:
         from consumer.dataplane.kafka import KafkaDataPlane
-        return KafkaDataPlane(servers, kafka)
+        return KafkaDataPlane(servers, kafka) if timeout_s is None else KafkaDataPlane(servers, kafka, timeout_s)
     from consumer.dataplane.embedded import EmbeddedDataPlane
     from coordinator.config import default_data_dir
     return EmbeddedDataPlane(data_dir or default_data_dir(), zk=zk, **(log_options or {}))

@@ -22,6 +22,11 @@ Guarantees
   or that the client may not read, is reported once and parked.
 * **Keys land where Java clients put them**: producers use ``partitioner=murmur2_random``.
 * librdkafka's own log lines go to Python logging (``zkgroups.kafka``), never straight to stderr.
+* The user's librdkafka properties may be secrets: a configuration librdkafka refuses is one
+  :class:`InvalidConfig` line, and no error message shows their values.
+* Administration for ``groupctl`` (:meth:`KafkaDataPlane.create_topic`, ``create_partitions``,
+  ``partition_leaders``) ends within the request timeout: a cluster that does not carry a
+  request out (librdkafka's mock has no controller) is :class:`KafkaUnavailable`.
 
 Not provided: Kafka transactions (records of aborted transactions are skipped by librdkafka's
 default ``isolation.level=read_committed``; offsets may then have gaps, which readers accept),
@@ -40,7 +45,8 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 from consumer.dataplane import DataPlane, Record
 from consumer.fetcher import Fetcher
 from consumer.records import ConsumerRecord, TopicPartition, records_built
-from coordinator.errors import FetchFailed, OffsetOutOfRange, UnknownTopic, ZkGroupsError
+from coordinator.errors import (FetchFailed, InvalidConfig, OffsetOutOfRange, TopicExists, UnknownTopic,
+                                ZkGroupsError)
 from coordinator.kafka import (DEFAULT_TIMEOUT_S, KafkaUnavailable, check_bootstrap_servers, confluent_kafka,
                                librdkafka_config, log_client_error)
 
@@ -110,19 +116,39 @@ class KafkaDataPlane(DataPlane):
     def producer_config(self, overrides: Optional[Mapping[str, object]] = None) -> dict:
         return {**librdkafka_config(self.servers, self._user_config, DEFAULT_PRODUCER_CONFIG), **(overrides or {})}
 
+    def new_client(self, factory, config: Mapping[str, object]):
+        """``factory(config)`` (a confluent-kafka client class); a configuration librdkafka
+        refuses is one InvalidConfig line that never shows the user's values (they may be secrets)."""
+        try:
+            return factory(dict(config))
+        except (self._ck.KafkaException, ValueError, TypeError) as e:
+            reason = self._redacted(error_text(e))
+            raise InvalidConfig(f"librdkafka refused the Kafka configuration: {reason}") from None
+
+    def new_producer(self, overrides: Optional[Mapping[str, object]] = None):
+        """A librdkafka producer configured by :meth:`producer_config`."""
+        return self.new_client(self._ck.Producer, self.producer_config(overrides))
+
+    def _redacted(self, text: str) -> str:
+        for value in self._user_config.values():
+            if isinstance(value, str) and len(value) >= 3:
+                text = text.replace(value, "***")
+        return text
+
     def _reader_client(self):
         if self._reader is None:
-            self._reader = self._ck.Consumer(self.consumer_config())
+            self._reader = self.new_client(self._ck.Consumer, self.consumer_config())
         return self._reader
 
     def _admin_client(self):
         if self._admin is None:
             from confluent_kafka.admin import AdminClient
-            self._admin = AdminClient(librdkafka_config(self.servers, self._user_config, {}))
+            self._admin = self.new_client(AdminClient, librdkafka_config(self.servers, self._user_config, {}))
         return self._admin
 
     def _unavailable(self, e: BaseException) -> KafkaUnavailable:
-        return KafkaUnavailable(f"Kafka at {self.servers} did not answer within {self.timeout_s:g}s ({e})")
+        return KafkaUnavailable(f"Kafka at {self.servers} did not answer within {self.timeout_s:g}s "
+                                f"({self._redacted(error_text(e))})")
 
     # ------------------------------------------------------------ topics and offsets
 
@@ -150,9 +176,9 @@ class KafkaDataPlane(DataPlane):
             try:
                 out[tp] = future.result().offset
             except ck.KafkaException as e:
-                err = e.args[0] if e.args else None
-                if err is not None and getattr(err, "name", lambda: "")() in _PARKING:
-                    raise UnknownTopic(tp.topic) from None
+                name = error_name(e)
+                if name in _PARKING or (name == "_NOENT" and tp.topic not in self.partition_counts([tp.topic])):
+                    raise UnknownTopic(tp.topic) from None  # _NOENT: no leader found, as for a topic that is not there
                 raise self._unavailable(e) from None
         return out
 
@@ -222,8 +248,8 @@ class KafkaDataPlane(DataPlane):
         config.setdefault("fetch.max.bytes", fetch_max_bytes)
         config.setdefault("max.partition.fetch.bytes", max_partition_fetch_bytes)
         config.setdefault("fetch.wait.max.ms", fetch_max_wait_ms)
-        return KafkaFetcher(self._ck.Consumer(config), self, max_poll_records, max_partition_fetch_bytes,
-                            fetch_max_bytes, fetch_max_wait_ms, on_error=on_error)
+        return KafkaFetcher(self.new_client(self._ck.Consumer, config), self, max_poll_records,
+                            max_partition_fetch_bytes, fetch_max_bytes, fetch_max_wait_ms, on_error=on_error)
 
     # ------------------------------------------------------------ writing
 
@@ -231,7 +257,7 @@ class KafkaDataPlane(DataPlane):
         tp = TopicPartition(*tp)
         with self._lock:
             if self._producer is None:
-                self._producer = self._ck.Producer(self.producer_config({"linger.ms": 0}))
+                self._producer = self.new_producer({"linger.ms": 0})
             offsets, errors = [], []
 
             def delivered(err, msg):
@@ -253,28 +279,80 @@ class KafkaDataPlane(DataPlane):
             return
         ck = self._ck
         with self._lock:
-            committer = self._committers.get(group_id)
-            if committer is None:
-                committer = self._committers[group_id] = ck.Consumer(self.consumer_config(group_id))
+            committer = self._committer(group_id)
             try:
                 committer.commit(offsets=[ck.TopicPartition(tp.topic, tp.partition, o) for tp, o in offsets.items()],
                                  asynchronous=False)
             except ck.KafkaException as e:
                 raise self._unavailable(e) from None
 
+    def _committer(self, group_id: str):
+        """The group's client for OffsetCommit/OffsetFetch (under ``_lock``)."""
+        committer = self._committers.get(group_id)
+        if committer is None:
+            committer = self.new_client(self._ck.Consumer, self.consumer_config(group_id))
+            self._committers[group_id] = committer
+        return committer
+
     def committed_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> Dict[TopicPartition, Optional[int]]:
         """What Kafka holds for the group (as its tools see it); None where nothing was committed."""
         ck = self._ck
         with self._lock:
-            committer = self._committers.get(group_id)
-            if committer is None:
-                committer = self._committers[group_id] = ck.Consumer(self.consumer_config(group_id))
+            committer = self._committer(group_id)
             try:
                 found = committer.committed([ck.TopicPartition(tp.topic, tp.partition) for tp in partitions],
                                             timeout=self.timeout_s)
             except ck.KafkaException as e:
                 raise self._unavailable(e) from None
         return {TopicPartition(k.topic, k.partition): (k.offset if k.offset >= 0 else None) for k in found}
+
+    # ------------------------------------------------------------ administration (groupctl topics)
+
+    def partition_leaders(self, topic: str) -> Dict[int, int]:
+        """{partition: id of its leader broker (-1: none now)} from Kafka's metadata."""
+        with self._lock:
+            try:
+                metadata = self._reader_client().list_topics(timeout=self.timeout_s)
+            except self._ck.KafkaException as e:
+                raise self._unavailable(e) from None
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None:
+            raise UnknownTopic(topic)
+        return {p.id: p.leader for p in found.partitions.values()}
+
+    def create_topic(self, topic: str, partitions: int, replication_factor: int = -1) -> None:
+        """CreateTopics (replication factor -1: the brokers' default). Raises TopicExists, or
+        KafkaUnavailable when the cluster does not carry it out within the timeout."""
+        from confluent_kafka.admin import NewTopic
+        self._admin_call("create_topics", "create topic", topic,
+                         [NewTopic(topic, partitions, replication_factor)])
+
+    def create_partitions(self, topic: str, total: int) -> None:
+        """CreatePartitions: grow ``topic`` to ``total`` partitions."""
+        from confluent_kafka.admin import NewPartitions
+        self._admin_call("create_partitions", "add partitions to topic", topic, [NewPartitions(topic, total)])
+
+    def _admin_call(self, method: str, what: str, topic: str, requests: list) -> None:
+        timeout = self.timeout_s
+        with self._lock:
+            futures = getattr(self._admin_client(), method)(requests, request_timeout=timeout,
+                                                             operation_timeout=timeout)
+        try:
+            futures[topic].result(timeout=timeout + 1)
+        except self._ck.KafkaException as e:
+            name = error_name(e)
+            if name == "TOPIC_ALREADY_EXISTS":
+                raise TopicExists(topic) from None
+            if name == "UNKNOWN_TOPIC_OR_PART":
+                raise UnknownTopic(topic) from None
+            error = kafka_error(e)
+            if error is not None and not error.retriable() and name != "_TIMED_OUT":
+                raise ZkGroupsError(f"Kafka at {self.servers} refused to {what} {topic}: "
+                                    f"{self._redacted(error_text(e))}") from None
+            raise KafkaUnavailable(f"Kafka at {self.servers} did not {what} {topic} within {timeout:g}s "
+                                   f"({self._redacted(error_text(e))})") from None
+        except TimeoutError:
+            raise KafkaUnavailable(f"Kafka at {self.servers} did not {what} {topic} within {timeout:g}s") from None
 
     def close(self) -> None:
         with self._lock:
@@ -288,6 +366,24 @@ class KafkaDataPlane(DataPlane):
             client.close()
         if producer is not None:
             producer.flush(self.timeout_s)
+
+
+def kafka_error(e: BaseException):
+    """The KafkaError a KafkaException carries, or None."""
+    err = e.args[0] if getattr(e, "args", None) else None
+    return err if isinstance(err, confluent_kafka().KafkaError) else None
+
+
+def error_name(e: BaseException) -> str:
+    """librdkafka's name of the error a KafkaException carries ("" for anything else)."""
+    err = kafka_error(e)
+    return err.name() if err is not None else ""
+
+
+def error_text(e: BaseException) -> str:
+    """The text of a librdkafka error without the ``KafkaError{code=...}`` wrapping."""
+    err = kafka_error(e)
+    return err.str() if err is not None else str(e)
 
 
 # ---------------------------------------------------------------- records from librdkafka messages
