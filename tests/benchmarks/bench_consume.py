@@ -18,8 +18,18 @@ Producer. Measured in one run:
   committed offsets equal the end offsets; aggregate records/s = records / that time. Process
   start-up and the rebalances while members join are included: that is what a user waits for.
 
+With ``--data-plane kafka`` the same question on librdkafka's mock Kafka cluster (a real Kafka
+wire-protocol server in its own process): ``Consumer.poll()`` against a bare confluent-kafka
+consumer that ``assign()``s the partitions and ``consume(num_messages=1000)``s them, reading the
+same records in the same run. The mock keeps only ~5 MiB per partition, so the records are
+produced and read in rounds of ``--round-records`` (120,000): each round is produced, then
+read by each reader in turn, cold (the Consumer's partitions stay paused while the others read,
+so nothing reads ahead). Two baselines: one touching each message's value, one reading every
+field a ``ConsumerRecord`` carries (what the Consumer hands out). Target: ratio >= 0.8.
+
     bin/bench consume [--records N] [--size B] [--partitions P] [--rounds R]
                       [--processes K] [--commit-interval-ms MS]
+    bin/bench consume --data-plane kafka [--records N] [--size B] [--partitions P] [--round-records N]
 """
 from __future__ import annotations
 
@@ -217,6 +227,109 @@ def coordinatord(connect: str) -> subprocess.Popen:
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+# ---------------------------------------------------------------- on Kafka
+
+def bare_read(ck, servers: str, starts, expected: int, every_field: bool) -> float:
+    """A bare confluent-kafka consumer: assign() at ``starts``, consume(1000) until ``expected``
+    records; seconds from its first record to its last."""
+    reader = ck.Consumer({"bootstrap.servers": servers, "group.id": "bench-bare", "enable.auto.commit": False,
+                          "fetch.queue.backoff.ms": 10})
+    reader.assign([ck.TopicPartition(TOPIC, p, offset) for p, offset in starts.items()])
+    got, started = 0, None
+    try:
+        while got < expected:
+            messages = reader.consume(num_messages=1000, timeout=5.0)
+            if not messages:
+                sys.exit(f"bench_consume: the bare reader stopped at {got:,} of {expected:,} records")
+            if started is None:
+                started = time.perf_counter()
+            if every_field:
+                for m in messages:
+                    m.topic(), m.partition(), m.offset(), m.timestamp(), m.key(), m.value(), m.headers()
+            else:
+                for m in messages:
+                    m.value()
+            got += len(messages)
+        return time.perf_counter() - started
+    finally:
+        reader.close()
+
+
+def zkgroups_read(c, partitions, expected: int) -> float:
+    """The Consumer (resumed now, cold): seconds from its first record to ``expected`` records."""
+    c.resume(*partitions)
+    got, started = 0, None
+    deadline = time.monotonic() + 60
+    while got < expected:
+        if time.monotonic() > deadline:
+            sys.exit(f"bench_consume: the Consumer stopped at {got:,} of {expected:,} records")
+        for records in c.poll(timeout_ms=1000).values():
+            if started is None:
+                started = time.perf_counter()
+            for r in records:
+                r.value
+            got += len(records)
+    elapsed = time.perf_counter() - started
+    c.pause(*partitions)
+    return elapsed
+
+
+def kafka_main(args) -> None:
+    ck = __import__("confluent_kafka")
+    from consumer.records import TopicPartition
+    from coordinator.testing.kafkamock import MockKafkaCluster
+    round_records = max(1, min(args.round_records, args.records))
+    rounds = -(-args.records // round_records)
+    payload = os.urandom(args.size)
+    timings = {"bare": 0.0, "bare, every field": 0.0, "zkgroups": 0.0}
+    with zookeeper() as connect, zk_client(connect) as zk, MockKafkaCluster(brokers=3) as cluster:
+        coordinator = coordinatord(connect)
+        try:
+            cluster.create_topic(TOPIC, args.partitions)
+            TopicRegistry(zk).create(TOPIC, args.partitions)
+            tps = [TopicPartition(TOPIC, p) for p in range(args.partitions)]
+            c = Consumer("bench-kafka", [TOPIC], zk=connect, bootstrap_servers=cluster.bootstrap_servers,
+                         auto_offset_reset="latest", enable_auto_commit=False)
+            try:
+                deadline = time.monotonic() + 30
+                while len(c.assignment()) < args.partitions or c.assignment() - c.paused():
+                    if time.monotonic() > deadline:
+                        sys.exit("bench_consume: the Consumer did not get its partitions")
+                    c.poll(timeout_ms=100)
+                    c.pause(*tps)
+                producer = ck.Producer({"bootstrap.servers": cluster.bootstrap_servers, "linger.ms": 5})
+                starts = {p: 0 for p in range(args.partitions)}
+                done = 0
+                for r in range(rounds):
+                    n = min(round_records, args.records - done)
+                    for i in range(n):
+                        producer.produce(TOPIC, payload, partition=i % args.partitions)
+                        if i % 10_000 == 0:
+                            producer.poll(0)
+                    producer.flush(60)
+                    timings["bare"] += bare_read(ck, cluster.bootstrap_servers, starts, n, every_field=False)
+                    timings["bare, every field"] += bare_read(ck, cluster.bootstrap_servers, starts, n,
+                                                              every_field=True)
+                    timings["zkgroups"] += zkgroups_read(c, tps, n)
+                    for p in range(args.partitions):
+                        starts[p] += n // args.partitions + (1 if p < n % args.partitions else 0)
+                    done += n
+            finally:
+                c.close()
+        finally:
+            coordinator.send_signal(signal.SIGTERM)
+            coordinator.wait(30)
+    rates = {k: args.records / v for k, v in timings.items()}
+    print_table([
+        Row("baseline: bare assign() + consume(1000), value()", rates["bare"], "records/s", 1.0),
+        Row("baseline: bare, reading every field", rates["bare, every field"], "records/s",
+            rates["bare, every field"] / rates["bare"], "what a ConsumerRecord carries"),
+        Row("Consumer.poll() on Kafka", rates["zkgroups"], "records/s", rates["zkgroups"] / rates["bare"],
+            f"{rates['zkgroups'] / rates['bare, every field']:.2f} of the every-field reader; target >= 0.8"),
+    ], title=f"bench_consume --data-plane kafka: {args.records:,} records of {args.size} bytes, "
+             f"{args.partitions} partitions, in {rounds} rounds (librdkafka's mock cluster, 3 brokers)")
+
+
 # ---------------------------------------------------------------- main
 
 def main(argv=None) -> None:
@@ -224,7 +337,12 @@ def main(argv=None) -> None:
     parser.add_argument("--processes", type=int, default=4, help="consumer processes in the group run")
     parser.add_argument("--commit-interval-ms", type=int, default=100,
                         help="how often the consumer processes commit")
+    parser.add_argument("--data-plane", choices=("embedded", "kafka"), default="embedded")
+    parser.add_argument("--round-records", type=int, default=120_000,
+                        help="Kafka: records per round (the mock keeps ~5 MiB a partition)")
     args = parser.parse_args(argv)
+    if args.data_plane == "kafka":
+        return kafka_main(args)
     records, rounds = max(args.records, 1), max(args.rounds, 1)
     payload = os.urandom(args.size)
 
