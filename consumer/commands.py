@@ -1,9 +1,9 @@
 """Which of the commands waiting in a member's channel apply, and what they ask for (pure).
 
-A member reads its whole channel at once, then the epoch znode and its group's state (in that
-order, so both are at least as new as every command it read: a session's reads are
-monotonic, and the leader bumps the epoch before it writes, and writes the group state in the
-same transaction as the commands). :func:`decide` turns that into one :class:`Decision`.
+A member reads its whole channel at once, then its group's shard epoch znode and its group's
+state (in that order, so both are at least as new as every command it read: a session's reads
+are monotonic, the controller bumps a shard's epoch before its new leader writes, and the
+group state is written in the same transaction as the commands). :func:`decide` turns that into one :class:`Decision`.
 
 A command applies only if it is readable, addressed to this member, no newer than the epoch
 and generation the member just read (a command from the future was not written by a leader),

@@ -184,6 +184,7 @@ class GroupMember:
         self._renewing = False
         self._known_offset_dirs: Set[str] = set()
         self._applied = channel.NOTHING_APPLIED
+        self._epoch_path: Optional[str] = None   # this group's shard epoch znode, once known
         self._thread: Optional[threading.Thread] = None
         self._joined_at = 0.0
         self._warned_no_coordinator = False
@@ -531,7 +532,8 @@ class GroupMember:
         if not paths:
             return [], None, None
         gets = [(p, self.client.get_async(p)) for p in paths]
-        epoch_async = self.client.exists_async(protocol.EPOCH)
+        epoch_path = self._shard_epoch_path()
+        epoch_async = self.client.exists_async(epoch_path) if epoch_path else None
         state_async = self.client.get_async(protocol.state_path(self.group))
         commands = []
         for path, a in gets:
@@ -543,7 +545,7 @@ class GroupMember:
                 commands.append((path, Command.decode(raw, path)))
             except CorruptZnode as e:
                 commands.append((path, e.problem))
-        stat = epoch_async.get()
+        stat = epoch_async.get() if epoch_async is not None else None
         epoch = stat.version if stat is not None else None
         try:
             raw, _ = state_async.get()
@@ -551,6 +553,18 @@ class GroupMember:
         except (NoNodeError, CorruptZnode):
             generation = None  # not checked: the epoch check still applies
         return commands, epoch, generation
+
+    def _shard_epoch_path(self) -> Optional[str]:
+        """The epoch znode of this group's shard (its version bounds the epoch of any command a
+        coordinator could have written); None while no coordinator has created the shards."""
+        if self._epoch_path is None:
+            try:
+                raw, _ = self.client.get(protocol.SHARDS)
+                count = protocol.ShardsInfo.decode(raw).count
+            except (NoNodeError, CorruptZnode):
+                return None
+            self._epoch_path = protocol.shard_epoch_path(protocol.shard_of(self.group, count))
+        return self._epoch_path
 
     def _process_channel(self) -> None:
         if self._state is not MemberState.JOINED:

@@ -29,6 +29,8 @@ ENV_ZK_CONNECT = "ZK_CONNECT"
 ENV_DATA_DIR = "ZKGROUPS_DATA_DIR"
 DEFAULT_CONNECT = "127.0.0.1:2181"
 DEFAULT_DATA_DIR = "./data"
+#: The most shards an installation may have (one znode, one epoch znode and one watch each per node).
+MAX_SHARD_COUNT = 1024
 #: The ZooKeeper session timeout of every node, member and tool unless configured otherwise.
 DEFAULT_SESSION_TIMEOUT_MS = 6000
 
@@ -146,6 +148,7 @@ class CoordinatorConfig:
     settle_ms: int = 0                      # optional wait before a group is read (bursts coalesce anyway)
     handler_threads: int = 4
     suspend_grace_ratio: float = 0.5        # step down if SUSPENDED longer than this × session
+    shards: int = 16                        # groups are spread over this many shards (fixed at first start)
     # The topic mirror (coordinator/mirror.py), for a Kafka cluster in KRaft mode only: a Kafka
     # in ZooKeeper mode writes /brokers/topics itself, and a mirror would fight it.
     bootstrap_servers: str = ""             # the Kafka cluster whose topics the leader mirrors; "": none
@@ -159,6 +162,8 @@ class CoordinatorConfig:
             raise InvalidConfig("retries, backoff and settle must be >= 0")
         if self.suspend_grace_ratio >= 1:
             raise InvalidConfig("suspend_grace_ratio must be < 1 (the grace is shorter than the session)")
+        if not 1 <= self.shards <= MAX_SHARD_COUNT:
+            raise InvalidConfig(f"shards must be in 1..{MAX_SHARD_COUNT}, got {self.shards}")
         self.kafka = check_kafka_properties(self.kafka, "kafka")
         if self.bootstrap_servers:
             self.bootstrap_servers = check_bootstrap_servers(self.bootstrap_servers)

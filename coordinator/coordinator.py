@@ -1,20 +1,30 @@
-"""The coordinator node (seed 001): every node contends; the elected one rebalances groups.
+"""A coordinator node (seed 001, seed 000's "every broker coordinates a subset of the groups").
 
-Lifecycle of a node: ``start()`` connects and enters kazoo's election under
-``/consumers/coordinator/election`` (each contender watches only its predecessor). The winner
-bumps the epoch, publishes ``/consumers/coordinator/leader``, watches topics and groups, queues
-every group for a check, and hands requests to a small pool of handler threads. ``close()``
-abandons the current attempt, resigns (the next contender leads at once) and disconnects.
+Every node runs two roles (see :mod:`coordinator.shards` for why):
 
-With ``bootstrap_servers`` configured, the leader also runs a :class:`~coordinator.mirror.TopicMirror`
-for its term: the topics of that (KRaft) Kafka cluster are mirrored into ``/brokers/topics``,
-and a group whose members name a topic the registry lacks asks it for a refresh at once.
+* **Controller candidate.** All nodes contend in kazoo's election under
+  ``/consumers/coordinator/election`` (each contender watches only its predecessor). The winner
+  bumps the controller epoch, publishes ``/consumers/coordinator/leader`` (fenced) and runs the
+  :class:`~coordinator.controller.Controller` for its term: it places shards on live nodes
+  and mirrors a KRaft Kafka cluster's topics when configured. SIGTERM (``close()``) resigns at
+  once.
+* **Shard leader** (:class:`GroupCoordinator`). The node registers itself under
+  ``/consumers/coordinator/nodes`` and leads the groups of every shard the controller placed on
+  it: watches topics and those groups' members, queues a group once per change on the
+  blocking :class:`RebalanceRequests`, and hands requests to a small pool of handler threads
+  running the read → compute → diff → write → wait pipeline (:mod:`coordinator.rebalance`).
+  A shard it takes is verified group by group (no commands where ownership is already right);
+  a shard it loses (moved, or its epoch bumped) stops at once.
 
-Guarantees: every leader write is fenced by the epoch in the same transaction; a group is
-never handled by two threads at once and change events are coalesced per group; watch and
-connection callbacks never call ZooKeeper (they only record and queue). A leader that is
-SUSPENDED stops at once and steps down if the connection is not back within a grace shorter
-than the session timeout; on LOST it drops everything and contends again.
+One node alone is the controller and leads every shard: it runs everything.
+
+Guarantees: every write of a group is fenced by its shard's epoch in the same transaction, and
+every controller write by the controller epoch, so a group has at most one coordinator able to
+write at a time; a group is never handled by two threads at once and change events are
+coalesced per group; watch and connection callbacks never call ZooKeeper (they only record and
+queue). A node whose connection is SUSPENDED stops writing at once and gives up its shards and
+the controller role if the connection is not back within a grace shorter than the session
+timeout; on LOST it drops everything, registers again and leads what the controller gives it.
 """
 from __future__ import annotations
 
@@ -27,41 +37,34 @@ import time
 from typing import Callable, Dict, Optional, Set
 
 import tenacity
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError, BadVersionError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from coordinator import config as cfg
 from coordinator import protocol, read
-from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode, InvalidName
-from coordinator.mirror import TopicMirror
-from coordinator.topics import TopicRegistry
 from coordinator.config import CoordinatorConfig
-from coordinator.rebalance import Abandoned, Deposed, GroupRebalancer, Superseded, fenced_commit
-from coordinator.zkclient import TransactionFailed, close_client, commit, start_client
+from coordinator.controller import Controller, restore_epoch
+from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode, InvalidName
+from coordinator.rebalance import Abandoned, Deposed, GroupRebalancer, Superseded, fenced, fenced_commit
+from coordinator.shards import Fence, ShardTerm
+from coordinator.topics import TopicRegistry
+from coordinator.zkclient import TransactionFailed, close_client, commit, session_id, start_client
 
 log = logging.getLogger("zkgroups.coordinator")
 
-#: Tries of the epoch compare-and-set before the node gives up the election and contends again.
+#: Tries of the controller epoch's compare-and-set before the node gives up the election and contends again.
 EPOCH_BUMP_ATTEMPTS = 5
-#: Version bumps per transaction when a deleted epoch znode is restored.
-EPOCH_RESTORE_BATCH = 1000
+#: A node whose id is held by another session waits for it this long (x the session timeout) before saying so.
+NODE_ID_WAIT_FACTOR = 1.5
 
 
 def highest_recorded_epoch(client) -> int:
-    """The highest epoch any group state or the leader znode records (0 if none)."""
-    groups = read.groups(client)
-    reads = [(protocol.state_path(g), client.get_async(protocol.state_path(g))) for g in groups]
-    leader = client.get_async(protocol.LEADER)
-    highest = 0
-    for path, a in reads + [(protocol.LEADER, leader)]:
-        try:
-            raw, _ = a.get()
-            decode = protocol.LeaderInfo.decode if path == protocol.LEADER else protocol.GroupState.decode
-            highest = max(highest, decode(raw, path).epoch)
-        except (NoNodeError, CorruptZnode):
-            continue
-    return highest
+    """The highest controller epoch recorded (the leader znode's; 0 if none)."""
+    try:
+        info = read.leader(client)
+    except CorruptZnode:
+        return 0
+    return info.epoch if info else 0
 
 
 class RebalanceRequests:
@@ -154,7 +157,7 @@ class GroupIndex:
 
 
 class Leadership:
-    """State of one term as leader; ``end()`` may be called from any thread, once or more."""
+    """State of one term as controller; ``end()`` may be called from any thread, once or more."""
 
     def __init__(self, epoch: int):
         self.epoch = epoch
@@ -177,26 +180,31 @@ class Coordinator:
     """One coordinator node. Lifecycle: ``start()`` once, ``close()`` once (a second call of
     either does nothing); a closed node is not started again.
 
-    Threads: the election thread (:meth:`_contend`) runs the election and, while this node
-    leads, the :class:`LeaderSession`; kazoo's connection listener only marks the term
-    (suspended, reconnected, ended) and starts the grace timer. ``_term`` is replaced only by
-    the election thread; other threads read it once into a local."""
+    Threads: the election thread (:meth:`_contend`) runs the election and, while this node is
+    the controller, the :class:`~coordinator.controller.Controller`; the
+    :class:`GroupCoordinator` has an event thread and handler threads of its own; kazoo's
+    connection listener only marks state (suspended, reconnected, ended) and starts the grace
+    timer. ``_term`` (the controller term) is replaced only by the election thread; other
+    threads read it once into a local."""
 
     def __init__(self, connect: str, node_id: Optional[str] = None, config: Optional[CoordinatorConfig] = None):
         self.connect = connect
         self.host = socket.gethostname()
         self.node_id = node_id or f"{self.host}-{os.getpid()}"
+        protocol.validate_name(self.node_id, "node id")
         self.config = config or CoordinatorConfig()
         self.config.validate()  # a config made in code is checked as one read from a file is
         self.client = None
+        self.groups: Optional[GroupCoordinator] = None
         self._closing = threading.Event()
         self._term: Optional[Leadership] = None
+        self._controller: Optional[Controller] = None
         self._thread: Optional[threading.Thread] = None
         self._election = None
         self._grace_timer: Optional[threading.Timer] = None
         self._lifecycle = threading.Lock()
         self._started = False
-        self.elected = threading.Event()    # set while leading (for tests and tools)
+        self.elected = threading.Event()    # set while this node is the controller (for tests and tools)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -207,12 +215,14 @@ class Coordinator:
             self._started = True
         self.client = start_client(self.connect, self.config.session_timeout_ms)
         self.client.add_listener(self._on_connection_state)
+        self.groups = GroupCoordinator(self).start()
         self._thread = threading.Thread(target=self._contend, name=f"election-{self.node_id}", daemon=True)
         self._thread.start()
         return self
 
     def close(self) -> None:
-        """Abandon the current attempt, resign so another node leads at once, disconnect."""
+        """Abandon the current attempts, resign so another node leads at once, give up the
+        shards (the controller places them elsewhere), disconnect."""
         with self._lifecycle:
             if self._closing.is_set():
                 return
@@ -222,24 +232,40 @@ class Coordinator:
             term.end("shutting down")
         if self._election:
             self._election.cancel()
+        if self.groups:
+            self.groups.stop()
         if self._thread:
-            # Disconnected, the leader's last writes would wait for a reconnect: closing the
-            # client fails them instead.
+            # Disconnected, the last writes would wait for a reconnect: closing the client fails them instead.
             self._thread.join(timeout=15 if self.client and self.client.connected else 1)
         if self.client:
             close_client(self.client)
 
     @property
     def is_leader(self) -> bool:
+        """Whether this node is the controller now."""
         term = self._term
         return term is not None and not term.ended.is_set()
 
     @property
     def epoch(self) -> Optional[int]:
+        """The controller epoch, while this node is the controller."""
         term = self._term
         return term.epoch if term else None
 
-    # ------------------------------------------------------------ election
+    def shards(self) -> Dict[int, int]:
+        """{shard: epoch} of the shards this node leads now."""
+        return self.groups.held() if self.groups else {}
+
+    def request_mirror_refresh(self) -> None:
+        """Ask the topic mirror to look at Kafka now (the controller's; from any node)."""
+        controller = self._controller
+        if controller is not None and self.is_leader:
+            controller.request_mirror_refresh()
+        elif self.client is not None:
+            self.client.ensure_path_async(protocol.MIRROR_REFRESH).rawlink(
+                lambda _: self.client.set_async(protocol.MIRROR_REFRESH, b""))
+
+    # ------------------------------------------------------------ the controller election
 
     def _contend(self) -> None:
         while not self._closing.is_set():
@@ -260,18 +286,19 @@ class Coordinator:
         term = self._term = Leadership(epoch)
         if self._closing.is_set():  # close() ran while we were being elected and saw no term to end
             term.end("shutting down")
-        since = protocol.now_ms()
-        info = protocol.LeaderInfo(self.node_id, self.host, os.getpid(), epoch, since)
+        info = protocol.LeaderInfo(self.node_id, self.host, os.getpid(), epoch, protocol.now_ms())
         self._publish_leader(info)
-        log.info("node %s elected coordinator, epoch %d", self.node_id, epoch)
+        log.info("node %s elected controller, epoch %d", self.node_id, epoch)
         self.elected.set()
-        session = LeaderSession(self, term, info)
+        controller = self._controller = Controller(self.client, self.config, self.node_id, term)
         try:
-            session.run()
+            controller.run()
         finally:
             self.elected.clear()
-            session.stop()
-            log.info("node %s steps down (epoch %d): %s", self.node_id, epoch, term.reason or "leadership ended")
+            controller.stop()
+            self._controller = None
+            log.info("node %s steps down as controller (epoch %d): %s", self.node_id, epoch,
+                     term.reason or "term ended")
             self._unpublish_leader(info)
             self._term = None
 
@@ -279,50 +306,29 @@ class Coordinator:
                     stop=tenacity.stop_after_attempt(EPOCH_BUMP_ATTEMPTS),
                     before_sleep=tenacity.before_sleep_log(log, logging.WARNING), reraise=True)
     def _bump_epoch(self) -> int:
-        """The next epoch: a compare-and-set on the epoch znode, whose version is the epoch. Only
-        the elected node bumps it, so a conflict means someone else wrote it: retried a few
-        times, then the election is given up and contended again."""
-        try:
-            _, stat = self.client.get(protocol.EPOCH)
-        except NoNodeError:
-            stat = self._restore_epoch()
+        """The next controller epoch: a compare-and-set on the epoch znode, whose version is the
+        epoch. Only the elected node bumps it, so a conflict means someone else wrote it:
+        retried a few times, then the election is given up and contended again. A missing
+        epoch znode is restored above the last recorded one first."""
+        stat = self.client.exists(protocol.EPOCH)
+        if stat is None:
+            restore_epoch(self.client, protocol.EPOCH, highest_recorded_epoch(self.client), "the controller's")
+            stat = self.client.exists(protocol.EPOCH)
         new = self.client.set(protocol.EPOCH, str(stat.version + 1).encode(), version=stat.version)
         return new.version
 
-    def _restore_epoch(self):
-        """Create a missing epoch znode at a version above every epoch recorded where leaders
-        write (group states, the leader znode): members ignore commands of epochs below the one
-        they applied, so an epoch that went back would leave every group unserved."""
-        floor = highest_recorded_epoch(self.client)
-        self.client.ensure_path(protocol.COORDINATOR)
-        self.client.create(protocol.EPOCH, b"0")
-        if floor:
-            log.error("the epoch znode %s was missing although epoch %d was recorded; restoring it above that",
-                      protocol.EPOCH, floor)
-            while True:  # each set_data bumps the version; one transaction carries many
-                _, stat = self.client.get(protocol.EPOCH)
-                if stat.version >= floor:
-                    break
-                t = self.client.transaction()
-                for _ in range(min(EPOCH_RESTORE_BATCH, floor - stat.version)):
-                    t.set_data(protocol.EPOCH, b"restored")
-                commit(t)
-        _, stat = self.client.get(protocol.EPOCH)
-        return stat
-
     def _publish_leader(self, info: protocol.LeaderInfo) -> None:
-        """Create the leader znode, replacing one left by a leader that resigned without
+        """Create the leader znode, replacing one left by a controller that resigned without
         cleaning up (we hold the election lock now); fenced by our epoch like every write."""
-        t = self.client.transaction()
-        t.check(protocol.EPOCH, info.epoch)
+        fence = Fence(protocol.EPOCH, info.epoch)
+        t = fenced(self.client, fence)
         if self.client.exists(protocol.LEADER):
             t.delete(protocol.LEADER)
         t.create(protocol.LEADER, info.encode(), ephemeral=True)
-        fenced_commit(t, info.epoch)
+        fenced_commit(t, fence)
 
     def _unpublish_leader(self, info: protocol.LeaderInfo) -> None:
-        t = self.client.transaction()
-        t.check(protocol.EPOCH, info.epoch)  # never delete a newer leader's znode
+        t = fenced(self.client, Fence(protocol.EPOCH, info.epoch))  # never delete a newer controller's znode
         t.delete(protocol.LEADER)
         try:
             commit(t)
@@ -332,143 +338,224 @@ class Coordinator:
     # ------------------------------------------------------------ connection state (kazoo thread: no ZK calls)
 
     def _on_connection_state(self, state) -> None:
-        term = self._term
+        term, groups = self._term, self.groups
         if state == KazooState.SUSPENDED:
             if term:
                 term.suspended = True
-                grace = self.config.session_timeout_ms * self.config.suspend_grace_ratio / 1000.0
-                self._grace_timer = threading.Timer(grace, self._grace_expired, args=(term,))
-                self._grace_timer.daemon = True
-                self._grace_timer.start()
+            if groups:
+                groups.suspended = True
+            grace = self.config.session_timeout_ms * self.config.suspend_grace_ratio / 1000.0
+            self._grace_timer = threading.Timer(grace, self._grace_expired, args=(term,))
+            self._grace_timer.daemon = True
+            self._grace_timer.start()
         elif state == KazooState.CONNECTED:
             if self._grace_timer:
                 self._grace_timer.cancel()
             if term and not term.ended.is_set():
                 term.suspended = False
                 term.reconnected = True
+            if groups:
+                groups.suspended = False
+                groups.events.put(("connected", None))
         elif state == KazooState.LOST:
             if term:
                 term.end("ZooKeeper session lost")
+            if groups:
+                groups.session_lost()
 
-    def _grace_expired(self, term: Leadership) -> None:
-        if term.suspended:
-            term.end("disconnected from ZooKeeper longer than the grace period")
+    def _grace_expired(self, term: Optional[Leadership]) -> None:
+        groups = self.groups
+        if groups is None or not groups.suspended:
+            return
+        reason = "disconnected from ZooKeeper longer than the grace period"
+        if term:
+            term.end(reason)
+        groups.end_all(reason)
 
 
-class LeaderSession:
-    """Everything a node does while it leads: watches, the request queue and its handlers, and
-    the topic mirror if one is configured (started with the term, stopped with it).
+class GroupCoordinator:
+    """Leads the groups of the shards the controller placed on this node.
+
+    It registers the node under ``/consumers/coordinator/nodes`` (an ephemeral znode reporting
+    the shards it leads and whether each is verified), follows every shard's assignment, and
+    holds a :class:`~coordinator.shards.ShardTerm` per shard placed on it at the epoch given.
+    Groups of shards it does not lead are not watched and not handled.
 
     Threads and locks: kazoo's threads run the watch callbacks, which only put events on
-    ``events``. The leader thread (:meth:`run`) alone handles events, reads topics and group
-    memberships and owns ``topics``, ``topic_watches``, ``group_watches`` and
-    ``ignored_groups``. Handler threads (:meth:`_handle`) rebalance one group each at a time
-    (``requests`` guarantees a group is never handled twice at once); ``rebalancer``,
-    ``index`` and ``mirror`` are safe for them to share. ``lock`` guards what both the leader
-    thread and the handlers touch: ``retry_at`` and ``unverified``. The mirror works on its own
-    thread; handlers only ask it for a refresh, which never blocks.
+    ``events``. The event thread (:meth:`_run`) alone handles events, reads topics and group
+    memberships, starts and ends shard terms and owns ``topics``, ``topic_watches``,
+    ``group_watches``, ``all_groups``, ``ignored_groups`` and ``count``. Handler threads
+    (:meth:`_handle`) rebalance one group each at a time (``requests`` guarantees a group is
+    never handled twice at once); ``rebalancer`` and ``index`` are safe for them to share.
+    ``lock`` guards what both sides touch: ``terms``, ``unverified`` and ``retry_at``.
+    ``suspended`` is written by the connection listener and read by everyone (a stale read
+    delays a stop by one check; writes are fenced anyway).
     """
 
-    def __init__(self, node: Coordinator, term: Leadership, info: protocol.LeaderInfo):
-        self.node, self.term, self.info = node, term, info
-        self.client, self.config = node.client, node.config
+    def __init__(self, node: Coordinator):
+        self.node, self.client, self.config, self.node_id = node, node.client, node.config, node.node_id
+        self.info = protocol.NodeInfo(node.node_id, node.host, os.getpid(), protocol.now_ms())
         self.requests = RebalanceRequests()
-        # Shared by the handler threads (a group is never handled by two at once).
-        self.rebalancer = GroupRebalancer(self.client, term.epoch, self.config, self._abort)
+        self.rebalancer = GroupRebalancer(self.client, self.config)
         self.index = GroupIndex()
         self.events: "queue.Queue[tuple]" = queue.Queue()
+        self.lock = threading.Lock()
+        self.terms: Dict[int, ShardTerm] = {}
+        self.unverified: Dict[int, Set[str]] = {}
+        self.retry_at: Dict[str, float] = {}
+        self.count: Optional[int] = None
         self.topics: Dict[str, int] = {}
         self.topic_watches: Set[str] = set()
         # group -> the one watcher of its ids znode (one object per group, so kazoo holds it once)
         self.group_watches: Dict[str, Callable] = {}
-        self.retry_at: Dict[str, float] = {}
-        self.unverified: Set[str] = set()
+        self.all_groups: Set[str] = set()
         self.ignored_groups: Set[str] = set()
+        self.suspended = False
+        self.registered = False
+        self.stopped = threading.Event()
         self.handlers = []
-        self.lock = threading.Lock()
-        self.mirror: Optional[TopicMirror] = None
-        if self.config.bootstrap_servers:
-            self.mirror = TopicMirror(self.client, term.epoch, self.config.bootstrap_servers, self.config.kafka,
-                                      self.config.mirror_interval_ms, active=lambda: self.term.active,
-                                      on_deposed=lambda reason: self.term.end(f"deposed: {reason}"))
+        self.thread: Optional[threading.Thread] = None
 
-    # ------------------------------------------------------------ main loop (the leader's own thread)
+    # ------------------------------------------------------------ lifecycle
 
-    def run(self) -> None:
-        client = self.client
-        client.ensure_path(protocol.BROKER_TOPICS)
-        client.ensure_path(protocol.GROUPS)
-        self.topics = TopicRegistry(client).all_partitions()
-        groups = client.get_children(protocol.GROUPS)
-        self.unverified = set(groups)
+    def start(self) -> "GroupCoordinator":
         for i in range(self.config.handler_threads):
             t = threading.Thread(target=self._handle, name=f"rebalance-{i}", daemon=True)
             t.start()
             self.handlers.append(t)
-        ChildrenWatch(client, protocol.BROKER_TOPICS, self._watch_topics)
-        ChildrenWatch(client, protocol.GROUPS, self._watch_groups)
-        if self.mirror:
-            self.mirror.start()
-        if not self.unverified:
-            self._mark_loaded()
+        self.thread = threading.Thread(target=self._run, name=f"groups-{self.node_id}", daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.end_all("shutting down")
+        self.requests.close(len(self.handlers))
+        for t in self.handlers + ([self.thread] if self.thread else []):
+            t.join(timeout=5)
+        if self.registered and self.client.connected:
+            try:  # give the shards up now rather than at session expiry
+                self.client.delete(protocol.node_path(self.node_id))
+            except KazooException:
+                pass
+
+    def held(self) -> Dict[int, int]:
+        with self.lock:
+            return {s: t.epoch for s, t in self.terms.items() if not t.ended.is_set()}
+
+    def end_all(self, reason: str) -> None:
+        with self.lock:
+            terms = list(self.terms.values())
+        for term in terms:
+            term.end(reason)
+
+    def session_lost(self) -> None:
+        """kazoo's thread: the session expired; the node znode is gone with it."""
+        self.registered = False
+        self.end_all("ZooKeeper session lost")
+        self.events.put(("lost", None))
+
+    # ------------------------------------------------------------ the event thread
+
+    def _run(self) -> None:
+        client = self.client
+        try:
+            client.ensure_path(protocol.BROKER_TOPICS)
+            client.ensure_path(protocol.GROUPS)
+            client.ensure_path(protocol.NODES)
+            self._register()
+            self.topics = TopicRegistry(client).all_partitions()
+            DataWatch(client, protocol.SHARDS, self._watch_shards_info)
+            ChildrenWatch(client, protocol.BROKER_TOPICS, self._watch_topics)
+            ChildrenWatch(client, protocol.GROUPS, self._watch_groups)
+        except KazooException as e:
+            if not self.stopped.is_set():
+                log.error("node %s: cannot start leading groups (%s)", self.node_id, type(e).__name__)
+            return
         next_check = time.monotonic() + self.config.check_interval_ms / 1000.0
-        while not self.term.ended.is_set():
+        while not self.stopped.is_set():
             try:
                 kind, arg = self.events.get(timeout=0.1)
                 self._on_event(kind, arg)
             except queue.Empty:
                 pass
+            except KazooException as e:
+                if not self.stopped.is_set():
+                    log.warning("node %s: ZooKeeper error (%s) handling an event; looking again", self.node_id,
+                                type(e).__name__)
+                    self.events.put(("connected", None))  # re-read what we depend on
+                    self.stopped.wait(0.2)
             now = time.monotonic()
-            if self.term.reconnected:
-                # Watches are hints: after a reconnect re-read what we depend on.
-                self.term.reconnected = False
-                self._request_all()
-                if self.mirror:
-                    self.mirror.request_refresh()
             for group in self._due_retries(now):
                 self.requests.request(group)
             if now >= next_check:
                 next_check = now + self.config.check_interval_ms / 1000.0
-                self._request_all(changed=False)
+                self._request_held(changed=False)
 
-    def _retry_later(self, group: str, delay_ms: int) -> None:
+    def _register(self) -> None:
+        """Create this node's ephemeral znode; if another session holds it (our own previous
+        one, or another process with the same node id) wait for it to go."""
+        path = protocol.node_path(self.node_id)
+        waited_since, said = time.monotonic(), False
+        while not self.stopped.is_set():
+            sid = session_id(self.client)
+            if sid is not None:
+                try:
+                    self.client.create(path, self.info.encode(), ephemeral=True)
+                    self.registered = True
+                    return
+                except NodeExistsError:
+                    stat = self.client.exists(path)
+                    if stat is not None and stat.ephemeralOwner == sid:
+                        self.registered = True
+                        return
+            limit = NODE_ID_WAIT_FACTOR * self.config.session_timeout_ms / 1000.0
+            if not said and time.monotonic() - waited_since > limit:
+                said = True
+                log.error("node %s: another ZooKeeper session still holds %s; is another coordinatord running "
+                          "with --node-id %s? Waiting for it to end", self.node_id, path, self.node_id)
+            gone = threading.Event()
+            if self.client.exists(path, watch=lambda _event: gone.set()) is None:
+                continue
+            gone.wait(0.5)
+
+    def _publish(self) -> None:
+        """Report the shards we lead (and which are verified) in our node znode."""
         with self.lock:
-            self.retry_at[group] = time.monotonic() + delay_ms / 1000.0
+            self.info.shards = {s: {"epoch": t.epoch, "verified": not self.unverified.get(s)}
+                                for s, t in self.terms.items() if not t.ended.is_set()}
+            data = self.info.encode()
+        if self.registered:
+            self.client.set_async(protocol.node_path(self.node_id), data)
 
-    def _due_retries(self, now: float):
-        with self.lock:
-            due = [g for g, at in self.retry_at.items() if at <= now]
-            for group in due:
-                del self.retry_at[group]
-        return due
+    # ---- watch callbacks (kazoo thread: record only)
 
-    def stop(self) -> None:
-        self.term.end(self.term.reason or "stopping")
-        if self.mirror:
-            self.mirror.stop()
-        self.requests.close(len(self.handlers))
-        for t in self.handlers:
-            t.join(timeout=5)
+    def _watch_shards_info(self, data, stat):
+        if self.stopped.is_set():
+            return False
+        if data is not None:
+            self.events.put(("shards", data))
 
-    def _request_all(self, changed: bool = True) -> None:
-        for group in list(self.group_watches):
-            self.requests.request(group, changed)
-
-    # ------------------------------------------------------------ watch callbacks (kazoo thread: record only)
+    def _watch_assignment(self, shard: int):
+        def callback(data, stat):
+            if self.stopped.is_set():
+                return False
+            self.events.put(("assignment", (shard, data)))
+        return callback
 
     def _watch_topics(self, children):
-        if self.term.ended.is_set():
+        if self.stopped.is_set():
             return False
         self.events.put(("topics", list(children)))
 
     def _watch_groups(self, children):
-        if self.term.ended.is_set():
+        if self.stopped.is_set():
             return False
         self.events.put(("groups", list(children)))
 
     def _watch_topic_data(self, topic):
         def callback(data, stat):
-            if self.term.ended.is_set():
+            if self.stopped.is_set():
                 return False
             self.events.put(("topic", (topic, data)))
             if data is None:
@@ -477,58 +564,137 @@ class LeaderSession:
 
     def _watch_members(self, group):
         def watch(_event):
-            if not self.term.ended.is_set():
+            if not self.stopped.is_set():
                 self.events.put(("ids", group))
         return watch
 
-    # ------------------------------------------------------------ events (leader thread: may call ZK)
+    # ---- events (event thread: may call ZooKeeper)
 
     def _on_event(self, kind: str, arg) -> None:
-        if kind == "topics":
+        if kind == "shards":
+            self._on_shards(arg)
+        elif kind == "assignment":
+            self._on_assignment(*arg)
+        elif kind == "topics":
             for topic in arg:
                 if topic not in self.topic_watches:
                     self.topic_watches.add(topic)
                     DataWatch(self.client, protocol.topic_path(topic), self._watch_topic_data(topic))
         elif kind == "topic":
-            topic, data = arg
-            if data is None:
-                self.topic_watches.discard(topic)
-                if self.topics.pop(topic, None) is not None:
-                    for group in self.index.groups_for(topic):  # rebalanced away from it
-                        self.requests.request(group)
-                return
-            try:
-                count = protocol.decode_topic(data, protocol.topic_path(topic))
-            except CorruptZnode as e:
-                log.error("ignoring topic: %s", e)
-                return
-            known = self.topics.get(topic, 0)
-            if count < known:
-                log.error("topic %s: its znode now lists %d partitions, fewer than the %d known; partitions are "
-                          "never removed, so %d are kept", topic, count, known, known)
-            elif count != known:
-                self.topics[topic] = count
-                for group in self.index.groups_for(topic):
-                    self.requests.request(group)
+            self._on_topic(*arg)
         elif kind == "groups":
-            for group in set(self.group_watches) - set(arg):
-                del self.group_watches[group]  # deleted: watched afresh if it comes back
-                self.index.update(group, [])
-            for group in arg:
-                if group not in self.group_watches:
-                    try:
-                        protocol.validate_name(group, "group")
-                    except InvalidName as e:
-                        if group not in self.ignored_groups:
-                            log.error("ignoring group znode %r: %s", group, e)
-                            self.ignored_groups.add(group)
-                            self._verified(group)
-                        continue
-                    self.group_watches[group] = self._watch_members(group)
-                    self._read_members(group)
+            self._on_groups(arg)
         elif kind == "ids":
             if arg in self.group_watches:
                 self._read_members(arg)
+        elif kind == "lost":
+            pass  # terms ended already; "connected" follows with a new session
+        elif kind == "connected":
+            # Watches are hints: after a reconnect re-read what we depend on.
+            if not self.registered:
+                self._register()
+            if self.count is not None:
+                reads = [(s, self.client.get_async(protocol.shard_path(s))) for s in range(self.count)]
+                for s, a in reads:
+                    try:
+                        self._on_assignment(s, a.get()[0])
+                    except NoNodeError:
+                        self._on_assignment(s, None)
+            self._request_held()
+
+    def _on_shards(self, data: bytes) -> None:
+        try:
+            count = protocol.ShardsInfo.decode(data).count
+        except CorruptZnode as e:
+            log.error("node %s: %s; waiting for the controller to repair it", self.node_id, e)
+            return
+        if self.count is None:
+            self.count = count
+            for s in range(count):
+                DataWatch(self.client, protocol.shard_path(s), self._watch_assignment(s))
+        elif count != self.count:
+            log.error("node %s: the shard count changed from %d to %d under a running node; restart it",
+                      self.node_id, self.count, count)
+
+    def _on_assignment(self, shard: int, data: Optional[bytes]) -> None:
+        try:
+            assignment = protocol.ShardAssignment.decode(data or b"", protocol.shard_path(shard))
+        except CorruptZnode as e:
+            log.error("node %s: %s; waiting for the controller to repair it", self.node_id, e)
+            assignment = protocol.ShardAssignment("", 0)
+        mine = assignment.node_id == self.node_id and self.registered and not self.stopped.is_set()
+        with self.lock:
+            term = self.terms.get(shard)
+        if mine and term is not None and term.epoch == assignment.epoch and not term.ended.is_set():
+            return  # nothing new
+        if term is not None:
+            term.end(f"shard {shard} moved to {assignment.node_id or 'nobody'}" if not mine else
+                     f"shard {shard} is at epoch {assignment.epoch} now")
+            with self.lock:
+                del self.terms[shard]
+                self.unverified.pop(shard, None)
+            for group in [g for g in self.group_watches if self._shard(g) == shard]:
+                del self.group_watches[group]  # its next watch event is ignored
+            if not mine:
+                log.info("node %s no longer leads shard %d (now %s)", self.node_id, shard, assignment.node_id or "-")
+        if mine:
+            new = ShardTerm(shard, assignment.epoch, suspended=lambda: self.suspended)
+            groups = {g for g in self.all_groups if self._shard(g) == shard}
+            with self.lock:
+                self.terms[shard] = new
+                self.unverified[shard] = set(groups)
+            log.info("node %s leads shard %d at epoch %d (%d groups)", self.node_id, shard, assignment.epoch,
+                     len(groups))
+            for group in sorted(groups):
+                self._follow(group)
+        self._publish()
+
+    def _on_topic(self, topic: str, data: Optional[bytes]) -> None:
+        if data is None:
+            self.topic_watches.discard(topic)
+            if self.topics.pop(topic, None) is not None:
+                for group in self.index.groups_for(topic):  # rebalanced away from it
+                    self._request(group)
+            return
+        try:
+            count = protocol.decode_topic(data, protocol.topic_path(topic))
+        except CorruptZnode as e:
+            log.error("ignoring topic: %s", e)
+            return
+        known = self.topics.get(topic, 0)
+        if count < known:
+            log.error("topic %s: its znode now lists %d partitions, fewer than the %d known; partitions are "
+                      "never removed, so %d are kept", topic, count, known, known)
+        elif count != known:
+            self.topics[topic] = count
+            for group in self.index.groups_for(topic):
+                self._request(group)
+
+    def _on_groups(self, children) -> None:
+        valid = set()
+        for group in children:
+            try:
+                protocol.validate_name(group, "group")
+            except InvalidName as e:
+                if group not in self.ignored_groups:
+                    log.error("ignoring group znode %r: %s", group, e)
+                    self.ignored_groups.add(group)
+                continue
+            valid.add(group)
+        for group in self.all_groups - valid:  # deleted: followed afresh if it comes back
+            self.group_watches.pop(group, None)
+            self.index.update(group, [])
+            self._verified(group)
+        self.all_groups = valid
+        for group in sorted(valid - set(self.group_watches)):
+            if self._term_of(group) is not None:
+                self._follow(group)
+
+    def _follow(self, group: str) -> None:
+        """Watch the members of a group we lead, and check it."""
+        if group not in self.group_watches:
+            self.group_watches[group] = self._watch_members(group)
+        self._read_members(group)
 
     def _read_members(self, group: str) -> None:
         """Re-arm the one-shot watch on the group's members and queue the group. A missing ids
@@ -543,18 +709,45 @@ class LeaderSession:
             else:
                 self._verified(group)
             return
-        self.requests.request(group)
+        self._request(group)
+
+    # ---- which groups are ours
+
+    def _shard(self, group: str) -> Optional[int]:
+        return None if self.count is None else protocol.shard_of(group, self.count)
+
+    def _term_of(self, group: str) -> Optional[ShardTerm]:
+        shard = self._shard(group)
+        with self.lock:
+            term = self.terms.get(shard) if shard is not None else None
+        return term if term is not None and not term.ended.is_set() else None
+
+    def _request(self, group: str, changed: bool = True) -> None:
+        if self._term_of(group) is not None:
+            self.requests.request(group, changed)
+
+    def _request_held(self, changed: bool = True) -> None:
+        for group in list(self.group_watches):
+            self._request(group, changed)
+
+    def _retry_later(self, group: str, delay_ms: int) -> None:
+        with self.lock:
+            self.retry_at[group] = time.monotonic() + delay_ms / 1000.0
+
+    def _due_retries(self, now: float):
+        with self.lock:
+            due = [g for g, at in self.retry_at.items() if at <= now]
+            for group in due:
+                del self.retry_at[group]
+        return due
 
     # ------------------------------------------------------------ handlers
-
-    def _abort(self) -> bool:
-        return not self.term.active
 
     def _handle(self) -> None:
         while True:
             group = self.requests.take(timeout=0.5)
             if group is None:
-                if self.term.ended.is_set():
+                if self.stopped.is_set():
                     return
                 continue
             if self.config.settle_ms:
@@ -566,11 +759,12 @@ class LeaderSession:
                 self.requests.done(group)
 
     def _rebalance(self, group: str) -> None:
-        if not self.term.active:
+        term = self._term_of(group)
+        if term is None or not term.active:
             return
         try:
-            outcome = self.rebalancer.run(group, dict(self.topics), observe=self._observe,
-                                          changed=lambda: self.requests.changed(group))
+            outcome = self.rebalancer.run(group, dict(self.topics), term.fence, abort=lambda: not term.active,
+                                          observe=self._observe, changed=lambda: self.requests.changed(group))
             if outcome.state != "unchanged":
                 log.info("group %s generation %d %s: reason=%s members=%d moved=%d duration=%.1fms%s",
                          group, outcome.generation, outcome.state, ", ".join(outcome.reasons) or "-",
@@ -587,13 +781,14 @@ class LeaderSession:
             self._retry_later(group, self.config.failed_retry_interval_ms)
             self._verified(group)
         except Deposed as e:
-            self.term.end(f"deposed: {e}")
+            term.end(f"deposed: {e}")
+            log.info("node %s: shard %d: %s", self.node_id, term.shard, e)
         except Abandoned:
-            self.requests.request(group)  # for whoever leads next in this process, if we resume
+            self._request(group)  # for whoever leads it next in this node, if we resume
         except Superseded:
             log.info("group %s: changed during the rebalance; computing it again", group)  # queued again by done()
         except KazooException as e:
-            if self.term.active:
+            if term.active:
                 log.warning("group %s: ZooKeeper error during rebalance (%s); retrying", group, type(e).__name__)
                 self._retry_later(group, self.config.rebalance_backoff_ms)
         except Exception:
@@ -602,35 +797,27 @@ class LeaderSession:
 
     def _observe(self, group: str, registrations) -> None:
         """A handler saw the group's members: index their subscriptions, and if one names a
-        topic the registry lacks (or a regex matches none), ask the mirror to look at once, so
-        a new Kafka topic is served in about a Metadata round trip rather than an interval."""
+        topic the registry lacks (or a regex matches none), ask the topic mirror to look at
+        once, so a new Kafka topic is served in about a Metadata round trip, not an interval."""
         registrations = list(registrations)
         self.index.update(group, registrations)
-        if self.mirror:
-            topics = dict(self.topics)  # a copy: the leader thread may change it meanwhile
+        if self.config.bootstrap_servers:
+            topics = dict(self.topics)  # a copy: the event thread may change it meanwhile
             if any(not set(reg.subscription) <= topics.keys() if reg.pattern == protocol.PATTERN_STATIC
                    else not reg.topics(topics) for reg in registrations):
-                self.mirror.request_refresh()
+                self.node.request_mirror_refresh()
 
     def _verified(self, group: str) -> None:
+        shard = self._shard(group)
         with self.lock:
-            if group not in self.unverified:
+            waiting = self.unverified.get(shard)
+            if not waiting or group not in waiting:
                 return
-            self.unverified.discard(group)
-            done = not self.unverified
-        if done:
-            self._mark_loaded()
+            waiting.discard(group)
+            done = not waiting
+            term = self.terms.get(shard)
+        if done and term is not None:
+            log.info("node %s has verified every group of shard %d (epoch %d)", self.node_id, shard, term.epoch)
+            self._publish()
 
-    def _mark_loaded(self) -> None:
-        self.info.loaded = True
-        t = self.client.transaction()
-        t.check(protocol.EPOCH, self.term.epoch)
-        t.set_data(protocol.LEADER, self.info.encode())
-        try:
-            fenced_commit(t, self.term.epoch)
-        except Deposed as e:
-            self.term.end(f"deposed: {e}")
-            return
-        except TransactionFailed:
-            return  # the leader znode went with our session
-        log.info("coordinator epoch %d has verified every group", self.term.epoch)
+

@@ -9,7 +9,7 @@ them with the registry (:func:`plan_mirror`, pure) and writes each difference in
 
 Guarantees:
 
-* Every write is a ZooKeeper transaction whose first operation checks the leader's epoch, and
+* Every write is a ZooKeeper transaction whose first operation checks the controller's epoch, and
   whose second is a compare-and-set on the topic znode: a deposed leader's mirror writes
   nothing (it stops and ends the term), and a znode someone changed meanwhile is read again.
 * Only znodes the mirror wrote are grown or removed: they carry :data:`protocol.MIRROR_MARK`
@@ -53,6 +53,7 @@ from coordinator.errors import InvalidConfig, InvalidName
 from coordinator.kafka import DEFAULT_TIMEOUT_S, check_bootstrap_servers, confluent_kafka, librdkafka_config
 from coordinator.protocol import TopicZnode
 from coordinator.rebalance import Deposed, fenced_commit
+from coordinator.shards import Fence
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import TransactionFailed
 
@@ -222,7 +223,7 @@ class _Stopping(Exception):
 
 class TopicMirror:
     """Mirrors the topics of the Kafka cluster at ``bootstrap_servers`` into ``/brokers/topics``,
-    fenced by ``epoch``, for one term of leadership.
+    fenced by the controller's ``fence`` (its epoch), for one term as controller.
 
     States: NEW --start()--> RUNNING --stop(), or deposed--> STOPPED. ``start()`` runs once
     (later calls do nothing); ``stop()`` may be called any number of times, from any thread.
@@ -236,10 +237,10 @@ class TopicMirror:
 
     NEW, RUNNING, STOPPED = "new", "running", "stopped"
 
-    def __init__(self, client, epoch: int, bootstrap_servers: str, properties: Optional[Mapping[str, object]] = None,
+    def __init__(self, client, fence: Fence, bootstrap_servers: str, properties: Optional[Mapping[str, object]] = None,
                  interval_ms: int = DEFAULT_INTERVAL_MS, active: Callable[[], bool] = lambda: True,
                  on_deposed: Callable[[str], None] = lambda reason: None):
-        self.client, self.epoch = client, epoch
+        self.client, self.fence, self.epoch = client, fence, fence.epoch
         self.servers = check_bootstrap_servers(bootstrap_servers)
         self._properties = dict(properties or {})
         self.interval_s = interval_ms / 1000.0
@@ -365,10 +366,10 @@ class TopicMirror:
             raise _Stopping()
         path = protocol.topic_path(topic)
         t = self.client.transaction()
-        t.check(protocol.EPOCH, self.epoch)
+        t.check(self.fence.path, self.fence.epoch)
         operation(t, path)
         try:
-            fenced_commit(t, self.epoch)
+            fenced_commit(t, self.fence)
             return True
         except TransactionFailed as e:
             log.debug("topic mirror: %s changed while it was written (%s); reading it again", path,

@@ -10,9 +10,15 @@ Layout (documented in the README)::
     /brokers/topics/<topic>                         {"version":1,"partitions":{"0":[0],...}} (Kafka's format;
                                                     versions 2 and 3 read too; mirrored ones marked)
     /brokers/ids/<broker id>                        only read: a Kafka in ZooKeeper mode is here
-    /consumers/coordinator/election/<contenders>    kazoo Election (each watches its predecessor)
-    /consumers/coordinator/leader                   ephemeral LeaderInfo of the current leader
-    /consumers/coordinator/epoch                    persistent; its znode version is the epoch
+    /consumers/coordinator/election/<contenders>    kazoo Election of the controller (each watches its predecessor)
+    /consumers/coordinator/leader                   ephemeral LeaderInfo of the controller
+    /consumers/coordinator/epoch                    persistent; its znode version is the controller's epoch
+    /consumers/coordinator/nodes/<node id>          ephemeral NodeInfo: a live coordinator node, its shards
+    /consumers/coordinator/shards                   ShardsInfo: how many shards groups are spread over
+    /consumers/coordinator/shards/<shard>           ShardAssignment: the node leading the shard, at which epoch
+    /consumers/coordinator/shards/<shard>/epoch     its znode version is the shard's epoch (every write
+                                                    of the shard's groups checks it)
+    /consumers/coordinator/mirror-refresh           written to ask the controller's topic mirror to look now
     /consumers/groups/<group>/ids/<consumer-id>     ephemeral Registration
     /consumers/groups/<group>/channel/<consumer-id>/cmd-<seq>   persistent sequential Command
     /consumers/groups/<group>/owners/<topic>/<partition>        ephemeral, data: stream id
@@ -26,20 +32,25 @@ from __future__ import annotations
 import json
 import re
 import time
+import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Dict, List, Optional
 
 import re2
 
+from coordinator.config import MAX_SHARD_COUNT
 from coordinator.errors import CorruptZnode, InvalidName
 
 BROKER_TOPICS = "/brokers/topics"
 BROKER_IDS = "/brokers/ids"   # a Kafka in ZooKeeper mode registers its live brokers here (never zkgroups)
 COORDINATOR = "/consumers/coordinator"
 ELECTION = COORDINATOR + "/election"
-LEADER = COORDINATOR + "/leader"
-EPOCH = COORDINATOR + "/epoch"
+LEADER = COORDINATOR + "/leader"      # the controller
+EPOCH = COORDINATOR + "/epoch"        # the controller's epoch
+NODES = COORDINATOR + "/nodes"
+SHARDS = COORDINATOR + "/shards"
+MIRROR_REFRESH = COORDINATOR + "/mirror-refresh"   # any node writes it to ask the controller's topic mirror to look now
 GROUPS = "/consumers/groups"
 SPARK_STOP = "/zkgroups-spark/stop"   # <run id>: created to stop a streaming Spark group job
 
@@ -154,6 +165,23 @@ def offsets_path(group: str, topic: Optional[str] = None, partition: Optional[in
 
 def state_path(group: str) -> str:
     return f"{GROUPS}/{group}/state"
+
+
+def node_path(node_id: str) -> str:
+    return f"{NODES}/{node_id}"
+
+
+def shard_path(shard: int) -> str:
+    return f"{SHARDS}/{shard}"
+
+
+def shard_epoch_path(shard: int) -> str:
+    return f"{SHARDS}/{shard}/epoch"
+
+
+def shard_of(group: str, count: int) -> int:
+    """The shard a group belongs to: a stable hash of its name (the same in every process)."""
+    return zlib.crc32(group.encode("utf-8")) % count
 
 
 def spark_stop_path(run_id: str) -> str:
@@ -391,6 +419,75 @@ class GroupState:
                        epoch=int(obj.get("epoch", 0)), updated=int(obj.get("updated", 0)))
         except (AttributeError, TypeError, ValueError) as e:
             raise CorruptZnode(path, f"group state is malformed ({e})") from None
+
+
+# ---------------------------------------------------------------- shards and nodes
+
+@dataclass
+class ShardsInfo:
+    """shards: how many shards groups are spread over (written once, by the first controller)."""
+    count: int
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "count": self.count})
+
+    @classmethod
+    def decode(cls, raw: bytes, path: str = SHARDS) -> "ShardsInfo":
+        obj = _load(raw, path, "shards info")
+        _check_version(obj, path, "shards info")
+        count = obj.get("count")
+        _require(isinstance(count, int) and not isinstance(count, bool) and 1 <= count <= MAX_SHARD_COUNT, path,
+                 f"shard count must be a whole number in 1..{MAX_SHARD_COUNT}")
+        return cls(count)
+
+
+@dataclass
+class ShardAssignment:
+    """shards/<shard>: the node leading the shard and the shard epoch it leads at (written by
+    the controller, in the transaction that bumps the epoch). ``node_id`` "" = nobody."""
+    node_id: str
+    epoch: int
+    since: int = 0
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "node_id": self.node_id, "epoch": self.epoch, "since": self.since or now_ms()})
+
+    @classmethod
+    def decode(cls, raw: bytes, path: str) -> "ShardAssignment":
+        if not raw:
+            return cls("", 0)
+        obj = _load(raw, path, "shard assignment")
+        _check_version(obj, path, "shard assignment")
+        try:
+            return cls(str(obj["node_id"]), int(obj["epoch"]), int(obj.get("since", 0)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise CorruptZnode(path, f"shard assignment is malformed ({e})") from None
+
+
+@dataclass
+class NodeInfo:
+    """nodes/<node id>: a live coordinator node and the shards it leads ({shard: {epoch,
+    verified}}; verified: every group of the shard checked since the node took it)."""
+    node_id: str
+    host: str
+    pid: int
+    since: int
+    shards: Dict[int, Dict[str, object]] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "node_id": self.node_id, "host": self.host, "pid": self.pid,
+                      "since": self.since, "shards": {str(s): v for s, v in sorted(self.shards.items())}})
+
+    @classmethod
+    def decode(cls, raw: bytes, path: str) -> "NodeInfo":
+        obj = _load(raw, path, "node info")
+        _check_version(obj, path, "node info")
+        try:
+            shards = {int(s): {"epoch": int(v["epoch"]), "verified": bool(v.get("verified", False))}
+                      for s, v in obj.get("shards", {}).items()}
+            return cls(str(obj["node_id"]), str(obj["host"]), int(obj["pid"]), int(obj["since"]), shards)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CorruptZnode(path, f"node info is malformed ({e})") from None
 
 
 # ---------------------------------------------------------------- leader

@@ -15,7 +15,7 @@ from kazoo.exceptions import NoNodeError
 
 from coordinator import protocol
 from coordinator.errors import CorruptZnode
-from coordinator.protocol import GroupState, LeaderInfo, Registration
+from coordinator.protocol import GroupState, LeaderInfo, NodeInfo, Registration, ShardAssignment, ShardsInfo
 
 
 def children(zk, path: str, watch=None) -> List[str]:
@@ -85,3 +85,60 @@ def committed_offsets(zk, group: str, partitions: Iterable[Tuple[str, int]],
             problems[tp] = e.problem
             out[tp] = None
     return out
+
+
+def shard_count(zk) -> Optional[int]:
+    """How many shards groups are spread over (None before the first controller ran)."""
+    try:
+        return ShardsInfo.decode(zk.get(protocol.SHARDS)[0]).count
+    except NoNodeError:
+        return None
+
+
+def nodes(zk) -> Dict[str, NodeInfo]:
+    """{node id: its report} of the live coordinator nodes (unreadable reports left out)."""
+    ids = children(zk, protocol.NODES)
+    gets = [(n, zk.get_async(protocol.node_path(n))) for n in ids]
+    out = {}
+    for n, a in gets:
+        try:
+            out[n] = NodeInfo.decode(a.get()[0], protocol.node_path(n))
+        except (NoNodeError, CorruptZnode):
+            continue
+    return out
+
+
+def shard_leaders(zk) -> Dict[int, Tuple[str, int, bool]]:
+    """{shard: (node id, epoch, verified)} — who leads each shard now ("" when nobody does), at
+    which epoch, and whether that node reports every group of it verified at that epoch."""
+    count = shard_count(zk)
+    if count is None:
+        return {}
+    gets = [(s, zk.get_async(protocol.shard_path(s))) for s in range(count)]
+    live = nodes(zk)
+    out = {}
+    for s, a in gets:
+        try:
+            assignment = ShardAssignment.decode(a.get()[0], protocol.shard_path(s))
+        except (NoNodeError, CorruptZnode):
+            assignment = ShardAssignment("", 0)
+        report = live.get(assignment.node_id)
+        held = report.shards.get(s) if report else None
+        led = held is not None and held["epoch"] == assignment.epoch
+        out[s] = (assignment.node_id if led else "", assignment.epoch, bool(led and held["verified"]))
+    return out
+
+
+def group_coordinator(zk, group: str) -> Optional[str]:
+    """The node leading ``group``'s shard now (None if nobody does, or before the shards exist)."""
+    count = shard_count(zk)
+    if count is None:
+        return None
+    return shard_leaders(zk).get(protocol.shard_of(group, count), ("",))[0] or None
+
+
+def all_verified(zk) -> bool:
+    """Whether every shard is led by a live node that has verified all its groups (after a
+    start or a failover: the coordinators have caught up)."""
+    leaders = shard_leaders(zk)
+    return bool(leaders) and all(node and verified for node, _, verified in leaders.values())

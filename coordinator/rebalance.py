@@ -2,7 +2,7 @@
 
 ``read_snapshot``, ``read_owners`` and ``find_squatters`` are the only reads;
 ``compute_plan`` and ``reasons_to_rebalance`` are pure functions of what was read;
-``write_commands`` is one ZooKeeper transaction fenced by the leader's epoch;
+``write_commands`` is one ZooKeeper transaction fenced by the group's shard epoch;
 ``wait_for_acks`` watches the commands disappear. :class:`GroupRebalancer` strings them
 together with bounded retries.
 
@@ -25,6 +25,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 
 from coordinator import assignors, protocol, read
 from coordinator.config import CoordinatorConfig
+from coordinator.shards import Fence
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode
 from coordinator.protocol import GroupState, Ownership, Registration
 from coordinator.zkclient import TransactionFailed, commit
@@ -33,7 +34,8 @@ log = logging.getLogger(__name__)
 
 
 class Deposed(Exception):
-    """The epoch check failed: another coordinator leads now. Stop writing at once."""
+    """The fence failed: another node leads the shard now (or the controller moved on). Stop
+    writing at once."""
 
 
 class Abandoned(Exception):
@@ -208,33 +210,39 @@ def _write_state(t, group: str, state: GroupState, version: Optional[int]) -> No
         t.set_data(protocol.state_path(group), state.encode(), version=version)
 
 
-def fenced_commit(t, epoch: int) -> list:
-    """Commit a transaction whose first operation is the epoch check; Deposed if it failed."""
+def fenced(client, fence: Fence):
+    """A transaction whose first operation checks ``fence`` (commit it with :func:`fenced_commit`)."""
+    t = client.transaction()
+    t.check(fence.path, fence.epoch)
+    return t
+
+
+def fenced_commit(t, fence: Fence) -> list:
+    """Commit a transaction whose first operation is the fence's check; Deposed if it failed."""
     try:
         return commit(t)
     except TransactionFailed as e:
         if e.index == 0 and isinstance(e.error, (BadVersionError, NoNodeError)):  # bumped, or deleted
-            raise Deposed(f"epoch {epoch} is no longer current") from None
+            raise Deposed(f"epoch {fence.epoch} of {fence.path} is no longer current") from None
         raise
 
 
-def write_state(client, epoch: int, group: str, state: GroupState, version: Optional[int]) -> int:
+def write_state(client, fence: Fence, group: str, state: GroupState, version: Optional[int]) -> int:
     """Write the group state, fenced; return the state znode's new version."""
-    t = client.transaction()
-    t.check(protocol.EPOCH, epoch)
+    t = fenced(client, fence)
     _write_state(t, group, state, version)
-    fenced_commit(t, epoch)
+    fenced_commit(t, fence)
     return 0 if version is None else version + 1
 
 
-def write_commands(client, epoch: int, snapshot: Snapshot, plan: Plan, generation: int,
+def write_commands(client, fence: Fence, snapshot: Snapshot, plan: Plan, generation: int,
                    stale: List[str], squatted=None) -> Dict[str, List[str]]:
     """One fenced transaction: state Rebalancing, then stop-fetcher and start-fetcher for
     every member (in that order, so each channel holds stop before start), and the removal
     of ``stale`` command paths. Returns consumer id -> [stop path, start path]."""
     group = snapshot.group
-    t = client.transaction()
-    t.check(protocol.EPOCH, epoch)
+    epoch = fence.epoch
+    t = fenced(client, fence)
     state = GroupState(generation, protocol.REBALANCING, list(plan.members), plan.assignment,
                        plan.strategy, problems(snapshot, plan, squatted), epoch)
     _write_state(t, group, state, snapshot.state_version)
@@ -248,7 +256,7 @@ def write_commands(client, epoch: int, snapshot: Snapshot, plan: Plan, generatio
                  sequence=True)
         t.create(prefix, protocol.Command(protocol.START_FETCHER, generation, epoch, shares[cid],
                                           consumer_id=cid).encode(), sequence=True)
-    results = fenced_commit(t, epoch)
+    results = fenced_commit(t, fence)
     first = 2 + len(stale)
     return {cid: results[first + 2 * i:first + 2 * i + 2] for i, cid in enumerate(order)}
 
@@ -333,8 +341,8 @@ class Outcome:
 
 
 class GroupRebalancer:
-    """Runs the pipeline for a group with bounded retries (one instance per leader term;
-    callers never run it for the same group twice at once).
+    """Runs the pipeline for a group with bounded retries (one instance per node, shared by its
+    handler threads; callers never run it for the same group twice at once).
 
     A failed attempt (members did not ack in time) is retried after a backoff with the
     non-acking members left out; after ``max_rebalance_retries`` the group is ``Failed`` and
@@ -343,9 +351,9 @@ class GroupRebalancer:
     blamed: the squatter is named and the partition left unassigned in the next attempt.
     """
 
-    def __init__(self, client, epoch: int, settings: CoordinatorConfig, abort: Callable[[], bool]):
-        self.client, self.epoch, self.settings, self.abort = client, epoch, settings, abort
-        # The last generation this leader wrote per group: generations only grow, even if
+    def __init__(self, client, settings: CoordinatorConfig):
+        self.client, self.settings = client, settings
+        # The last generation this node wrote per group: generations only grow, even if
         # someone deletes or damages the state znode (members ignore older generations).
         self.generations: Dict[str, int] = {}
         # Partitions found held by squatters, per group: checked again at each run.
@@ -353,11 +361,13 @@ class GroupRebalancer:
         # Problems already logged, per group: each is logged once while it lasts.
         self._reported: Dict[str, Set[str]] = {}
 
-    def run(self, group: str, topics: Dict[str, int], observe=None,
+    def run(self, group: str, topics: Dict[str, int], fence: Fence, abort: Callable[[], bool], observe=None,
             changed: Callable[[], bool] = lambda: False) -> Outcome:
-        """Rebalance ``group`` if needed. ``observe(group, registrations)`` sees every snapshot;
-        ``changed()`` says the group changed since this run began (raises :class:`Superseded`
-        while waiting for acks, rather than waiting out members that may be gone)."""
+        """Rebalance ``group`` if needed, every write checking ``fence`` (the group's shard
+        epoch); ``abort()`` says leadership of the shard is ending (raises :class:`Abandoned`).
+        ``observe(group, registrations)`` sees every snapshot; ``changed()`` says the group
+        changed since this run began (raises :class:`Superseded` while waiting for acks, rather
+        than waiting out members that may be gone)."""
         started = time.monotonic()
         excluded: Set[str] = set()
         squatted = self._still_squatted(group)
@@ -370,7 +380,7 @@ class GroupRebalancer:
             if excluded and excluded == set(snapshot.members):
                 # Everyone left to assign to failed to ack: nothing can succeed until they do.
                 if attempt + 1 < attempts:
-                    self._sleep(self.settings.rebalance_backoff_ms * (2 ** attempt) / 1000.0)
+                    _sleep(self.settings.rebalance_backoff_ms * (2 ** attempt) / 1000.0, abort)
                 continue
             plan = compute_plan(snapshot, excluded, set(squatted))
             self._report(snapshot, plan, squatted)
@@ -378,22 +388,22 @@ class GroupRebalancer:
             if not reasons:
                 reasons = reasons_to_rebalance(snapshot, plan, read_owners(self.client, group, plan.assignment))
             if not reasons:
-                self._settle(snapshot, plan, squatted)
+                self._settle(snapshot, plan, squatted, fence)
                 return Outcome(group, "unchanged", snapshot.state.generation, duration_ms=_ms(started),
                                unavailable=len(squatted))
-            if self.abort():
+            if abort():
                 raise Abandoned("leadership is ending")
             generation = max(snapshot.state.generation, self.generations.get(group, 0)) + 1
             self.generations[group] = generation
             stale = stale_commands(self.client, group, excluded) if excluded else []
-            commands = write_commands(self.client, self.epoch, snapshot, plan, generation, stale, squatted)
-            late = wait_for_acks(self.client, commands, self.settings.rebalance_timeout_ms / 1000.0, self.abort,
+            commands = write_commands(self.client, fence, snapshot, plan, generation, stale, squatted)
+            late = wait_for_acks(self.client, commands, self.settings.rebalance_timeout_ms / 1000.0, abort,
                                  changed)
             if not late:
                 state = protocol.STABLE if plan.members else protocol.EMPTY
-                write_state(self.client, self.epoch, group,
+                write_state(self.client, fence, group,
                             GroupState(generation, state, list(plan.members), plan.assignment, plan.strategy,
-                                       problems(snapshot, plan, squatted), self.epoch),
+                                       problems(snapshot, plan, squatted), fence.epoch),
                             0 if snapshot.state_version is None else snapshot.state_version + 1)
                 return Outcome(group, state, generation, reasons, _moved(snapshot.state.assignment, plan.assignment),
                                _ms(started), sorted(excluded), members=len(plan.members), unavailable=len(squatted))
@@ -408,10 +418,10 @@ class GroupRebalancer:
                 log.warning("group %s generation %d: no ack from %s within %d ms (attempt %d of %d)", group,
                             generation, sorted(late), self.settings.rebalance_timeout_ms, attempt + 1, attempts)
             if attempt + 1 < attempts:
-                self._sleep(self.settings.rebalance_backoff_ms * (2 ** attempt) / 1000.0)
+                _sleep(self.settings.rebalance_backoff_ms * (2 ** attempt) / 1000.0, abort)
         error = f"can't rebalance after {attempts} attempts: members {sorted(excluded)} did not ack"
         snapshot = read_snapshot(self.client, group, topics)
-        self._fail(snapshot, compute_plan(snapshot), error)
+        self._fail(snapshot, compute_plan(snapshot), error, fence)
         raise ConsumerRebalanceFailedException(f"group {group}: {error}")
 
     def _still_squatted(self, group: str) -> Dict[Tuple[str, int], int]:
@@ -436,28 +446,29 @@ class GroupRebalancer:
             log.error("%s", line)
         self._reported[snapshot.group] = current
 
-    def _settle(self, snapshot: Snapshot, plan: Plan, squatted) -> None:
+    def _settle(self, snapshot: Snapshot, plan: Plan, squatted, fence: Fence) -> None:
         """Ownership is already right: record it as Stable (no commands) if the state says otherwise."""
         want = protocol.STABLE if plan.members else protocol.EMPTY
         error = problems(snapshot, plan, squatted)
         if snapshot.state.state != want or snapshot.state.error != error:
             s = snapshot.state
-            write_state(self.client, self.epoch, snapshot.group,
-                        GroupState(s.generation, want, s.members, s.assignment, s.strategy, error, self.epoch),
+            write_state(self.client, fence, snapshot.group,
+                        GroupState(s.generation, want, s.members, s.assignment, s.strategy, error, fence.epoch),
                         snapshot.state_version)
 
-    def _fail(self, snapshot: Snapshot, plan: Plan, error: str) -> None:
+    def _fail(self, snapshot: Snapshot, plan: Plan, error: str, fence: Fence) -> None:
         s = snapshot.state
-        write_state(self.client, self.epoch, snapshot.group,
+        write_state(self.client, fence, snapshot.group,
                     GroupState(s.generation, protocol.FAILED, list(plan.members), s.assignment, plan.strategy,
-                               error, self.epoch), snapshot.state_version)
+                               error, fence.epoch), snapshot.state_version)
 
-    def _sleep(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if self.abort():
-                raise Abandoned("leadership is ending")
-            time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+
+def _sleep(seconds: float, abort: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if abort():
+            raise Abandoned("leadership is ending")
+        time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
 
 
 def _moved(before: Ownership, after: Ownership) -> int:

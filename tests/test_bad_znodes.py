@@ -12,7 +12,7 @@ import logging
 
 import pytest
 
-from coordinator import protocol
+from coordinator import protocol, read
 from coordinator.topics import TopicRegistry
 from tests.groups import read_state, wait_stable
 from tests.helpers import wait_for
@@ -55,8 +55,13 @@ def logged(caplog, *fragments):
     return [r.getMessage() for r in caplog.records if all(f in r.getMessage() for f in fragments)]
 
 
+def epoch_path(zk, group=V):
+    """The epoch znode of the group's shard (its version bounds any command's epoch)."""
+    return protocol.shard_epoch_path(protocol.shard_of(group, read.shard_count(zk)))
+
+
 def current_epoch(zk):
-    return zk.exists(protocol.EPOCH).version
+    return zk.exists(epoch_path(zk)).version
 
 
 def generation(zk, group=V):
@@ -101,9 +106,9 @@ def test_a_command_that_does_not_apply_changes_nothing(zk, groups, caplog, write
 def test_a_deleted_epoch_is_restored_above_every_recorded_epoch(zk, groups, caplog):
     victims, healthy = groups
     before = current_epoch(zk)
-    zk.delete(protocol.EPOCH)
+    zk.delete(epoch_path(zk))
     TopicRegistry(zk).add_partitions("t", 5)  # the leader's next write finds its epoch gone
-    wait_for(lambda: zk.exists(protocol.EPOCH) is not None and current_epoch(zk) > before, 15,
+    wait_for(lambda: zk.exists(epoch_path(zk)) is not None and current_epoch(zk) > before, 15,
              message="a leader at a higher epoch")
     assert logged(caplog, "epoch znode", "was missing")
     wait_for(lambda: owned(victims) == set(range(5)), 15, message="the victims follow the new epoch's commands")
@@ -123,8 +128,10 @@ def test_a_member_with_no_strategy_in_common_is_left_out(zk, cluster, groups, ca
     victims, healthy = groups
     odd = cluster.member(V, ["t"], strategies=("bogus",))
     assert_both_groups_follow_a_growing_topic(zk, victims, healthy)
-    state = read_state(zk, V)
-    assert state.state == protocol.STABLE and odd.consumer_id not in state.members
+    # members own their partitions a moment before the coordinator writes Stable
+    state = wait_for(lambda: (lambda s: s if s.state == protocol.STABLE else None)(read_state(zk, V)),
+                     message="the victim group Stable")
+    assert odd.consumer_id not in state.members
     assert not odd.recorder.owned
     assert len(logged(caplog, odd.consumer_id, "lists no strategy this coordinator knows")) == 1
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from coordinator import protocol
+from coordinator import protocol, read
 from consumer.records import TopicPartition
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client
@@ -19,7 +19,7 @@ from tests.helpers import wait_for
 def test_one_leader_with_epoch_and_identity(cluster, zk):
     nodes = [cluster.node(f"n{i}") for i in range(3)]
     leader = cluster.leader()
-    wait_for(lambda: leader_info(zk).loaded, message="leader loaded")
+    wait_for(lambda: read.all_verified(zk), message="every shard led and verified")
     info = leader_info(zk)
     assert info.node_id == leader.node_id and info.epoch == leader.epoch >= 1
     assert sum(n.is_leader for n in nodes) == 1
@@ -247,7 +247,7 @@ def test_new_leader_with_unchanged_membership_sends_no_commands(cluster, zk):
     b = cluster.node("b")
     a.close()
     wait_for(lambda: b.is_leader, message="b leads")
-    wait_for(lambda: leader_info(zk).loaded and leader_info(zk).node_id == "b", message="b verified all groups")
+    wait_for(lambda: leader_info(zk).node_id == "b" and read.all_verified(zk), message="b verified all groups")
     assert command_count(zk, "g") == before
     assert read_state(zk, "g").generation == s.generation
 
@@ -258,14 +258,18 @@ def test_deposed_leader_cannot_write(cluster, zk, caplog):
     cluster.leader()
     cluster.member("g", ["t"])
     s = wait_stable(zk, "g", 1)
-    # Another leader took over behind a's back (as after a pause longer than its session).
-    _, stat = zk.get(protocol.EPOCH)
-    zk.set(protocol.EPOCH, b"2", version=stat.version)
+    # g's shard moved on behind a's back (as after a pause longer than its session).
+    epoch_path = protocol.shard_epoch_path(protocol.shard_of("g", read.shard_count(zk)))
+    _, stat = zk.get(epoch_path)
+    zk.set(epoch_path, b"", version=stat.version)
     with caplog.at_level(logging.INFO):
-        cluster.member("g", ["t"])  # a's fenced write fails; it steps down, contends, leads again
+        cluster.member("g", ["t"])  # a's fenced write fails; the controller places the shard afresh
         st = wait_stable(zk, "g", 2, after_generation=s.generation)
-    assert any("deposed" in r.getMessage() for r in caplog.records)
-    assert st.epoch == a.epoch == s.epoch + 2  # nothing was written under the stale epoch
+    # a lost the shard at that moment (its next write would have failed the fence) and leads it again at the
+    # epoch the controller gave it afresh; nothing was written under the stale epoch
+    assert any(f"leads shard {protocol.shard_of('g', read.shard_count(zk))} at epoch {s.epoch + 2}" in r.getMessage()
+               for r in caplog.records)
+    assert st.epoch == s.epoch + 2
 
 
 def test_malformed_registration_is_rejected_others_carry_on(cluster, zk, caplog):

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 from consumer import Consumer
 from consumer.log import Log
-from coordinator import protocol
+from coordinator import protocol, read
 from consumer.cli.groupctl import main
 from consumer.cli.groups import StoredOffset, read_offsets, write_offsets
 from coordinator.errors import ZkGroupsError
@@ -66,7 +66,7 @@ def test_coordinator_shows_leader_epoch_and_contenders(groupctl, cluster, zk):
     leader = cluster.leader()
     cluster.node("n2")
     wait_for(lambda: len(zk.get_children(protocol.ELECTION)) == 2, message="two contenders")
-    wait_for(lambda: leader_info(zk).loaded, message="leader verified all groups")
+    wait_for(lambda: read.all_verified(zk), message="every shard led and verified")
     info = leader_info(zk)
     out = ok(groupctl("coordinator")).splitlines()
     assert out[0].startswith(f"leader: {leader.node_id} (host {info.host}, pid {info.pid})")

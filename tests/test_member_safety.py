@@ -18,7 +18,9 @@ import pytest
 
 from consumer import Consumer, Producer, TopicPartition
 from coordinator import protocol
-from coordinator.coordinator import Coordinator, LeaderSession, Leadership
+from coordinator.config import CoordinatorConfig
+from coordinator.controller import Controller
+from coordinator.coordinator import Coordinator, Leadership
 from coordinator.errors import CommitFailedError
 from coordinator.rebalance import Deposed
 from coordinator.topics import TopicRegistry
@@ -30,13 +32,18 @@ TP = TopicPartition("t", 0)
 
 
 class ActingLeader:
-    """Writes commands the way the elected coordinator does (one fenced transaction per
-    generation: the group state, then stop-fetcher and start-fetcher per member)."""
+    """Writes commands the way the node leading the group's shard does (one transaction per
+    generation fenced by the shard's epoch: the group state, then stop-fetcher and
+    start-fetcher per member). One shard: every group is in shard 0."""
 
     def __init__(self, zk, group: str):
         self.zk, self.group, self.generation = zk, group, 0
-        zk.ensure_path(protocol.EPOCH)
-        self.epoch = zk.set(protocol.EPOCH, b"bumped").version
+        zk.ensure_path(protocol.COORDINATOR)
+        if not zk.exists(protocol.SHARDS):
+            zk.create(protocol.SHARDS, protocol.ShardsInfo(1).encode())
+        self.epoch_path = protocol.shard_epoch_path(0)
+        zk.ensure_path(self.epoch_path)
+        self.epoch = zk.set(self.epoch_path, b"bumped").version
 
     def assign(self, shares):
         """``shares``: {consumer id: [partitions of topic t]}."""
@@ -45,7 +52,7 @@ class ActingLeader:
         ownership = {cid: {"t": {p: f"{cid}-0" for p in parts}} for cid, parts in shares.items()}
         state = protocol.GroupState(gen, protocol.REBALANCING, list(shares), {}, "range", "", epoch)
         t = self.zk.transaction()
-        t.check(protocol.EPOCH, epoch)
+        t.check(self.epoch_path, epoch)
         if self.zk.exists(protocol.state_path(g)):
             t.set_data(protocol.state_path(g), state.encode())
         else:
@@ -136,7 +143,10 @@ def test_an_owner_node_whose_claim_answer_was_lost_is_adopted_and_commits(zk, da
     assert committed(zk) == b"50"
 
 
-def test_a_deposed_leader_cannot_write_the_leader_znode(zk, zk_connect):
+def test_a_deposed_controller_cannot_write(zk, zk_connect):
+    """A controller whose epoch is no longer current (another node was elected behind its
+    back) can write neither the leader znode nor the shards; it does not delete the new
+    controller's znode either."""
     old = Coordinator(zk_connect, "old")
     old.client = zk  # not started: only its writes are exercised
     zk.ensure_path(protocol.EPOCH)
@@ -148,9 +158,9 @@ def test_a_deposed_leader_cannot_write_the_leader_znode(zk, zk_connect):
 
     with pytest.raises(Deposed):
         old._publish_leader(old_info)
-    term = Leadership(old_epoch)
-    LeaderSession(old, term, old_info)._mark_loaded()
-    assert term.ended.is_set() and "deposed" in term.reason
+    with pytest.raises(Deposed):
+        Controller(zk, CoordinatorConfig(), "old", Leadership(old_epoch))._ensure_shards()
+    assert not zk.exists(protocol.SHARDS)
     old._unpublish_leader(old_info)
     assert protocol.LeaderInfo.decode(zk.get(protocol.LEADER)[0]) == new_info
 

@@ -18,6 +18,7 @@ import pytest
 from coordinator import protocol
 from coordinator.config import CoordinatorConfig, build
 from coordinator.errors import InvalidConfig
+from coordinator.shards import Fence
 from coordinator.mirror import KafkaTopics, MirrorPlan, TopicMirror, check_mirror_config, plan_mirror
 from coordinator.protocol import TopicZnode
 from coordinator.testing.zkserver import free_port
@@ -333,7 +334,7 @@ def epoch_znode(zk):
     if not zk.exists(protocol.EPOCH):
         zk.create(protocol.EPOCH, b"0")
     zk.ensure_path(protocol.BROKER_TOPICS)
-    return zk.exists(protocol.EPOCH).version
+    return Fence(protocol.EPOCH, zk.exists(protocol.EPOCH).version)
 
 
 @pytest.mark.kafka

@@ -87,7 +87,7 @@ def coordinator(cli: CliContext) -> None:
         click.echo(f"leader: {info.node_id} (host {info.host}, pid {info.pid})")
         click.echo(f"epoch: {info.epoch}")
         click.echo(f"since: {since}")
-        click.echo(f"verified all groups: {'yes' if info.loaded else 'not yet'}")
+        click.echo(f"verified all groups: {'yes' if read.all_verified(zk) else 'not yet'}")
     contenders = zk.Election(protocol.ELECTION).contenders() if zk.exists(protocol.ELECTION) else []
     click.echo(f"contenders: {', '.join(contenders) or 'none'}")
 
