@@ -32,6 +32,7 @@ from coordinator import config as cfg
 from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, MAX_MS, MAX_WAIT_S, ZK_CONNECT, CliCommand, Seconds,
                                     take_connect)
 from coordinator.coordinator import Coordinator, CoordinatorConfig
+from coordinator.config import MAX_SHARD_COUNT
 from coordinator.errors import InvalidConfig
 from coordinator.mirror import check_mirror_config
 from coordinator.zkclient import wait_for_zookeeper
@@ -41,7 +42,8 @@ log = logging.getLogger("zkgroups.coordinator")
 #: Upper bounds of the configuration (lower bounds are CoordinatorConfig.validate's).
 LIMITS = {"session_timeout_ms": MAX_MS, "rebalance_timeout_ms": MAX_MS, "rebalance_backoff_ms": MAX_MS,
           "failed_retry_interval_ms": MAX_MS, "check_interval_ms": MAX_MS, "settle_ms": MAX_MS,
-          "mirror_interval_ms": MAX_MS, "max_rebalance_retries": 100, "handler_threads": 64}
+          "mirror_interval_ms": MAX_MS, "max_rebalance_retries": 100, "handler_threads": 64,
+          "shards": MAX_SHARD_COUNT}
 
 
 _DEFAULTS = CoordinatorConfig()  # the help shows the dataclass's defaults
@@ -58,6 +60,8 @@ _DEFAULTS = CoordinatorConfig()  # the help shows the dataclass's defaults
 @click.option("--rebalance-backoff-ms", type=int, help=f"Backoff between attempts, doubled each time [{_DEFAULTS.rebalance_backoff_ms}].")
 @click.option("--failed-retry-interval-ms", type=int, help=f"When a Failed group is tried again [{_DEFAULTS.failed_retry_interval_ms}].")
 @click.option("--check-interval-ms", type=int, help=f"Periodic full check of every group [{_DEFAULTS.check_interval_ms}].")
+@click.option("--shards", type=int, help=f"Shards groups are spread over; used when the installation is created, "
+                                         f"fixed afterwards [{_DEFAULTS.shards}] (at most {MAX_SHARD_COUNT}).")
 @click.option("--zk-timeout", envvar="ZKGROUPS_ZK_TIMEOUT", type=Seconds(), metavar="SECONDS",
               help=f"How long to wait for ZooKeeper at startup [{DEFAULT_ZK_TIMEOUT:g}] (at most {MAX_WAIT_S:g}).")
 @click.option("--wait-for-zk", is_flag=True, default=None,
