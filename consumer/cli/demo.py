@@ -1,7 +1,17 @@
 """The live demo (``bin/demo``): real ZooKeeper, three coordinatord nodes, a producer and
 consumers as separate processes; a consumer joins, a consumer is SIGKILLed, the leader is
 SIGKILLed — every rebalance is printed as it happens, and at the end every produced record
-is checked to have been consumed.
+is checked to have been consumed (against the data plane's end offsets), then the Spark
+pipeline reads the topic once more.
+
+``--data-plane embedded`` (the default): the records are in the embedded log under the work
+directory, and the demo registers the topic in ZooKeeper. ``--data-plane kafka``: the records
+are on librdkafka's mock Kafka cluster (3 brokers in a child process of the demo: real Kafka
+protocol, data in memory, at most ~5 MiB a partition — the demo writes a few hundred KiB);
+the topic is created there and the coordinators mirror it into ZooKeeper as they do for a
+KRaft cluster (``coordinatord --bootstrap-servers``); the producer writes Kafka, the
+consumers are ``groupctl consume`` processes with ``KAFKA_BOOTSTRAP_SERVERS``, and the Spark
+workers read Kafka too.
 """
 from __future__ import annotations
 
@@ -24,9 +34,10 @@ from coordinator import protocol, read
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 from coordinator.testing.zkserver import provide_zookeeper
-from consumer.log import Log
+from consumer.dataplane import ENV_BOOTSTRAP_SERVERS, open_data_plane
 from consumer.member import new_consumer_id
 from consumer.producer import Producer
+from consumer.records import TopicPartition
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOPIC, GROUP, PARTITIONS = "demo", "demo-group", 6
@@ -37,16 +48,82 @@ def say(msg: str) -> None:
     click.echo(f"[{time.strftime('%H:%M:%S')}] {msg}")
 
 
+class DataPlaneSetup:
+    """Where the demo's records are: the embedded log under ``<workdir>/data``, or librdkafka's
+    mock Kafka cluster (started by :meth:`start`, stopped by :meth:`close`)."""
+
+    def __init__(self, kind: str, workdir: str):
+        self.kind = kind
+        self.data_dir = os.path.join(workdir, "data")
+        self.cluster = None
+        self.bootstrap_servers = ""  # "": the embedded log
+
+    @property
+    def on_kafka(self) -> bool:
+        return self.kind == "kafka"
+
+    def start(self) -> None:
+        if not self.on_kafka:
+            os.makedirs(self.data_dir)
+            return
+        from coordinator.testing.kafkamock import MockKafkaCluster, MockKafkaUnavailable
+        try:
+            self.cluster = MockKafkaCluster(brokers=3).start()
+        except MockKafkaUnavailable as e:
+            raise click.ClickException(str(e)) from None
+        self.bootstrap_servers = self.cluster.bootstrap_servers
+        say(f"Kafka: librdkafka's mock cluster, 3 brokers at {self.bootstrap_servers} "
+            "(real Kafka protocol, records in memory)")
+
+    def create_topic(self, client) -> None:
+        if self.on_kafka:
+            self.cluster.create_topic(TOPIC, PARTITIONS)
+            say(f"topic {TOPIC} created on Kafka with {PARTITIONS} partitions")
+        else:
+            TopicRegistry(client).create(TOPIC, PARTITIONS)
+            say(f"topic {TOPIC} created with {PARTITIONS} partitions (Kafka's /brokers/topics format)")
+
+    def env(self) -> dict:
+        """The children's environment: Kafka's brokers in ``KAFKA_BOOTSTRAP_SERVERS``, or none."""
+        env = dict(os.environ, PYTHONPATH=ROOT, PYTHONUNBUFFERED="1")
+        env.pop(ENV_BOOTSTRAP_SERVERS, None)
+        if self.on_kafka:
+            env[ENV_BOOTSTRAP_SERVERS] = self.bootstrap_servers
+        return env
+
+    def coordinator_args(self) -> list:
+        """coordinatord mirrors Kafka's topics into ZooKeeper (it never reads the environment for that)."""
+        return ["--bootstrap-servers", self.bootstrap_servers] if self.on_kafka else []
+
+    def client_args(self) -> list:
+        """groupctl's and pipeline's: Kafka comes from the environment; the log from --data-dir."""
+        return [] if self.on_kafka else ["--data-dir", self.data_dir]
+
+    def producer(self, client) -> Producer:
+        return Producer(client, self.data_dir, bootstrap_servers=self.bootstrap_servers)
+
+    def end_offsets(self, client) -> dict:
+        """{partition: end offset}: the embedded log's, or Kafka's log-end offsets."""
+        with open_data_plane(data_dir=self.data_dir, bootstrap_servers=self.bootstrap_servers, zk=client) as plane:
+            ends = plane.latest_offsets([TopicPartition(TOPIC, p) for p in range(PARTITIONS)])
+        return {tp.partition: offset for tp, offset in ends.items()}
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
+
+
 class Processes:
-    def __init__(self, connect: str, data_dir: str, workdir: str):
-        self.connect, self.data_dir, self.workdir = connect, data_dir, workdir
-        self.env = dict(os.environ, PYTHONPATH=ROOT, PYTHONUNBUFFERED="1")
+    def __init__(self, connect: str, plane: DataPlaneSetup, workdir: str):
+        self.connect, self.plane, self.workdir = connect, plane, workdir
+        self.env = plane.env()
         self.procs = {}
 
     def coordinator(self, name: str) -> None:
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", self.connect, "--node-id", name,
-             "--session-timeout-ms", str(SESSION_MS), "--rebalance-timeout-ms", "5000"],
+             "--session-timeout-ms", str(SESSION_MS), "--rebalance-timeout-ms", "5000",
+             *self.plane.coordinator_args()],
             env=self.env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.workdir, f"{name}.log"), "w"))
 
     def consumer(self, name: str, client, names) -> None:
@@ -54,7 +131,7 @@ class Processes:
         consumer_id = new_consumer_id(GROUP)
         names[consumer_id] = name
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "consumer.cli.groupctl", "--zk", self.connect, "--data-dir", self.data_dir,
+            [sys.executable, "-m", "consumer.cli.groupctl", "--zk", self.connect, *self.plane.client_args(),
              "consume", GROUP, TOPIC, "--idle-exit", "4", "--session-timeout-ms", str(SESSION_MS),
              "--consumer-id", consumer_id],
             env=self.env, stdout=open(os.path.join(self.workdir, f"{name}.jsonl"), "w"),
@@ -128,9 +205,10 @@ def run_pipeline(procs: Processes, workdir: str) -> None:
     """Last step: the same topic through a consumer group on Spark (bin/pipeline), written
     exactly once as Parquet."""
     out = os.path.join(workdir, "pipeline")
-    say("Spark: bin/pipeline reads the topic through group demo-pipeline (2 foreachPartition workers)")
+    say("Spark: bin/pipeline reads the topic through group demo-pipeline (2 foreachPartition workers"
+        + (", reading Kafka)" if procs.plane.on_kafka else ")"))
     result = subprocess.run(
-        [sys.executable, "-m", "consumer.cli.pipeline", "--zk", procs.connect, "--data-dir", procs.data_dir,
+        [sys.executable, "-m", "consumer.cli.pipeline", "--zk", procs.connect, *procs.plane.client_args(),
          "--group", "demo-pipeline", "--topic", TOPIC, "--out", out, "--workers", "2"],
         env=procs.env, capture_output=True, text=True, timeout=600)
     for line in result.stdout.strip().splitlines():
@@ -145,32 +223,38 @@ def run_pipeline(procs: Processes, workdir: str) -> None:
 @click.option("--keep", is_flag=True, help="Keep the work directory (logs, consumed records, Parquet output).")
 @click.option("--spark/--no-spark", default=True, show_default=True,
               help="End with the Spark pipeline over the same topic.")
-def main(rate, keep, spark):
+@click.option("--data-plane", type=click.Choice(["embedded", "kafka"]), default="embedded", show_default=True,
+              help="Where the records are: the embedded log, or librdkafka's mock Kafka cluster.")
+def main(rate, keep, spark, data_plane):
     """Run the zkgroups live demo."""
     import logging
     logging.basicConfig(level=logging.ERROR)
     workdir = tempfile.mkdtemp(prefix="zkgroups-demo-")
-    data_dir = os.path.join(workdir, "data")
-    os.makedirs(data_dir)
     say(f"work directory {workdir}")
+    plane = DataPlaneSetup(data_plane, workdir)
     with provide_zookeeper(tick_ms=200) as zk:
         say(f"ZooKeeper at {zk.connect}")
         client = start_client(zk.connect)
-        procs = Processes(zk.connect, data_dir, workdir)
+        procs = None
         names = {}
         stop_producing = threading.Event()
         produced = Counter()
         try:
-            TopicRegistry(client).create(TOPIC, PARTITIONS)
-            say(f"topic {TOPIC} created with {PARTITIONS} partitions (Kafka's /brokers/topics format)")
+            plane.start()
+            procs = Processes(zk.connect, plane, workdir)
+            plane.create_topic(client)
             for n in ("coord-1", "coord-2", "coord-3"):
                 procs.coordinator(n)
             wait_until(lambda: client.exists(protocol.LEADER), 20, "a leader")
             say(f"coordinators up; leader is {leader(client).node_id} (epoch {leader(client).epoch})")
+            if plane.on_kafka:
+                wait_until(lambda: client.exists(protocol.topic_path(TOPIC)), 20, "the topic mirror")
+                say(f"the leader mirrored topic {TOPIC} from Kafka into {protocol.topic_path(TOPIC)} "
+                    "(as for a KRaft cluster)")
             watch_rebalances(client, names)
 
             def produce():
-                with Producer(client, data_dir) as p:
+                with plane.producer(client) as p:
                     i = 0
                     while not stop_producing.is_set():
                         p.send(TOPIC, f"record-{i}".encode(), key=f"key-{i % 50}".encode())
@@ -205,9 +289,7 @@ def main(rate, keep, spark):
             say(f"producer stopped after {produced['records']} records; waiting for consumers to drain")
             for n in ("consumer-1", "consumer-3"):
                 procs.procs[n].wait(timeout=120)
-            log = Log(data_dir)
-            ends = {p: log.latest_offset(TOPIC, p) for p in range(PARTITIONS)}
-            log.close()
+            ends = plane.end_offsets(client)
             seen = procs.consumed()
             expected = {(p, o) for p, end in ends.items() for o in range(end)}
             missing = expected - set(seen)
@@ -215,7 +297,8 @@ def main(rate, keep, spark):
             committed = [int(client.get(protocol.offsets_path(GROUP, TOPIC, p))[0]) for p in range(PARTITIONS)]
             say(f"produced {sum(ends.values())}, consumed {len(set(seen))} distinct, "
                 f"{duplicates} duplicates (at-least-once redelivery after the SIGKILL), missing {len(missing)}")
-            say(f"committed offsets {committed} == end offsets {[ends[p] for p in range(PARTITIONS)]}: "
+            ends_name = "Kafka's log-end offsets" if plane.on_kafka else "end offsets"
+            say(f"committed offsets {committed} == {ends_name} {[ends[p] for p in range(PARTITIONS)]}: "
                 f"{committed == [ends[p] for p in range(PARTITIONS)]}")
             if missing or committed != [ends[p] for p in range(PARTITIONS)]:
                 raise click.ClickException("not every record was consumed")
@@ -224,8 +307,10 @@ def main(rate, keep, spark):
                 run_pipeline(procs, workdir)
         finally:
             stop_producing.set()
-            procs.close()
+            if procs is not None:
+                procs.close()
             close_client(client)
+            plane.close()
             if not keep:
                 shutil.rmtree(workdir, ignore_errors=True)
 

@@ -8,9 +8,16 @@ Reads a topic through consumer group ``--group`` on Spark workers (consumer.spar
 then prints the summary. The work is :func:`consumer.spark.sink.run_pipeline` (which says
 why the output is exactly once although consumption is at-least-once); this module parses
 the options, checks before starting Spark that the configuration, ZooKeeper, a coordinator
-and the topic are there, starts Spark with its log in ``<out>/_spark.log``, turns the first
-Ctrl-C or SIGTERM into a stop after the current batch, and reports in one line what went
-wrong.
+and the topic are there (on the data plane: the embedded log under ``--data-dir``, or Kafka
+with ``--bootstrap-servers``), starts Spark with its log in ``<out>/_spark.log``, turns the
+first Ctrl-C or SIGTERM into a stop after the current batch, and reports in one line what
+went wrong.
+
+On Kafka (``--bootstrap-servers`` or ``KAFKA_BOOTSTRAP_SERVERS``; librdkafka properties from
+``--kafka-config FILE``, as for ``groupctl``) the workers read the brokers themselves: only
+``--out`` must be a directory the driver and every executor see. The properties never
+appear in a message, the summary or Spark's configuration (they reach the executors inside
+the pickled job).
 """
 from __future__ import annotations
 
@@ -22,7 +29,7 @@ import signal
 import sys
 import threading
 from contextlib import contextmanager
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import click
 
@@ -30,7 +37,10 @@ from coordinator import protocol
 from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, MAX_MS, ZK_CONNECT, CliCommand, CliError, CliUsageError,
                                     Limited, Seconds)
 from coordinator.config import DEFAULT_CONNECT, DEFAULT_DATA_DIR, DEFAULT_SESSION_TIMEOUT_MS, ENV_DATA_DIR, ENV_ZK_CONNECT
-from coordinator.errors import ZkGroupsError
+from coordinator.errors import InvalidConfig, UnknownTopic, ZkGroupsError
+from coordinator.kafka import check_bootstrap_servers
+from consumer.cli.context import BOOTSTRAP_SERVERS, load_kafka_config
+from consumer.dataplane import ENV_BOOTSTRAP_SERVERS
 from consumer.spark.driver import check_spark_conf, local_session
 from consumer.spark.sink import RECORDS_DIR, run_pipeline
 
@@ -75,7 +85,12 @@ def _fail(message: str, code: int = 1):
 @click.option("--zk-timeout", envvar="ZKGROUPS_ZK_TIMEOUT", default=DEFAULT_ZK_TIMEOUT, show_default=True,
               type=Seconds(), metavar="SECONDS", help="How long to wait for ZooKeeper to answer.")
 @click.option("--data-dir", envvar=ENV_DATA_DIR, default=DEFAULT_DATA_DIR, show_default=True, show_envvar=True, type=click.Path(file_okay=False),
-              help="The log's directory (shared disk: the same files for the driver and every executor).")
+              help="The embedded log's directory (shared disk: the same files for the driver and every executor).")
+@click.option("--bootstrap-servers", envvar=ENV_BOOTSTRAP_SERVERS, show_envvar=True, type=BOOTSTRAP_SERVERS,
+              help="Kafka brokers: read the topic from Kafka instead of the embedded log (no shared disk needed).")
+@click.option("--kafka-config", type=click.Path(dir_okay=False), metavar="FILE",
+              help="TOML file of librdkafka properties ([kafka] table or top level: security.protocol, sasl.*, "
+                   "ssl.*, ...); never shown.")
 @click.option("--group", default="pipeline", show_default=True, help="Consumer group id.")
 @click.option("--topic", required=True, help="Topic to read.")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False),
@@ -97,18 +112,21 @@ def _fail(message: str, code: int = 1):
               help=f"Workers' ZooKeeper session timeout [{DEFAULT_SESSION_TIMEOUT_MS}].")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--verbose", is_flag=True, help="Show Spark's own log on stderr (default: <out>/_spark.log).")
-def main(zk, zk_timeout, data_dir, group, topic, out, workers, mode, duration, batch_size, master, confs, stop_file,
-         session_timeout_ms, as_json, verbose):
+def main(zk, zk_timeout, data_dir, bootstrap_servers, kafka_config, group, topic, out, workers, mode, duration,
+         batch_size, master, confs, stop_file, session_timeout_ms, as_json, verbose):
     """Read TOPIC through a consumer group on Spark; write the records and per-key counts as Parquet."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.ERROR)
     logging.getLogger("py4j").setLevel(logging.ERROR)
+    # librdkafka's own lines (connection retries, ...) are detail: the errors say what failed.
+    logging.getLogger("zkgroups.kafka").setLevel(logging.NOTSET if verbose else logging.CRITICAL)
     protocol.validate_name(group, "group")
     protocol.validate_name(topic)
+    bootstrap_servers, kafka = _kafka_settings(bootstrap_servers, kafka_config)
     conf = _parse_conf(confs)
     check_spark_conf(conf)  # before paying for a JVM
-    _preflight(zk, zk_timeout, data_dir, topic)
+    _preflight(zk, zk_timeout, data_dir, bootstrap_servers, kafka, topic)
     if importlib.util.find_spec("pyspark") is None:
         _fail("pyspark is not installed (pip install 'zkgroups[spark]')")
     os.makedirs(out, exist_ok=True)
@@ -128,9 +146,10 @@ def main(zk, zk_timeout, data_dir, group, topic, out, workers, mode, duration, b
             signal.signal(sig, on_signal)
 
     try:
-        result = run_pipeline(spark, zk=zk, data_dir=data_dir, group=group, topic=topic, out=out, workers=workers,
-                              mode=mode, duration_s=duration, batch_size=batch_size, stop_file=stop_file,
-                              consumer_config=consumer_config, job_ready=wire)
+        result = run_pipeline(spark, zk=zk, data_dir=data_dir, bootstrap_servers=bootstrap_servers, kafka=kafka,
+                              group=group, topic=topic, out=out, workers=workers, mode=mode, duration_s=duration,
+                              batch_size=batch_size, stop_file=stop_file, consumer_config=consumer_config,
+                              job_ready=wire)
     except (ZkGroupsError, OSError) as e:
         log_hint = "" if verbose else f" (Spark's log: {os.path.join(out, '_spark.log')})"
         _fail(f"{e}{log_hint}")
@@ -155,21 +174,55 @@ def main(zk, zk_timeout, data_dir, group, topic, out, workers, mode, duration, b
               "run again to continue", code=2)
 
 
-def _preflight(zk: str, zk_timeout: float, data_dir: str, topic: str) -> None:
-    """Fail fast, before Spark starts: ZooKeeper reachable, a coordinator running, the topic known."""
-    from coordinator import protocol
-    from coordinator.topics import TopicRegistry
-    from coordinator.zkclient import close_client, start_client
+def _kafka_settings(bootstrap_servers: Optional[str], kafka_config: Optional[str]) -> Tuple[str, Dict[str, object]]:
+    """(the brokers, "" for the embedded log; librdkafka properties), as groupctl reads them:
+    ``bootstrap.servers`` in the file counts when neither the option nor the environment gives them."""
+    kafka = load_kafka_config(kafka_config) if kafka_config else {}
+    in_file = kafka.pop("bootstrap.servers", None)
+    if not bootstrap_servers and in_file is not None:
+        try:
+            bootstrap_servers = check_bootstrap_servers(str(in_file))
+        except InvalidConfig as e:
+            raise InvalidConfig(f"{kafka_config}: {e}") from None
+    if kafka_config and not bootstrap_servers:
+        raise CliUsageError("--kafka-config needs Kafka's brokers: --bootstrap-servers, KAFKA_BOOTSTRAP_SERVERS "
+                            "or bootstrap.servers in the file")
+    return bootstrap_servers or "", kafka
 
-    if not os.path.isdir(data_dir):
+
+def _preflight(zk: str, zk_timeout: float, data_dir: str, bootstrap_servers: str, kafka: Dict[str, object],
+               topic: str) -> None:
+    """Fail fast, before Spark starts: ZooKeeper reachable, a coordinator running, the topic
+    there (in ZooKeeper's registry for the embedded log, on Kafka — answering within
+    ``zk_timeout`` — for Kafka)."""
+    from coordinator.zkclient import close_client, start_client
+    from consumer.dataplane import open_data_plane
+    from consumer.spark.driver import topic_partitions
+
+    if not bootstrap_servers and not os.path.isdir(data_dir):
         raise ZkGroupsError(f"data directory {data_dir} does not exist")
     client = start_client(zk, connect_timeout=zk_timeout)
     try:
-        TopicRegistry(client).partitions(topic)
+        with open_data_plane(data_dir=data_dir, bootstrap_servers=bootstrap_servers, kafka=kafka, zk=client,
+                             timeout_s=zk_timeout) as plane:
+            topic_partitions(plane, client, [topic])
         if client.exists(protocol.LEADER) is None:
             raise ZkGroupsError(f"no zkgroups coordinator is running against {zk} (start bin/coordinatord)")
+        if bootstrap_servers and not _registered(client, topic):
+            click.echo(f"warning: topic {topic} is not registered in ZooKeeper yet: the group gets its partitions "
+                       "once a coordinator mirroring Kafka (coordinatord --bootstrap-servers) or a Kafka in "
+                       "ZooKeeper mode registers it", err=True)
     finally:
         close_client(client)
+
+
+def _registered(client, topic: str) -> bool:
+    from coordinator.topics import TopicRegistry
+    try:
+        TopicRegistry(client).partitions(topic)
+        return True
+    except UnknownTopic:
+        return False
 
 
 def _start_spark(master: str, conf: Dict[str, str], jvm_log: Optional[str]):

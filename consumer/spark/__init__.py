@@ -24,7 +24,7 @@ Modes
 -----
 ``drain``
     The driver snapshots the end offset of every partition of the subscribed topics when
-    the job starts. Records at or after a partition's snapshot are not processed. A worker
+    the job starts (from the data plane: the embedded log, or Kafka's log-end offsets). Records at or after a partition's snapshot are not processed. A worker
     keeps going until the *group's* committed offsets (read from ZooKeeper for every
     partition, not only its own; assignments move) reach the snapshot, so the job ends
     when everything that was there at the start has been processed and committed.
@@ -48,8 +48,16 @@ Guarantees and limits
 * A worker killed mid-batch loses nothing: its uncommitted batch is redone by the next owner.
 * ``spark.speculation=true`` is refused: a speculative copy of a task would be an extra
   member processing the same partitions' batches concurrently with the original.
-* The log is a shared-disk log: ``data_dir`` must be the same files for the driver and every
-  executor (local mode, or a shared filesystem).
+* Where the records are: Kafka when the job has ``bootstrap_servers`` (and librdkafka
+  properties ``kafka``); every worker then reads the brokers with exactly those settings, so
+  executors on many machines need no shared disk, and the drain snapshot is Kafka's log-end
+  offsets. The ``kafka`` properties may be secrets: they reach the executors only in the
+  pickled worker spec, never as Spark configuration, in the summary or in a log line.
+  Otherwise the embedded log, a shared-disk log: ``data_dir`` must be the same files for the
+  driver and every executor (local mode, or a shared filesystem).
+* On Kafka, offsets must be contiguous: topics with gaps (transactional producers' commit
+  markers, compaction) are not supported (batches are cut at offsets, and a drain ends when
+  the records reach the snapshot).
 * Not handled: partitions added to a topic during a drain are not drained (only the
   snapshot); a worker that keeps running while cut off from ZooKeeper (a zombie) may still
   finish the batch it had started after its partitions moved (at-least-once, as always).

@@ -1,11 +1,16 @@
 """What runs on the Spark driver: the group job, its summary, session helpers, conf checks.
 
 :class:`GroupJob` validates its options, checks the Spark configuration, the coordinator
-and the topics, takes the drain snapshot, starts ``workers`` Spark tasks (each runs
+and the topics, takes the drain snapshot from the data plane (the embedded log's end
+offsets, or Kafka's log-end offsets), starts ``workers`` Spark tasks (each runs
 :func:`consumer.spark.executor.task`), and after they all returned reads the group's
 committed offsets into a :class:`JobSummary`. A failed Spark job becomes one
 :class:`SparkJobError` line. :meth:`GroupJob.request_stop` creates the run's stop znode,
 which every worker watches.
+
+Kafka's librdkafka properties (``kafka``: SASL passwords, keys) travel to the executors only
+inside the pickled :class:`~consumer.spark.executor.WorkerSpec`: never as Spark configuration
+(which the Spark UI and event log show), never in the summary or a log line.
 """
 from __future__ import annotations
 
@@ -17,13 +22,15 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from coordinator import protocol
-from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
-from coordinator.errors import InvalidConfig, ZkGroupsError
+from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS, default_data_dir
+from coordinator.errors import InvalidConfig, UnknownTopic, ZkGroupsError
+from coordinator.kafka import check_bootstrap_servers
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
+from consumer.dataplane import DataPlane, bootstrap_servers_from, open_data_plane
 from consumer.records import TopicPartition
 from consumer.spark.batching import BatchEnd
 from consumer.spark.executor import Batch, WorkerSpec, WorkerSummary, read_committed, task
@@ -141,12 +148,21 @@ class GroupJob:
     ``consumer_config`` takes any ConsumerConfig key (defaults: WORKER_DEFAULTS) except
     ``enable_auto_commit``.
 
+    Where the records are: Kafka when ``bootstrap_servers`` is given (or ``consumer_config``'s
+    ``bootstrap_servers``, or ``KAFKA_BOOTSTRAP_SERVERS`` on the driver), with librdkafka
+    properties ``kafka``; every worker opens its consumer with exactly these, so executors need
+    no shared disk. Otherwise the embedded log under ``data_dir`` (default: as for a
+    Consumer), which must be the same files for the driver and every executor (whose own
+    ``KAFKA_BOOTSTRAP_SERVERS`` must then be unset: a Consumer given no brokers reads it).
+
     Threads: ``run`` on one thread; ``request_stop`` from any thread (``_lock`` guards the
     run's ZooKeeper client and run id, which ``run`` sets and clears).
     """
 
     def __init__(self, spark, group_id: str, topics: Sequence[str], process: Callable[[Batch], None], *,
-                 zk: str, data_dir: str, workers: int = 2, mode: str = "drain", duration_s: Optional[float] = None,
+                 zk: str, data_dir: Optional[str] = None, bootstrap_servers: Optional[str] = None,
+                 kafka: Optional[Mapping[str, object]] = None, workers: int = 2, mode: str = "drain",
+                 duration_s: Optional[float] = None,
                  stop_file: Optional[str] = None, align: Optional[int] = None,
                  batch_end: Optional[BatchEnd] = None,
                  flush_partial: bool = True, poll_timeout_ms: int = 200, commit_interval_ms: int = 100,
@@ -175,8 +191,13 @@ class GroupJob:
         from consumer.consumer import ConsumerConfig
         from coordinator import config as cfg
         cfg.build(ConsumerConfig, config, "consumer_config")  # reject unknown keys on the driver
+        self.bootstrap_servers = _job_bootstrap_servers(bootstrap_servers, config.pop("bootstrap_servers", None))
+        if kafka and not self.bootstrap_servers:
+            raise InvalidConfig("kafka properties are given but no bootstrap_servers: they are for Kafka's brokers")
+        self.kafka = dict(kafka or {})
         self.spark, self.group_id, self.topics, self.process = spark, group_id, list(topics), process
-        self.zk, self.data_dir, self.workers, self.mode = zk, str(data_dir), workers, mode
+        self.zk, self.workers, self.mode = zk, workers, mode
+        self.data_dir = "" if self.bootstrap_servers else str(data_dir or default_data_dir())
         self.duration_s, self.stop_file, self.align, self.batch_end = duration_s, stop_file, align, batch_end
         self.flush_partial, self.poll_timeout_ms = flush_partial, poll_timeout_ms
         if not isinstance(commit_interval_ms, int) or commit_interval_ms < 0:
@@ -205,6 +226,12 @@ class GroupJob:
 
     # -------------------------------------------------------- run
 
+    def open_data_plane(self, client=None) -> DataPlane:
+        """The job's data plane, as its workers open it (``client``: ZooKeeper, for the
+        embedded log's topic registry)."""
+        return open_data_plane(data_dir=self.data_dir, bootstrap_servers=self.bootstrap_servers, kafka=self.kafka,
+                               zk=client, log_options=self.log_options)
+
     def run(self) -> JobSummary:
         sc = _spark_context(self.spark)
         check_spark_conf(sc.getConf())
@@ -217,13 +244,10 @@ class GroupJob:
             if self.require_coordinator and client.exists(protocol.LEADER) is None:
                 raise SparkJobError(f"no zkgroups coordinator is running against {self.zk} "
                                     "(start bin/coordinatord); the group would never get partitions")
-            registry = TopicRegistry(client)
-            partitions = [TopicPartition(t, p) for t in self.topics for p in range(registry.partitions(t))]
-            end_offsets: Dict[TopicPartition, int] = {}
-            if self.mode == "drain":
-                from consumer.log import Log
-                with Log(self.data_dir, **(self.log_options or {})) as lg:
-                    end_offsets = {tp: lg.latest_offset(tp.topic, tp.partition) for tp in partitions}
+            with self.open_data_plane(client) as plane:
+                counts = topic_partitions(plane, client, self.topics)
+                partitions = [TopicPartition(t, p) for t in self.topics for p in range(counts[t])]
+                end_offsets = plane.latest_offsets(partitions) if self.mode == "drain" else {}
             client.ensure_path(protocol.SPARK_STOP)
             with self._lock:
                 self._client, self.run_id = client, run_id
@@ -232,7 +256,8 @@ class GroupJob:
             started = time.time()
             spec = WorkerSpec(
                 group_id=self.group_id, topics=self.topics, process=self.process, zk=self.zk,
-                data_dir=self.data_dir, mode=self.mode, app_id=sc.applicationId, run_id=run_id,
+                data_dir=self.data_dir, bootstrap_servers=self.bootstrap_servers, kafka=self.kafka, mode=self.mode,
+                app_id=sc.applicationId, run_id=run_id,
                 started_at=started, deadline=started + self.duration_s if self.duration_s else None,
                 end_offsets=end_offsets, stop_file=self.stop_file, align=self.align, batch_end=self.batch_end,
                 flush_partial=self.flush_partial, poll_timeout_ms=self.poll_timeout_ms,
@@ -266,6 +291,30 @@ class GroupJob:
             except Exception:
                 pass
             close_client(client)
+
+
+def topic_partitions(plane: DataPlane, client, topics: Sequence[str]) -> Dict[str, int]:
+    """{topic: partition count}: the topic registry in ZooKeeper for the embedded log, Kafka's
+    metadata on Kafka (whose topics the coordinator learns from a Kafka in ZooKeeper mode or
+    its topic mirror). Raises UnknownTopic for a topic that is not there."""
+    if plane.name != "kafka":
+        registry = TopicRegistry(client)
+        return {t: registry.partitions(t) for t in topics}
+    counts = plane.partition_counts(topics)
+    for t in topics:
+        if t not in counts:
+            raise UnknownTopic(t)
+    return counts
+
+
+def _job_bootstrap_servers(given: Optional[str], in_config: Optional[str]) -> str:
+    """The Kafka brokers the job reads ("" for the embedded log), decided on the driver:
+    ``bootstrap_servers``, else ``consumer_config``'s, else ``KAFKA_BOOTSTRAP_SERVERS``."""
+    named = {check_bootstrap_servers(s) if s.strip() else "" for s in (given, in_config) if s is not None}
+    if len(named) > 1:
+        raise InvalidConfig("bootstrap_servers and consumer_config's bootstrap_servers differ")
+    servers = bootstrap_servers_from(given if given is not None else in_config)
+    return check_bootstrap_servers(servers) if servers else ""
 
 
 def run_group_job(spark, group_id: str, topics: Sequence[str], process: Callable[[Batch], None], **options) -> JobSummary:

@@ -20,7 +20,7 @@ import os
 import re
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from coordinator import protocol, read
@@ -125,12 +125,15 @@ def read_committed(client, group_id: str, partitions: Sequence[TopicPartition]) 
 
 @dataclass
 class WorkerSpec:
-    """Everything a worker task needs; pickled to the executors."""
+    """Everything a worker task needs; pickled to the executors (the one way the ``kafka``
+    properties, which may hold secrets, reach them: no Spark conf, no repr)."""
     group_id: str
     topics: List[str]
     process: Callable[[Batch], None]
     zk: str
-    data_dir: str
+    data_dir: str                             # the embedded log ("" on Kafka)
+    bootstrap_servers: str                    # Kafka's brokers ("": the embedded log)
+    kafka: Dict[str, object] = field(repr=False)  # librdkafka properties
     mode: str
     app_id: str
     run_id: str
@@ -208,6 +211,7 @@ class _Worker:
                 reason = "drained"  # nothing left: do not join (and rebalance) the group at all
             else:
                 self.consumer = Consumer(spec.group_id, spec.topics, zk=client, data_dir=spec.data_dir,
+                                         bootstrap_servers=spec.bootstrap_servers, kafka=spec.kafka,
                                          listener=self.listener, consumer_id=self.ctx.consumer_id,
                                          log_options=spec.log_options, enable_auto_commit=False,
                                          **spec.consumer_config)

@@ -17,8 +17,12 @@ the commit, or earlier) therefore rewrites the same file with the same records. 
 counts are computed afterwards by a Spark job over the Parquet files, so they are exact too.
 
 The same holds across runs (drain, then stream, then drain...) of one group into one
-``out``. Not covered: other consumers committing different offsets in the same group, or
-a worker cut off from ZooKeeper that keeps writing after its partitions moved (a zombie).
+``out``, on either data plane: on Kafka the workers read the brokers (no shared disk for the
+records), and only ``out`` must be a directory every executor and the driver see. Not
+covered: other consumers committing different offsets in the same group, a worker cut off
+from ZooKeeper that keeps writing after its partitions moved (a zombie), and Kafka topics
+whose offsets have gaps (transactional producers' commit markers, compaction): batches are
+cut at offsets, and a drain ends when the records reach the snapshot.
 
 pyarrow and pyspark are imported only when a batch is written or the keys are counted.
 """
@@ -30,7 +34,7 @@ import os
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from consumer.spark.driver import GroupJob, JobSummary
 
@@ -210,17 +214,21 @@ class PipelineResult:
         return {"summary": self.summary.as_dict(), "output": self.output.__dict__}
 
 
-def run_pipeline(spark, *, zk: str, data_dir: str, group: str, topic: str, out: str, workers: int = 2,
-                 mode: str = "drain", duration_s: Optional[float] = None, batch_size: int = 10000,
+def run_pipeline(spark, *, zk: str, group: str, topic: str, out: str, data_dir: Optional[str] = None,
+                 bootstrap_servers: Optional[str] = None, kafka: Optional[Mapping[str, object]] = None,
+                 workers: int = 2, mode: str = "drain", duration_s: Optional[float] = None, batch_size: int = 10000,
                  stop_file: Optional[str] = None, consumer_config: Optional[dict] = None,
                  after_write: Optional[Callable] = None, job_ready: Optional[Callable] = None,
                  fsync: bool = True) -> PipelineResult:
-    """Consume ``topic`` through ``group`` on Spark into ``out`` (see the module docstring).
-    ``job_ready(job)`` is called with the GroupJob before it runs (e.g. to wire a stop signal)."""
+    """Consume ``topic`` through ``group`` on Spark into ``out`` (see the module docstring):
+    from Kafka with ``bootstrap_servers`` and librdkafka properties ``kafka``, else from the
+    embedded log under ``data_dir`` (:class:`GroupJob`'s rule). ``job_ready(job)`` is called
+    with the GroupJob before it runs (e.g. to wire a stop signal)."""
     records_dir = os.path.join(os.path.abspath(out), RECORDS_DIR)
     os.makedirs(records_dir, exist_ok=True)
     writer = ParquetBatchWriter(records_dir, after_write, fsync)
-    job = GroupJob(spark, group, [topic], writer, zk=zk, data_dir=data_dir, workers=workers, mode=mode,
+    job = GroupJob(spark, group, [topic], writer, zk=zk, data_dir=data_dir, bootstrap_servers=bootstrap_servers,
+                   kafka=kafka, workers=workers, mode=mode,
                    duration_s=duration_s, stop_file=stop_file, align=batch_size, batch_end=writer.existing_end,
                    flush_partial=True, consumer_config=consumer_config)
     if job_ready is not None:
