@@ -20,9 +20,23 @@ runtime code never imports ``tests``. Imports are lazy so that ``import consumer
 light and ``consumer.spark`` never pulls in pyspark unless it is used.
 
 Safe imports for applications: the packages are called ``coordinator`` and ``consumer``, so a
-script of your own named ``consumer.py`` would shadow this one; name yours differently.
+script of your own named ``consumer.py`` (or a ``consumer/`` directory) next to where Python
+starts would shadow this one; name yours differently (``billing_consumer.py``).
+
+The package is typed (``py.typed``); the names below are imported lazily at run time and
+eagerly for type checkers.
 """
 from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
+    from consumer.consumer import Consumer, ConsumerConfig, ConsumerRebalanceListener, WakeupException
+    from consumer.log import Log
+    from consumer.producer import DeliveryFailed, FutureRecordMetadata, Producer
+    from consumer.records import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
+    from coordinator.errors import (CommitFailedError, FetchFailed, IllegalStateError, InvalidConfig, LogCorrupted,
+                                    NoOffsetForPartition, OffsetOutOfRange, ZkGroupsError, ZooKeeperUnavailable)
+    from coordinator.zkclient import close_client, start_client
 
 _EXPORTS = {
     "Consumer": "consumer.consumer", "ConsumerConfig": "consumer.consumer",

@@ -25,9 +25,11 @@ import os
 import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Optional, Set
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Union
+
+from kazoo.client import KazooClient
 
 from coordinator import config as cfg
 from coordinator import protocol
@@ -44,6 +46,10 @@ log = logging.getLogger("zkgroups.consumer")
 START_POSITIONS = ("committed", "earliest", "latest", "timestamp")
 #: poll(0) still waits this long for a lease renewal's round trip (only when the lease lapsed).
 LEASE_RENEWAL_MIN_WAIT_S = 0.05
+
+
+#: What ``Consumer(topics=...)`` takes: topic names (one name as a string), or {topic: streams}.
+Topics = Union[None, str, Iterable[str], Mapping[str, int]]
 
 
 class WakeupException(ZkGroupsError):
@@ -69,7 +75,7 @@ class ConsumerConfig:
     bootstrap_servers: str = ""                # Kafka brokers; "" (and no KAFKA_BOOTSTRAP_SERVERS): the embedded log
     kafka_commit_offsets: bool = False         # also copy commits to Kafka (after ZooKeeper's) for Kafka's tools
 
-    def validate(self):
+    def validate(self) -> None:
         if self.auto_offset_reset not in ("earliest", "latest", "none"):
             raise InvalidConfig(f"auto_offset_reset must be earliest, latest or none, not {self.auto_offset_reset!r}")
         if self.start_position not in START_POSITIONS:
@@ -219,10 +225,10 @@ class Consumer:
       by the others without a lock (a stale read delays an eviction by one check).
     """
 
-    def __init__(self, group_id: str, topics=None, pattern: Optional[str] = None, *, exclude: bool = False,
-                 zk=None, data_dir: Optional[str] = None, listener: Optional[ConsumerRebalanceListener] = None,
-                 consumer_id: Optional[str] = None, log_options: Optional[dict] = None,
-                 kafka: Optional[dict] = None, **config):
+    def __init__(self, group_id: str, topics: Topics = None, pattern: Optional[str] = None, *,
+                 exclude: bool = False, zk: Union[None, str, KazooClient] = None, data_dir: Optional[str] = None,
+                 listener: Optional[ConsumerRebalanceListener] = None, consumer_id: Optional[str] = None,
+                 log_options: Optional[dict] = None, kafka: Optional[dict] = None, **config: Any) -> None:
         self.config = cfg.build(ConsumerConfig, config, "consumer config")
         zk = zk or cfg.default_connect()
         data_dir = data_dir or cfg.default_data_dir()
@@ -277,8 +283,8 @@ class Consumer:
         self._watchdog.start()
 
     @classmethod
-    def from_config(cls, path: str, group_id: str, topics=None, pattern: Optional[str] = None,
-                    **overrides) -> "Consumer":
+    def from_config(cls, path: str, group_id: str, topics: Topics = None, pattern: Optional[str] = None,
+                    **overrides: Any) -> "Consumer":
         """A consumer configured by a TOML file: ``zk``, ``data_dir`` and any config key, at the
         top level or in a ``[consumer]`` table; keyword arguments win over the file."""
         values = dict(cfg.load_toml(path, "consumer"))
@@ -368,7 +374,7 @@ class Consumer:
             self._in_poll = False
             self._last_poll = time.monotonic()
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[ConsumerRecord]:
         while self._state is not ConsumerState.CLOSED:
             for records in self.poll(timeout_ms=500).values():
                 yield from records
@@ -576,7 +582,8 @@ class Consumer:
                 log.warning("consumer %s: copying offsets to Kafka failed (ZooKeeper has them): %s",
                             self.consumer_id, e)
 
-    def commit_async(self, offsets=None, callback: Optional[Callable] = None):
+    def commit_async(self, offsets: Optional[Dict[TopicPartition, int]] = None,
+                     callback: Optional[Callable] = None) -> Future:
         """Commit on a background thread (one at a time, in order); ``callback(offsets,
         exception_or_None)`` runs there. Returns a Future."""
         if offsets is None:
@@ -694,10 +701,10 @@ class Consumer:
         if self._state is ConsumerState.CLOSED:
             raise IllegalStateError("consumer is closed")
 
-    def __enter__(self):
+    def __enter__(self) -> "Consumer":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

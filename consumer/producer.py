@@ -67,7 +67,7 @@ import logging
 import random
 import threading
 import time
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 from kazoo.client import KazooClient
 
@@ -93,7 +93,7 @@ class DeliveryFailed(ZkGroupsError):
     """A record could not be written: Kafka refused it, did not take it in time, or the
     producer was closed first. ``retriable`` is Kafka's own verdict (sending it again may work)."""
 
-    def __init__(self, topic: str, partition: Optional[int], reason: str, retriable: bool = False):
+    def __init__(self, topic: str, partition: Optional[int], reason: str, retriable: bool = False) -> None:
         where = topic if partition is None or partition < 0 else f"{topic}-{partition}"
         super().__init__(f"a record for {where} was not delivered: {reason}")
         self.topic, self.partition, self.retriable = topic, partition, retriable
@@ -179,13 +179,13 @@ class FutureRecordMetadata:
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
         return self._resolved(timeout)[1]
 
-    def add_callback(self, fn: Callable, *args) -> "FutureRecordMetadata":
+    def add_callback(self, fn: Callable, *args: Any) -> "FutureRecordMetadata":
         return self._on_done(lambda metadata, error: error is None and fn(*args, metadata))
 
-    def add_errback(self, fn: Callable, *args) -> "FutureRecordMetadata":
+    def add_errback(self, fn: Callable, *args: Any) -> "FutureRecordMetadata":
         return self._on_done(lambda metadata, error: error is not None and fn(*args, error))
 
-    def add_both(self, fn: Callable, *args) -> "FutureRecordMetadata":
+    def add_both(self, fn: Callable, *args: Any) -> "FutureRecordMetadata":
         return self._on_done(lambda metadata, error: fn(*args, metadata if error is None else error))
 
     def add_done_callback(self, fn: Callable[["FutureRecordMetadata"], object]) -> "FutureRecordMetadata":
@@ -324,8 +324,8 @@ class Producer:
     returned, every future of the producer is resolved and ``send`` raises IllegalStateError.
     """
 
-    def __new__(cls, zk=None, data_dir=None, *, bootstrap_servers: Optional[str] = None, log: Optional[Log] = None,
-                **options):
+    def __new__(cls, zk: Union[None, str, KazooClient] = None, data_dir: Optional[str] = None, *,
+                bootstrap_servers: Optional[str] = None, log: Optional[Log] = None, **options: Any) -> "Producer":
         if cls is Producer:
             servers = "" if log is not None else bootstrap_servers_from(bootstrap_servers)
             cls = _KafkaProducer if servers else _LogProducer
@@ -349,7 +349,7 @@ class Producer:
     def __enter__(self) -> "Producer":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

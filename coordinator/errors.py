@@ -59,7 +59,7 @@ class ZooKeeperUnavailable(RetriableError):
 class OffsetOutOfRange(ZkGroupsError):
     """A read below the earliest retained offset (or past the end)."""
 
-    def __init__(self, topic: str, partition: int, offset: int, earliest: int, latest: int):
+    def __init__(self, topic: str, partition: int, offset: int, earliest: int, latest: int) -> None:
         super().__init__(f"offset {offset} of {topic}-{partition} is out of range "
                          f"(earliest {earliest}, latest {latest})")
         self.topic, self.partition, self.offset = topic, partition, offset
@@ -76,7 +76,7 @@ class LogCorrupted(ZkGroupsError):
     """
 
     def __init__(self, topic: str, partition: int, offset: int, path: str, position: int,
-                 problem: str, resume_offset: int):
+                 problem: str, resume_offset: int) -> None:
         super().__init__(f"{topic}-{partition}: offset {offset} cannot be read: {problem} "
                          f"(byte {position} of {path}); reading can resume at offset {resume_offset}")
         self.topic, self.partition, self.offset = topic, partition, offset
@@ -87,7 +87,7 @@ class FetchFailed(ZkGroupsError):
     """Reading a partition failed for a reason of the data plane's own (e.g. the operating
     system refused to open its files); ``cause`` is the original error."""
 
-    def __init__(self, topic: str, partition: int, cause: BaseException):
+    def __init__(self, topic: str, partition: int, cause: BaseException) -> None:
         detail = f"{cause.strerror}: {cause.filename}" if isinstance(cause, OSError) and cause.strerror else str(cause)
         super().__init__(f"{topic}-{partition} cannot be read: {detail or type(cause).__name__}")
         self.topic, self.partition, self.cause = topic, partition, cause

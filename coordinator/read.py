@@ -129,12 +129,17 @@ def shard_leaders(zk) -> Dict[int, Tuple[str, int, bool]]:
     return out
 
 
+def group_coordinators(zk, groups: Iterable[str]) -> Dict[str, Optional[str]]:
+    """{group: the node leading its shard now} (None where nobody does, or before the shards
+    exist); the shard leaders are read once for all of them."""
+    count = shard_count(zk)
+    leaders = shard_leaders(zk) if count else {}
+    return {g: leaders.get(protocol.shard_of(g, count), ("",))[0] or None if count else None for g in groups}
+
+
 def group_coordinator(zk, group: str) -> Optional[str]:
     """The node leading ``group``'s shard now (None if nobody does, or before the shards exist)."""
-    count = shard_count(zk)
-    if count is None:
-        return None
-    return shard_leaders(zk).get(protocol.shard_of(group, count), ("",))[0] or None
+    return group_coordinators(zk, [group])[group]
 
 
 def all_verified(zk) -> bool:

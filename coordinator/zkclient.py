@@ -237,6 +237,19 @@ def session_id(client: KazooClient) -> Optional[int]:
     return ids[0] if ids else None
 
 
+#: The largest request a ZooKeeper server takes by default (its ``jute.maxbuffer``, 1 MiB less
+#: one byte); a bigger one makes the server drop the connection. A transaction of about 5,000
+#: small writes is near it.
+MAX_REQUEST_BYTES = 0xFFFFF
+
+
+def transaction_bytes(transaction) -> int:
+    """The size of a kazoo transaction as ZooKeeper receives it (the request header and its
+    operations, serialized as a multi request): at most :data:`MAX_REQUEST_BYTES` fits."""
+    from kazoo.protocol.serialization import Transaction
+    return 8 + len(Transaction(transaction.operations).serialize())
+
+
 def commit(transaction, timeout: Optional[float] = None) -> list:
     """Commit a kazoo transaction and raise :class:`TransactionFailed` if it was rolled back.
 

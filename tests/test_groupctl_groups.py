@@ -10,6 +10,7 @@ import datetime as dt
 import functools
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -21,7 +22,8 @@ from consumer import Consumer
 from consumer.log import Log
 from coordinator import protocol, read
 from consumer.cli.groupctl import main
-from consumer.cli.groups import StoredOffset, read_offsets, write_offsets
+from consumer.cli.reset import StoredOffset, read_offsets, write_offsets
+from consumer.records import TopicPartition
 from coordinator.errors import ZkGroupsError
 from coordinator.topics import TopicRegistry
 from tests.groups import leader_info, read_state, wait_stable
@@ -58,7 +60,8 @@ def members(zk, group):
 # ---------------------------------------------------------------- coordinator
 
 def test_coordinator_without_a_leader(groupctl):
-    assert ok(groupctl("coordinator")).splitlines() == ["leader: none", "contenders: none"]
+    assert ok(groupctl("coordinator")).splitlines() == ["leader: none", "verified all groups: not yet",
+                                                        "contenders: none"]
 
 
 def test_coordinator_shows_leader_epoch_and_contenders(groupctl, cluster, zk):
@@ -73,7 +76,10 @@ def test_coordinator_shows_leader_epoch_and_contenders(groupctl, cluster, zk):
     assert f"epoch: {info.epoch}" in out and info.epoch == leader.epoch
     assert "verified all groups: yes" in out
     assert any(line.startswith("since: 20") for line in out)
-    assert out[-1] == f"contenders: {leader.node_id}, n2"
+    assert f"contenders: {leader.node_id}, n2" in out
+    nodes = out[out.index(next(line for line in out if line.startswith("NODE"))) + 1:][:2]
+    assert [line.split()[0] for line in nodes] == ["n1", "n2"]  # both lead shards
+    assert all(int(line.split()[3]) > 0 for line in nodes)
 
 
 def test_coordinator_with_a_corrupt_leader_znode(groupctl, zk):
@@ -104,20 +110,24 @@ def test_list_and_describe_a_live_group(groupctl, cluster, zk, zk_connect, data_
         assert [line.split() for line in listing[1:]] == [["g", "Stable", str(state.generation), "1"]]
 
         out = ok(groupctl("groups", "describe", "g"))
-        lines = out.splitlines()
-        assert lines[:4] == ["group: g", "state: Stable", f"generation: {state.generation}", "strategy: range"]
-        assert lines[4] == "members (1):"
-        assert lines[5].split()[0] == c.consumer_id and '{"t": 1}' in lines[5] and "strategies=range" in lines[5]
-        stream = protocol.stream_id(c.consumer_id, 0)
-        assert table(out, "TOPIC") == [["t", "0", stream, "10", "15", "5"],
-                                       ["t", "1", stream, "20", "20", "0"],
-                                       ["t", "2", stream, "0", "0", "0"]]
+        host = socket.gethostname()
+        cid = c.consumer_id
+        assert table(out, "GROUP") == [["g", "t", "0", "10", "15", "5", cid, host, "zkgroups"],
+                                       ["g", "t", "1", "20", "20", "0", cid, host, "zkgroups"],
+                                       ["g", "t", "2", "0", "0", "0", cid, host, "zkgroups"]]
+        assert table(ok(groupctl("groups", "describe", "g", "--state")), "GROUP") == \
+            [["g", "n", "range", "Stable", "1", str(state.generation)]]
+        assert table(ok(groupctl("groups", "describe", "g", "--members")), "GROUP") == [["g", cid, host, "zkgroups", "3"]]
     finally:
         c.close()
     # after a clean leave: no members, nothing assigned, offsets kept
     wait_for(lambda: read_state(zk, "g").state == protocol.EMPTY, message="group Empty")
     out = ok(groupctl("groups", "describe", "g"))
-    assert "state: Empty" in out and "members (0):" in out and "TOPIC" not in out
+    assert table(out, "GROUP") == [["g", "t", "0", "10", "15", "5", "-", "-", "-"],
+                                   ["g", "t", "1", "20", "20", "0", "-", "-", "-"],
+                                   ["g", "t", "2", "0", "0", "0", "-", "-", "-"]]
+    assert table(ok(groupctl("groups", "describe", "g", "--state")), "GROUP")[0][3:5] == ["Empty", "0"]
+    assert table(ok(groupctl("groups", "describe", "g", "--members")), "GROUP") == []
     assert [line.split() for line in ok(groupctl("groups", "list")).splitlines()[1:]][0][:2] == ["g", "Empty"]
     assert committed(zk, "g", "t", 3) == {0: 10, 1: 20, 2: 0}
 
@@ -131,11 +141,14 @@ def test_describe_shows_members_of_a_groupctl_consume_process(groupctl, cluster,
     wait_for(lambda: committed(zk, "g", "t", 2) == {0: 3, 1: 3}, 20, message="consume committed everything")
     state = wait_stable(zk, "g", 1)
     cid = members(zk, "g")[0]
+    host = socket.gethostname()
     out = ok(groupctl("groups", "describe", "g"))
-    assert f"  {cid}  static " in out
-    assert table(out, "TOPIC") == [["t", "0", f"{cid}-0", "3", "3", "0"], ["t", "1", f"{cid}-0", "3", "3", "0"]]
-    assert f"generation: {state.generation}" in out
-    assert "strategy: sticky" in out and "strategies=sticky,range" in out
+    assert table(out, "GROUP") == [["g", "t", "0", "3", "3", "0", cid, host, "zkgroups"],
+                                   ["g", "t", "1", "3", "3", "0", cid, host, "zkgroups"]]
+    assert table(ok(groupctl("groups", "describe", "g", "--state")), "GROUP") == \
+        [["g", "n", "sticky", "Stable", "1", str(state.generation)]]
+    assert table(ok(groupctl("groups", "describe", "g", "--members", "--verbose")), "GROUP") == \
+        [["g", cid, host, "zkgroups", "2", "sticky,range", "t", "t(0,1)"]]
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(10) == 0
 
@@ -168,8 +181,10 @@ def test_corrupt_znodes_give_clear_output(groupctl, zk):
 
     # a member registration nobody can read is shown as such, the rest still described
     zk.create(protocol.ids_path("good", "ghost"), b"\xff", makepath=True)
-    out = ok(groupctl("groups", "describe", "good"))
-    assert "members (1):" in out and "  ghost  (unreadable: " in out and "registration is not JSON" in out
+    result = groupctl("groups", "describe", "good", "--members")
+    assert table(ok(result), "GROUP") == [["good", "ghost", "-", "-", "0"]]
+    assert "the registration of member ghost is unreadable" in result.stderr
+    assert "registration is not JSON" in result.stderr
 
     # a corrupt committed offset: that row says so, the rest is still described
     zk.create(protocol.state_path("g2"), protocol.GroupState(
@@ -178,7 +193,7 @@ def test_corrupt_znodes_give_clear_output(groupctl, zk):
     zk.create(protocol.offsets_path("g2", "t", 1), b"3", makepath=True)
     out = ok(groupctl("groups", "describe", "g2"))
     assert "unreadable (committed offset b'ten' is not a decimal number)" in out
-    assert any(line.split()[:2] == ["t", "1"] and "3" in line.split() for line in out.splitlines())
+    assert any(line.split()[:4] == ["g2", "t", "1", "3"] for line in out.splitlines())
 
 
 def test_describe_warns_once_per_topic_without_data_here(groupctl, zk, data_dir):
@@ -188,7 +203,7 @@ def test_describe_warns_once_per_topic_without_data_here(groupctl, zk, data_dir)
     zk.create(protocol.state_path("g"), protocol.GroupState(state=protocol.STABLE, generation=1,
                                                             assignment=assignment).encode(), makepath=True)
     result = groupctl("groups", "describe", "g")
-    assert [row[:2] for row in table(ok(result), "TOPIC")] == [["away", "0"], ["away", "1"], ["here", "0"], ["here", "1"]]
+    assert [row[1:3] for row in table(ok(result), "GROUP")] == [["away", "0"], ["away", "1"], ["here", "0"], ["here", "1"]]
     assert result.stderr.splitlines() == [f"warning: topic away has no data under {data_dir} (is --data-dir right?)"]
 
 
@@ -280,8 +295,10 @@ def test_reset_offsets_writes_by_compare_and_set(zk, data_dir):
     fill(data_dir, "t", [10, 4, 4], zk=zk)
     zk.create(protocol.offsets_path("g", "t", 0), b"3", makepath=True)
     zk.create(protocol.offsets_path("g", "t", 1), protocol.NO_OFFSET)
-    read = read_offsets(zk, "g", "t", range(3))
-    assert read == {0: StoredOffset(3, 0), 1: StoredOffset(None, 0), 2: StoredOffset(None, None)}
+    tps = [TopicPartition("t", p) for p in range(3)]
+    zeros = {tp: 0 for tp in tps}
+    read = read_offsets(zk, "g", tps)
+    assert read == {tps[0]: StoredOffset(3, 0), tps[1]: StoredOffset(None, 0), tps[2]: StoredOffset(None, None)}
 
     def raw():
         return {p: zk.get(protocol.offsets_path("g", "t", p))[0] if zk.exists(protocol.offsets_path("g", "t", p))
@@ -290,16 +307,16 @@ def test_reset_offsets_writes_by_compare_and_set(zk, data_dir):
     zk.set(protocol.offsets_path("g", "t", 1), b"2")  # a member commits meanwhile
     with pytest.raises(ZkGroupsError, match="the committed offset of t-1 in group 'g' changed while resetting; "
                                             "nothing was written"):
-        write_offsets(zk, "g", "t", {0: 0, 1: 0, 2: 0}, read)
+        write_offsets(zk, "g", zeros, read)
     assert raw() == {0: b"3", 1: b"2", 2: None}
 
-    read = read_offsets(zk, "g", "t", range(3))
+    read = read_offsets(zk, "g", tps)
     zk.create(protocol.offsets_path("g", "t", 2), b"1")  # created meanwhile
     with pytest.raises(ZkGroupsError, match="t-2"):
-        write_offsets(zk, "g", "t", {0: 0, 1: 0, 2: 0}, read)
+        write_offsets(zk, "g", zeros, read)
     assert raw() == {0: b"3", 1: b"2", 2: b"1"}
 
-    write_offsets(zk, "g", "t", {0: 0, 1: 0, 2: 0}, read_offsets(zk, "g", "t", range(3)))
+    write_offsets(zk, "g", zeros, read_offsets(zk, "g", tps))
     assert raw() == {0: b"0", 1: b"0", 2: b"0"}
 
 

@@ -12,6 +12,7 @@ with no librdkafka line on stderr.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -152,15 +153,15 @@ def test_consume_reads_kafka_under_a_coordinator_and_copies_commits_to_kafka(
     member = cluster.member("g", [topic])
     wait_for(lambda: len(member.owned()) == 3, message="the member owns every partition")
     produce(kafka_cluster, topic, [b"more-%d" % i for i in range(50)])
-    rows = table(ok(kgroupctl("groups", "describe", "g")), "TOPIC")
+    rows = table(ok(kgroupctl("groups", "describe", "g")), "GROUP")
     assert sum(int(r[5]) for r in rows) == 50
-    assert {int(r[1]): int(r[3]) for r in rows} == ends
+    assert {int(r[2]): int(r[3]) for r in rows} == ends
 
     # The copy in Kafka is only a copy: whatever it holds, describe shows ZooKeeper's offsets.
     other = confluent_kafka.Consumer({"bootstrap.servers": kafka_cluster.bootstrap_servers, "group.id": "g"})
     other.commit(offsets=[confluent_kafka.TopicPartition(topic, p, 1) for p in range(3)], asynchronous=False)
     other.close()
-    assert table(ok(kgroupctl("groups", "describe", "g")), "TOPIC") == rows
+    assert table(ok(kgroupctl("groups", "describe", "g")), "GROUP") == rows
 
 
 def test_reset_offsets_uses_kafkas_offsets_and_writes_zookeeper(kgroupctl, kafka_cluster, topic, zk):
@@ -189,7 +190,65 @@ def test_describe_says_once_when_an_assigned_topic_is_not_on_kafka(kgroupctl, cl
     result = kgroupctl("groups", "describe", "g")
     assert result.exit_code == 0, result.output
     assert result.stderr.count(f"warning: topic {kafka_topic_name} is not on Kafka at") == 1
-    assert table(result.stdout, "TOPIC")[0][4:] == ["-", "-"]
+    assert table(result.stdout, "GROUP")[0][4:6] == ["-", "-"]
+
+
+def test_describe_views_and_json_on_kafka(kgroupctl, cluster, kafka_cluster, topic, zk):
+    """Each describe view and its JSON for a group reading Kafka: committed offsets from
+    ZooKeeper, log ends from Kafka, owners from the group state."""
+    cluster.node("n1")
+    produce(kafka_cluster, topic, [b"k%d" % i for i in range(60)])
+    ends = {p: sum(partition_for_key(b"k%d" % i, 3) == p for i in range(60)) for p in range(3)}
+    ok(kgroupctl("groups", "reset-offsets", "g", "--topic", f"{topic}:0,1", "--to-earliest", "--execute"))
+    member = cluster.member("g", [topic])
+    wait_for(lambda: len(member.owned()) == 3, message="the member owns every partition")
+    cid, host = member.consumer_id, socket.gethostname()
+
+    rows = table(ok(kgroupctl("groups", "describe", "g")), "GROUP")
+    assert rows == [["g", topic, str(p), "0" if p < 2 else "-", str(ends[p]), str(ends[p]) if p < 2 else "-",
+                     cid, host, "-"] for p in range(3)]
+    document = json.loads(ok(kgroupctl("groups", "describe", "g", "--output", "json")))
+    assert [[r["group"], r["topic"], str(r["partition"]), "-" if r["current_offset"] is None else str(r["current_offset"]),
+             str(r["log_end_offset"]), "-" if r["lag"] is None else str(r["lag"]), r["consumer_id"], r["host"],
+             r["client_id"] or "-"] for r in document["offsets"]] == rows
+
+    assert table(ok(kgroupctl("groups", "describe", "g", "--members", "--verbose")), "GROUP") == \
+        [["g", cid, host, "-", "3", "range", topic, f"{topic}(0,1,2)"]]
+    (member_row,) = json.loads(ok(kgroupctl("groups", "describe", "g", "--members", "-o", "json")))["members"]
+    assert member_row["assignment"] == {topic: [0, 1, 2]} and member_row["partitions"] == 3
+
+    state = table(ok(kgroupctl("groups", "describe", "g", "--state")), "GROUP")
+    assert state[0][:5] == ["g", "n1", "range", "Stable", "1"]
+    (state_row,) = json.loads(ok(kgroupctl("groups", "describe", "--all-groups", "--state", "-o", "json")))["groups"]
+    assert [state_row[k] for k in ("group", "coordinator", "assignment_strategy", "state", "members")] == \
+        ["g", "n1", "range", "Stable", 1] and str(state_row["generation"]) == state[0][5]
+
+    listing = json.loads(ok(kgroupctl("topics", "list", "-o", "json")))["topics"]
+    assert {"topic": topic, "partitions": 3, "error": None} in listing
+    described = json.loads(ok(kgroupctl("topics", "describe", topic, "-o", "json")))
+    assert described["data_plane"] == "kafka"
+    assert [(p["latest"], p["bytes"]) for p in described["partitions"]] == [(ends[p], None) for p in range(3)]
+    assert all(isinstance(p["leader"], int) for p in described["partitions"])
+
+
+def test_reset_offsets_kafka_options_on_kafka(kgroupctl, kafka_cluster, topic, zk, tmp_path):
+    """--shift-by, --to-current, partition lists and an --export / --from-file round trip, with
+    targets from Kafka's offsets and clamped into them."""
+    produce(kafka_cluster, topic, [b"k%d" % i for i in range(90)])
+    ends = {p: sum(partition_for_key(b"k%d" % i, 3) == p for i in range(90)) for p in range(3)}
+    kafka_cluster.delete_records(topic, 0, 2)  # partition 0 now starts at offset 2
+    ok(kgroupctl("groups", "reset-offsets", "g", "--topic", topic, "--to-latest", "--execute"))
+    result = kgroupctl("groups", "reset-offsets", "g", "--topic", f"{topic}:0,2", "--shift-by", f"-{ends[0]}",
+                       "--execute")
+    assert ok(result) and f"warning: {topic}-0: {0} is before the earliest offset 2; using 2" in result.stderr
+    assert committed(zk, "g", topic, 3) == {0: 2, 1: ends[1], 2: max(0, ends[2] - ends[0])}
+    exported = ok(kgroupctl("groups", "reset-offsets", "g", "--topic", topic, "--to-current", "--export"))
+    assert exported == "".join(f"{topic},{p},{o}\n" for p, o in committed(zk, "g", topic, 3).items())
+    ok(kgroupctl("groups", "reset-offsets", "g", "--topic", topic, "--to-earliest", "--execute"))
+    plan = tmp_path / "plan.csv"
+    plan.write_text(exported)
+    ok(kgroupctl("groups", "reset-offsets", "g", "--from-file", str(plan), "--execute"))
+    assert exported == "".join(f"{topic},{p},{o}\n" for p, o in committed(zk, "g", topic, 3).items())
 
 
 # ---------------------------------------------------------------- bad input, bounded
@@ -240,7 +299,7 @@ def test_kafka_config_files_pass_properties_through_and_never_show_them(
     assert code == 0 and topic in out, err
     secret = tmp_path / "secret.toml"
     secret.write_text('"security.protocol" = "sasl_hunter2"\n"sasl.password" = "hunter2"\n')
-    for verbose in ([], ["-v"]):
+    for verbose in ([], ["-v"], ["-v", "--log-format", "json"]):
         code, out, err, _ = run_groupctl([*base, *verbose, "--bootstrap-servers", kafka_cluster.bootstrap_servers,
                                           "--kafka-config", str(secret), "topics", "list"], subprocess_env)
         assert code == 1 and "hunter2" not in out + err, err

@@ -1,5 +1,6 @@
 """What every ``groupctl`` and ``pipeline`` command shares: the global options (``--zk``,
-``--data-dir``, ``--bootstrap-servers``, ``--kafka-config``, ``--zk-timeout``, ``-v``) and the
+``--data-dir``, ``--bootstrap-servers``, ``--kafka-config``, ``--zk-timeout``, ``-v``,
+``--log-format``) and the
 :class:`CliContext` they build, which opens the ZooKeeper client and the data plane (the
 embedded log, or Kafka when bootstrap servers are given) on first use and closes them when the
 command ends.
@@ -30,7 +31,8 @@ import click
 from consumer.dataplane import ENV_BOOTSTRAP_SERVERS, DataPlane, open_data_plane
 from consumer.log import Log
 from coordinator import config as _config
-from coordinator.cli.common import DEFAULT_ZK_TIMEOUT, MAX_WAIT_S, ZK_CONNECT, CliUsageError, Seconds, setup_logging
+from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, LOG_FORMAT_OPTION, MAX_WAIT_S, ZK_CONNECT, CliUsageError,
+                                    Seconds, setup_logging)
 from coordinator.config import DEFAULT_CONNECT, DEFAULT_DATA_DIR, ENV_DATA_DIR, ENV_ZK_CONNECT
 from coordinator.errors import InvalidConfig, UnknownTopic
 from coordinator.kafka import check_bootstrap_servers
@@ -46,13 +48,16 @@ class CliContext:
     ``given`` names the global options the user set (command line or environment), so a
     command can let them win over a configuration file and the file win over defaults.
     ``bootstrap_servers`` ("" for the embedded log) and ``kafka`` (librdkafka properties) say
-    where the records are; ``zk_timeout`` also bounds each request to Kafka.
+    where the records are; ``zk_timeout`` also bounds each request to Kafka. ``verbose`` and
+    ``log_format`` are how logging was set up.
     """
 
     def __init__(self, zk_connect: str = DEFAULT_CONNECT, data_dir: str = DEFAULT_DATA_DIR,
                  zk_timeout: float = DEFAULT_ZK_TIMEOUT, given: Iterable[str] = (),
-                 bootstrap_servers: str = "", kafka: Optional[Dict[str, object]] = None):
+                 bootstrap_servers: str = "", kafka: Optional[Dict[str, object]] = None,
+                 verbose: int = 0, log_format: str = "text"):
         self.zk_connect, self.data_dir, self.zk_timeout = zk_connect, data_dir, zk_timeout
+        self.verbose, self.log_format = verbose, log_format
         self.given = frozenset(given)
         self.bootstrap_servers = bootstrap_servers
         self.kafka: Dict[str, object] = dict(kafka or {})
@@ -202,6 +207,7 @@ _GLOBAL_OPTIONS = (
                  show_envvar=True, type=Seconds(), metavar="SECONDS",
                  help=f"How long to wait for ZooKeeper, or Kafka, to answer (at most {MAX_WAIT_S:g})."),
     click.option("-v", "--verbose", count=True, help="Log more (-v: info, -vv: debug)."),
+    LOG_FORMAT_OPTION,
 )
 
 
@@ -210,8 +216,8 @@ def global_options(f):
 
     @functools.wraps(f)
     def callback(*args, zk: str, data_dir: str, bootstrap_servers: Optional[str], kafka_config: Optional[str],
-                 zk_timeout: float, verbose: int, **kwargs):
-        setup_logging(verbose)
+                 zk_timeout: float, verbose: int, log_format: str, **kwargs):
+        setup_logging(verbose, log_format)
         # librdkafka's own lines (connection retries, ...) are detail: the tools say what failed.
         logging.getLogger("zkgroups.kafka").setLevel(logging.CRITICAL if verbose <= 0 else logging.NOTSET)
         ctx = click.get_current_context()
@@ -227,7 +233,7 @@ def global_options(f):
         if kafka_config and not bootstrap_servers:
             raise CliUsageError("--kafka-config needs Kafka's brokers: --bootstrap-servers, KAFKA_BOOTSTRAP_SERVERS "
                                 "or bootstrap.servers in the file")
-        ctx.obj = CliContext(zk, data_dir, zk_timeout, given, bootstrap_servers or "", kafka)
+        ctx.obj = CliContext(zk, data_dir, zk_timeout, given, bootstrap_servers or "", kafka, verbose, log_format)
         ctx.call_on_close(ctx.obj.close)
         return f(*args, **kwargs)
 

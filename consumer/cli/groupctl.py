@@ -1,14 +1,14 @@
 """``groupctl``: administer zkgroups from the shell.
 
     groupctl topics create NAME [--partitions N] [--replication-factor N] [--if-not-exists]
-    groupctl topics list
-    groupctl topics describe NAME
+    groupctl topics list [--output json]
+    groupctl topics describe NAME [--output json]
     groupctl topics add-partitions NAME --to N
     groupctl produce TOPIC [-f FILE] [--key K | --key-separator SEP] [--partition P]
     groupctl produce TOPIC --generate N [--size B]
 
 Global options (``--zk``, ``--data-dir``, ``--bootstrap-servers``, ``--kafka-config``,
-``--zk-timeout``, ``-v``) come from :mod:`consumer.cli.context`; the error handling from
+``--zk-timeout``, ``-v``, ``--log-format``) come from :mod:`consumer.cli.context`; the error handling from
 :mod:`coordinator.cli.common`: every failure is one line on stderr, ``error: ...``, exit status
 1 (2 for usage errors, 75 for one that may go away by itself: ZooKeeper or Kafka unreachable).
 Numbers are range-checked before anything is allocated: at most :data:`protocol.MAX_PARTITIONS`
@@ -21,6 +21,9 @@ and ``add-partitions`` are Kafka's CreateTopics and CreatePartitions (bounded by
 ``--zk-timeout``), ``produce`` is the Kafka producer. The groups commands keep offsets in
 ZooKeeper either way and read end offsets from the data plane.
 
+Read commands take ``--output json`` (:data:`coordinator.cli.common.OUTPUT_OPTION`): one JSON
+document on stdout with the field names the README lists, the same rows as the table.
+
 Adding commands: decorate a function with ``@main.command()`` (or ``@main.group()`` for a
 family like ``topics``) and take the shared context with ``@pass_cli``.
 """
@@ -29,7 +32,7 @@ from __future__ import annotations
 import sys
 import time
 from itertools import islice
-from typing import BinaryIO, Iterator, Optional, Tuple
+from typing import BinaryIO, Iterator, List, Optional, Tuple
 
 import click
 from click.core import ParameterSource
@@ -40,7 +43,7 @@ from consumer.cli import groups
 from consumer.cli.context import CliContext, global_options, pass_cli
 from consumer.records import TopicPartition
 from coordinator import protocol
-from coordinator.cli.common import CliError, CliGroup, CliUsageError, Limited, print_table
+from coordinator.cli.common import OUTPUT_OPTION, CliError, CliGroup, CliUsageError, Limited, print_json, print_table
 from coordinator.errors import CorruptZnode, InvalidPartitions, TopicExists
 
 #: --generate shows a progress bar when stderr is a terminal, or for at least this many records.
@@ -95,37 +98,47 @@ def topics_create(cli: CliContext, name: str, partitions: int, replication_facto
 
 
 @topics.command("list")
+@OUTPUT_OPTION
 @pass_cli
-def topics_list(cli: CliContext) -> None:
+def topics_list(cli: CliContext, output: str) -> None:
     """List topics and their partition counts (on Kafka: from Kafka's metadata)."""
     if cli.on_kafka:
-        rows = sorted(cli.data_plane.partition_counts().items())
+        found = [{"topic": name, "partitions": count, "error": None}
+                 for name, count in sorted(cli.data_plane.partition_counts().items())]
     else:
-        rows = _registered_topics(cli.topics)
-    if rows:
-        print_table(("TOPIC", "PARTITIONS"), rows)
+        found = _registered_topics(cli.topics)
+    if output == "json":
+        print_json({"topics": found})
+    elif found:
+        print_table(("TOPIC", "PARTITIONS"), [(t["topic"], "?" if t["partitions"] is None else t["partitions"])
+                                              for t in found])
     else:
         click.echo("no topics", err=True)
 
 
-def _registered_topics(registry) -> list:
+def _registered_topics(registry) -> List[dict]:
+    """Every topic of the registry: {topic, partitions, error}; an unreadable one is a warning
+    (its partitions None, the problem in error) and the others are still listed."""
     names = registry.list()
     counts = registry.all_partitions()
-    rows = []
+    found = []
     for name in names:
+        problem = None
         if name not in counts:  # unreadable: say why, keep listing the others
             try:
                 registry.partitions(name)
             except CorruptZnode as e:
                 click.echo(f"warning: {e}", err=True)
-        rows.append((name, counts.get(name, "?")))
-    return rows
+                problem = e.problem
+        found.append({"topic": name, "partitions": counts.get(name), "error": problem})
+    return found
 
 
 @topics.command("describe")
 @click.argument("name")
+@OUTPUT_OPTION
 @pass_cli
-def topics_describe(cli: CliContext, name: str) -> None:
+def topics_describe(cli: CliContext, name: str, output: str) -> None:
     """Show each partition of NAME: offsets and record count; bytes on disk (embedded log) or
     leader broker (Kafka)."""
     protocol.validate_name(name)
@@ -134,19 +147,23 @@ def topics_describe(cli: CliContext, name: str) -> None:
     plane = cli.data_plane
     tps = [TopicPartition(name, p) for p in range(partitions)]
     earliest, latest = plane.earliest_offsets(tps), plane.latest_offsets(tps)
+    leaders = plane.partition_leaders(name) if cli.on_kafka else {}
+    log = None if cli.on_kafka else cli.log()
+    rows = [{"partition": tp.partition, "earliest": earliest[tp], "latest": latest[tp],
+             "records": latest[tp] - earliest[tp],
+             "bytes": None if log is None else log.size_bytes(name, tp.partition),
+             "leader": leaders.get(tp.partition, -1) if cli.on_kafka else None} for tp in tps]
+    if output == "json":
+        print_json({"topic": name, "data_plane": plane.name, "partitions": rows})
+        return
     plural = "s" * (partitions != 1)
     if cli.on_kafka:
-        leaders = plane.partition_leaders(name)
-        rows = [(tp.partition, leaders.get(tp.partition, -1), earliest[tp], latest[tp], latest[tp] - earliest[tp])
-                for tp in tps]
         click.echo(f"topic {name}: {partitions} partition{plural} ({plane.describe()})")
-        print_table(("PARTITION", "LEADER", "EARLIEST", "LATEST", "RECORDS"), rows)
-        return
-    log = cli.log()
-    rows = [(tp.partition, earliest[tp], latest[tp], latest[tp] - earliest[tp], log.size_bytes(name, tp.partition))
-            for tp in tps]
-    click.echo(f"topic {name}: {partitions} partition{plural} (data in {cli.data_dir})")
-    print_table(("PARTITION", "EARLIEST", "LATEST", "RECORDS", "BYTES"), rows)
+        columns = ("PARTITION", "LEADER", "EARLIEST", "LATEST", "RECORDS")
+    else:
+        click.echo(f"topic {name}: {partitions} partition{plural} (data in {cli.data_dir})")
+        columns = ("PARTITION", "EARLIEST", "LATEST", "RECORDS", "BYTES")
+    print_table(columns, [[row[c.lower()] for c in columns] for row in rows])
 
 
 @topics.command("add-partitions")

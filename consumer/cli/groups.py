@@ -1,11 +1,19 @@
 """groupctl commands about the coordinator and consumer groups.
 
-    groupctl coordinator
-    groupctl groups list
-    groupctl groups describe GROUP
-    groupctl groups reset-offsets GROUP --topic T (--to-earliest|--to-latest|--to-offset N|--to-datetime ISO) [--execute]
+    groupctl coordinator [--output json]
+    groupctl groups list [--output json]
+    groupctl groups describe (GROUP | --all-groups) [--offsets | --members [--verbose] | --state] [--output json]
+    groupctl groups reset-offsets GROUP (--topic T[:P,P...]... | --all-topics)
+             (--to-earliest | --to-latest | --to-current | --to-offset N | --shift-by N | --to-datetime ISO
+              | --by-duration PnDTnHnMnS) [--export] [--execute]
+    groupctl groups reset-offsets GROUP --from-file PLAN.csv [--export] [--execute]
+    groupctl groups delete GROUP
     groupctl consume GROUP TOPIC... [--pattern REGEX] [--max-records N] [--idle-exit SECONDS]
-                     [--kafka-commit-offsets]
+                     [--kafka-commit-offsets] [--log-format json]
+
+``describe`` and ``reset-offsets`` follow Kafka's ``kafka-consumer-groups.sh`` (their views and
+planning live in :mod:`consumer.cli.describe` and :mod:`consumer.cli.reset`). Every read command
+takes ``--output json``: one JSON document on stdout, with the field names the README lists.
 
 On Kafka (``--bootstrap-servers``) committed offsets stay in ZooKeeper (``describe`` and
 ``reset-offsets`` read and write them there, compare-and-set as always); end offsets, lag and
@@ -16,6 +24,7 @@ changes nothing else.
 ``reset-offsets`` writes by compare-and-set: every offsets znode is read with its version and
 written in one transaction that requires the same version (or creates a missing one), so a
 concurrent change (a member's claim or commit, another reset) makes it fail and change nothing.
+Over many partitions, with stderr a terminal, it shows a progress bar while it reads offsets.
 
 ``consume`` is a model consumer: it prints a batch, then commits exactly what it printed. A
 refused commit (the partition moved to another member) is one warning and consumption goes on;
@@ -23,12 +32,15 @@ the new owner starts from the last commit that succeeded, so those records are d
 (at-least-once). While ZooKeeper is unreachable (a server failing over) it waits: ``poll()``
 hands out nothing, and offsets not yet committed are committed once ZooKeeper is back. Any other
 error of ``poll()`` (e.g. a damaged log) ends it with one line and exit status 1, after it left
-the group cleanly.
+the group cleanly. With ``--max-records`` and stderr a terminal (stdout not), it shows the
+records so far on stderr.
 """
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
+import functools
 import json
 import logging
 import re
@@ -36,18 +48,18 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 import click
-from kazoo.exceptions import KazooException, NoNodeError
 
 from coordinator import config as _config
 from coordinator import protocol, read
 from coordinator.assignors import STRATEGIES
+from consumer.cli import describe, reset
 from consumer.cli.context import CliContext, kafka_properties, pass_cli
 from consumer.records import TopicPartition
-from coordinator.cli.common import MAX_MS, CliError, CliUsageError, Limited, Seconds, print_table, take_connect
+from coordinator.cli.common import (LOG_FORMATS, MAX_MS, OUTPUT_OPTION, CliError, CliUsageError, Limited, Seconds,
+                                    print_json, print_table, report, setup_logging, take_connect)
 from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
 from coordinator.errors import (CommitFailedError, CorruptZnode, InvalidConfig, UnknownTopic, ZkGroupsError,
                                 ZooKeeperUnavailable)
@@ -75,21 +87,33 @@ def register(main: click.Group) -> None:
 # ---------------------------------------------------------------- coordinator
 
 @click.command()
+@OUTPUT_OPTION
 @pass_cli
-def coordinator(cli: CliContext) -> None:
-    """Show the leader, its epoch and the contenders."""
+def coordinator(cli: CliContext, output: str) -> None:
+    """Show the controller (the elected node that places shards), the contenders, the live
+    nodes and which node leads which shard of groups."""
     zk = cli.zk
     info = read.leader(zk)
+    contenders = zk.Election(protocol.ELECTION).contenders() if zk.exists(protocol.ELECTION) else []
+    verified = read.all_verified(zk)
+    shards = describe.shard_rows(zk, read.groups(zk))
+    nodes = read.nodes(zk)
+    if output == "json":
+        print_json({"leader": describe.leader_fields(info, verified), "contenders": contenders,
+                    "nodes": sorted(nodes), "shards": shards})
+        return
     if info is None:
         click.echo("leader: none")
     else:
         since = dt.datetime.fromtimestamp(info.since / 1000).isoformat(timespec="seconds")
-        click.echo(f"leader: {info.node_id} (host {info.host}, pid {info.pid})")
+        click.echo(f"leader: {info.node_id} (host {info.host}, pid {info.pid}): the controller, it places the shards")
         click.echo(f"epoch: {info.epoch}")
         click.echo(f"since: {since}")
-        click.echo(f"verified all groups: {'yes' if read.all_verified(zk) else 'not yet'}")
-    contenders = zk.Election(protocol.ELECTION).contenders() if zk.exists(protocol.ELECTION) else []
+    click.echo(f"verified all groups: {'yes' if verified else 'not yet'}")
     click.echo(f"contenders: {', '.join(contenders) or 'none'}")
+    if shards:
+        click.echo()
+        describe.print_shards(shards, nodes)
 
 
 # ---------------------------------------------------------------- groups
@@ -100,177 +124,189 @@ def groups() -> None:
 
 
 @groups.command("list")
+@OUTPUT_OPTION
 @pass_cli
-def groups_list(cli: CliContext) -> None:
+def groups_list(cli: CliContext, output: str) -> None:
     """Every group with its state, generation and member count."""
-    rows = []
+    found = []
     for group in read.groups(cli.zk):
         try:
             s = read.group_state(cli.zk, group)
-            rows.append((group, s.state, s.generation, len(read.children(cli.zk, protocol.ids_path(group)))))
+            found.append({"group": group, "state": s.state, "generation": s.generation,
+                          "members": len(read.children(cli.zk, protocol.ids_path(group))), "error": None})
         except CorruptZnode as e:
-            rows.append((group, f"unreadable ({e.problem})", "-", "-"))
-    print_table(["GROUP", "STATE", "GENERATION", "MEMBERS"], rows)
+            found.append({"group": group, "state": None, "generation": None, "members": None, "error": e.problem})
+    if output == "json":
+        print_json({"groups": found})
+        return
+    print_table(["GROUP", "STATE", "GENERATION", "MEMBERS"],
+                [(g["group"], f"unreadable ({g['error']})" if g["error"] else g["state"],
+                  "-" if g["error"] else g["generation"], "-" if g["error"] else g["members"]) for g in found])
 
 
 @groups.command("describe")
-@click.argument("group")
+@click.argument("group", required=False)
+@click.option("--all-groups", is_flag=True, help="Describe every group.")
+@click.option("--offsets", is_flag=True, help="Per partition: committed and log-end offsets, lag, owner (the default).")
+@click.option("--members", is_flag=True, help="Per member: host, client id, partitions assigned.")
+@click.option("--state", is_flag=True,
+              help="Per group: coordinator, assignment strategy, state, members, generation, error.")
+@click.option("--verbose", is_flag=True, help="With --members: also strategies, subscription and assignment.")
+@OUTPUT_OPTION
 @pass_cli
-def groups_describe(cli: CliContext, group: str) -> None:
-    """State, members with streams, assignment, committed offset, end offset and lag."""
-    zk = _existing_group(cli, group)
-    s = read.group_state(zk, group)
-    click.echo(f"group: {group}\nstate: {s.state}\ngeneration: {s.generation}\nstrategy: {s.strategy or '-'}")
-    if s.error:
-        click.echo(f"error: {s.error}")
-    unreadable: Dict[str, str] = {}
-    members = read.members(zk, group, unreadable)
-    click.echo(f"members ({len(members) + len(unreadable)}):")
-    for cid in sorted({**members, **unreadable}):
-        if cid in unreadable:
-            click.echo(f"  {cid}  (unreadable: {protocol.ids_path(group, cid)}: {unreadable[cid]})")
+def groups_describe(cli: CliContext, group: Optional[str], all_groups: bool, offsets: bool, members: bool,
+                    state: bool, verbose: bool, output: str) -> None:
+    """Describe GROUP (or --all-groups) as kafka-consumer-groups.sh --describe does: offsets
+    and lag per partition (the default, --offsets), --members [--verbose], or --state."""
+    if not group and not all_groups:
+        raise CliUsageError("Missing argument 'GROUP' (or --all-groups)")
+    if group and all_groups:
+        raise CliUsageError("give GROUP or --all-groups, not both")
+    chosen = [name for name, given in zip(describe.VIEWS, (offsets, members, state)) if given]
+    if len(chosen) > 1:
+        raise CliUsageError("give at most one of --offsets, --members, --state")
+    view = chosen[0] if chosen else "offsets"
+    zk = _existing_group(cli, group) if group else cli.zk
+    names = [group] if group else read.groups(zk)
+    snapshots = describe.read_groups(zk, names, skip_unreadable=all_groups)
+    if view == "state":
+        coordinators = read.group_coordinators(zk, [s.group for s in snapshots])
+        rows = [describe.state_row(s, coordinators[s.group]) for s in snapshots]
+        if output == "json":
+            print_json({"groups": rows})
         else:
-            reg = members[cid]
-            click.echo(f"  {cid}  {reg.pattern} {json.dumps(reg.subscription)}  strategies={','.join(reg.strategies)}")
-    assigned = [(topic, p) for topic in sorted(s.assignment) for p in sorted(s.assignment[topic])]
-    problems: Dict[object, str] = {}
-    committed = read.committed_offsets(zk, group, assigned, problems)
-    ends: Dict[Tuple[str, int], int] = {}
-    for topic in sorted(s.assignment):
-        cli.warn_if_no_data(topic, s.assignment[topic])
-        ends.update(_end_offsets(cli, topic, s.assignment[topic]))
-    rows = []
-    for topic, p in assigned:
-        end = ends.get((topic, p), "-")
-        stream, offset = s.assignment[topic][p], committed[(topic, p)]
-        if (topic, p) in problems:
-            rows.append((topic, p, stream, f"unreadable ({problems[(topic, p)]})", end, "-"))
+            describe.print_rows(describe.STATE_COLUMNS, rows)
+            describe.print_state_errors(rows)
+        return
+    if view == "members":
+        rows = [row for s in snapshots for row in describe.members_rows(s)]
+        if output == "json":
+            print_json({"members": rows})
         else:
-            lag = "-" if offset is None or end == "-" else end - offset
-            rows.append((topic, p, stream, "-" if offset is None else offset, end, lag))
-    if rows:
-        print_table(["TOPIC", "PARTITION", "STREAM", "COMMITTED", "END", "LAG"], rows)
-
-
-def _end_offsets(cli: CliContext, topic: str, partitions) -> Dict[Tuple[str, int], int]:
-    """The log end of each partition; a topic the data plane does not have is one warning (its
-    ends show as "-")."""
-    try:
-        latest = cli.data_plane.latest_offsets([TopicPartition(topic, p) for p in partitions])
-    except UnknownTopic:
-        click.echo(f"warning: topic {topic} is not on {cli.data_plane.describe()}", err=True)
-        return {}
-    return {(tp.topic, tp.partition): offset for tp, offset in latest.items()}
+            describe.print_rows(describe.MEMBERS_VERBOSE_COLUMNS if verbose else describe.MEMBERS_COLUMNS, rows)
+        return
+    counts = cli.data_plane.partition_counts() if snapshots else {}
+    rows = [row for s in snapshots for row in describe.offsets_rows(cli, s, counts)]
+    if output == "json":
+        print_json({"offsets": rows})
+    else:
+        describe.print_rows(describe.OFFSETS_COLUMNS, rows)
 
 
 @groups.command("reset-offsets")
 @click.argument("group")
-@click.option("--topic", required=True, help="Topic whose offsets to reset.")
-@click.option("--to-earliest", is_flag=True)
-@click.option("--to-latest", is_flag=True)
-@click.option("--to-offset", type=click.IntRange(min=0))
-@click.option("--to-datetime", help="ISO 8601, e.g. 2026-11-22T08:00:00 (local time unless it has an offset).")
+@click.option("--topic", "topic_specs", multiple=True, metavar="TOPIC[:P,P...]",
+              help="A topic, or some of its partitions (orders:0,2); repeatable.")
+@click.option("--all-topics", is_flag=True,
+              help="Every topic the group has offsets for, is assigned, or subscribes to.")
+@click.option("--to-earliest", is_flag=True, help="The first offset still held.")
+@click.option("--to-latest", is_flag=True, help="The log end.")
+@click.option("--to-current", is_flag=True, help="The committed offset (the log end where there is none).")
+@click.option("--to-offset", type=click.IntRange(min=0), metavar="N", help="Offset N.")
+@click.option("--shift-by", type=int, metavar="N", help="The committed offset plus N (N may be negative).")
+@click.option("--to-datetime", metavar="ISO",
+              help="The first offset at or after this time: ISO 8601, e.g. 2026-11-22T08:00:00 "
+                   "(local time unless it has an offset).")
+@click.option("--by-duration", metavar="PnDTnHnMnS",
+              help="The first offset at or after this long ago (ISO-8601 duration, e.g. PT1H30M, P2D).")
+@click.option("--from-file", "plan_file", type=click.File("rb"), metavar="FILE",
+              help="The offsets in FILE: CSV lines topic,partition,offset (what --export prints; - for stdin).")
+@click.option("--export", is_flag=True, help="Print the plan as CSV (topic,partition,offset) instead of a table.")
 @click.option("--execute", is_flag=True, help="Apply; without it, only show what would change.")
 @pass_cli
-def groups_reset_offsets(cli: CliContext, group: str, topic: str, to_earliest: bool, to_latest: bool,
-                         to_offset: Optional[int], to_datetime: Optional[str], execute: bool) -> None:
-    """Move GROUP's committed offsets of TOPIC (dry run unless --execute)."""
-    chosen = [x for x in (to_earliest, to_latest, to_offset is not None, to_datetime) if x]
+def groups_reset_offsets(cli: CliContext, group: str, topic_specs: Tuple[str, ...], all_topics: bool,
+                         to_earliest: bool, to_latest: bool, to_current: bool, to_offset: Optional[int],
+                         shift_by: Optional[int], to_datetime: Optional[str], by_duration: Optional[str],
+                         plan_file, export: bool, execute: bool) -> None:
+    """Move GROUP's committed offsets (dry run unless --execute), as kafka-consumer-groups.sh
+    --reset-offsets does. Targets out of a partition's range are clamped to it."""
+    given = {"to-earliest": to_earliest, "to-latest": to_latest, "to-offset": to_offset is not None,
+             "to-datetime": to_datetime is not None, "to-current": to_current, "shift-by": shift_by is not None,
+             "by-duration": by_duration is not None, "from-file": plan_file is not None}
+    chosen = [kind for kind, on in given.items() if on]
     if len(chosen) != 1:
-        raise CliUsageError("give exactly one of --to-earliest, --to-latest, --to-offset, --to-datetime")
-    if to_datetime:
-        try:
-            when = dt.datetime.fromisoformat(to_datetime)
-        except ValueError:
-            raise CliUsageError(f"--to-datetime {to_datetime!r} is not ISO 8601") from None
-        try:
-            ts = int(when.timestamp() * 1000)
-        except (ValueError, OverflowError, OSError):
-            raise CliUsageError(f"--to-datetime {to_datetime!r} is out of range") from None
+        raise CliUsageError(f"give exactly one of {', '.join(reset.TARGETS)}")
+    kind = chosen[0]
+    if kind == "from-file" and (topic_specs or all_topics):
+        raise CliUsageError("--from-file names its own partitions: leave out --topic and --all-topics")
+    if kind != "from-file" and not topic_specs and not all_topics:
+        raise CliUsageError("Missing option '--topic' (or --all-topics)")
+    if topic_specs and all_topics:
+        raise CliUsageError("give --topic or --all-topics, not both")
+    # Everything the command line says is checked before anything connects.
     protocol.validate_name(group, "group")
-    protocol.validate_name(topic)
+    scope = reset.merge_topic_specs(topic_specs)
+    timestamp = reset.parse_datetime(to_datetime) if to_datetime is not None else None
+    if by_duration is not None:
+        timestamp = max(0, reset.now_ms() - reset.parse_duration(by_duration))
+    plan = reset.parse_plan(plan_file, getattr(plan_file, "name", "the plan")) if plan_file is not None else None
+    value = {"to-offset": to_offset, "shift-by": shift_by, "from-file": plan}.get(kind)
+
     zk = cli.zk
-    partitions = cli.partition_count(topic)
     live = read.children(zk, protocol.ids_path(group))
     if live and execute:
         raise ZkGroupsError(f"group {group!r} has {len(live)} live members; stop them before resetting offsets")
-    cli.warn_if_no_data(topic, range(partitions))
-    plane = cli.data_plane
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    earliest, latest = plane.earliest_offsets(tps), plane.latest_offsets(tps)
-    found = plane.offsets_for_times({tp: ts for tp in tps}) if to_datetime else {}
-    targets: Dict[int, int] = {}
-    for tp in tps:
-        if to_earliest:
-            target = earliest[tp]
-        elif to_latest:
-            target = latest[tp]
-        elif to_offset is not None:
-            target = max(earliest[tp], min(to_offset, latest[tp]))
-        else:
-            target = latest[tp] if found.get(tp) is None else found[tp]
-        targets[tp.partition] = target
-    current = read_offsets(zk, group, topic, range(partitions))
-    print_table(["TOPIC", "PARTITION", "CURRENT", "NEW"],
-                [(topic, p, current[p].shown, targets[p]) for p in range(partitions)])
+    tps = _reset_scope(cli, group, scope, all_topics, plan)
+    progress = sys.stderr.isatty() and len(tps) >= RESET_PROGRESS_MIN_PARTITIONS
+    found = reset.plane_offsets(cli.data_plane, tps, timestamp, progress)
+    current = reset.read_offsets(zk, group, tps)
+    targets, clamped = reset.plan_targets(reset.Target(kind, value), tps, current, found.earliest, found.latest,
+                                          found.found)
+    for line in reset.clamp_warnings(clamped):
+        click.echo(line, err=True)
+    note = functools.partial(click.echo, err=export)  # with --export, stdout holds only the CSV
+    if export:
+        click.echo(reset.export_plan(targets), nl=False)
+    else:
+        print_table(["TOPIC", "PARTITION", "CURRENT", "NEW"],
+                    [(tp.topic, tp.partition, current[tp].shown, targets[tp]) for tp in tps])
     if not execute:
-        click.echo("dry run: nothing changed (add --execute to apply)")
+        problem = reset.too_large(reset.offsets_transaction(zk, group, targets, current)[0])
+        if problem:
+            click.echo(f"warning: {problem}", err=True)
+        note("dry run: nothing changed (add --execute to apply)")
         return
-    write_offsets(zk, group, topic, targets, current)
-    click.echo(f"reset {len(targets)} partitions of {topic}")
+    if progress:
+        click.echo(f"writing {len(targets):,} offsets in one transaction", err=True)
+    reset.write_offsets(zk, group, targets, current)
+    topics = sorted({tp.topic for tp in tps})
+    note(f"reset {len(targets)} partitions of {', '.join(topics)}")
 
 
-@dataclass(frozen=True)
-class StoredOffset:
-    """An offsets znode as read: its offset (None: no znode, or one a claim created before
-    anything was committed), its znode version (None: no znode), and what is wrong with data
-    that is not an offset."""
-    offset: Optional[int]
-    version: Optional[int]
-    problem: str = ""
-
-    @property
-    def shown(self):
-        if self.problem:
-            return f"unreadable ({self.problem})"
-        return "-" if self.offset is None else self.offset
+#: reset-offsets shows a progress bar (stderr a terminal) from this many partitions on.
+RESET_PROGRESS_MIN_PARTITIONS = 1000
 
 
-def read_offsets(zk, group: str, topic: str, partitions) -> Dict[int, StoredOffset]:
-    """Every partition's offsets znode with its version (reads pipelined)."""
-    reads = [(p, protocol.offsets_path(group, topic, p)) for p in partitions]
-    pending = [(p, path, zk.get_async(path)) for p, path in reads]
-    out = {}
-    for p, path, result in pending:
-        try:
-            raw, stat = result.get()
-        except NoNodeError:
-            out[p] = StoredOffset(None, None)
-            continue
-        try:
-            out[p] = StoredOffset(protocol.decode_offset(raw, path), stat.version)
-        except CorruptZnode as e:
-            out[p] = StoredOffset(None, stat.version, e.problem)  # a reset is how it gets repaired
-    return out
-
-
-def write_offsets(zk, group: str, topic: str, targets: Dict[int, int], stored: Dict[int, StoredOffset]) -> None:
-    """Write ``targets`` in one transaction, each znode only if it is still as ``stored`` (same
-    version, or still absent); otherwise nothing is written and ZkGroupsError says so."""
-    zk.ensure_path(protocol.offsets_path(group, topic))
-    t = zk.transaction()
-    order = sorted(targets)
-    for p in order:
-        path, data = protocol.offsets_path(group, topic, p), protocol.encode_offset(targets[p])
-        if stored[p].version is None:
-            t.create(path, data)
-        else:
-            t.set_data(path, data, version=stored[p].version)
-    try:
-        commit(t)
-    except TransactionFailed as e:
-        raise ZkGroupsError(f"the committed offset of {topic}-{order[e.index]} in group {group!r} changed "
-                            "while resetting; nothing was written (run the command again)") from None
+def _reset_scope(cli: CliContext, group: str, scope: Dict[str, Optional[List[int]]], all_topics: bool,
+                 plan: Optional[Dict[TopicPartition, int]]) -> List[TopicPartition]:
+    """The partitions a reset moves, sorted; each checked to exist on the data plane."""
+    if plan is not None:
+        scope = {}
+        for tp in plan:
+            scope.setdefault(tp.topic, []).append(tp.partition)
+    elif all_topics:
+        snapshot = describe.read_group(cli.zk, group)
+        counts = cli.data_plane.partition_counts()
+        scope = {}
+        for topic in sorted(describe.group_partitions(cli.zk, snapshot, counts)):
+            if topic in counts:
+                scope[topic] = None  # every partition
+            else:
+                click.echo(f"warning: topic {topic} is not on {cli.data_plane.describe()}; its offsets are left as "
+                           "they are", err=True)
+        if not scope:
+            raise ZkGroupsError(f"group {group!r} has no topics to reset (no committed offsets, assignment or "
+                                "subscriptions)")
+    tps = []
+    for topic, partitions in sorted(scope.items()):
+        count = cli.partition_count(topic)
+        missing = [p for p in partitions or () if p >= count]
+        if missing:
+            raise ZkGroupsError(f"topic {topic!r} has {count} partitions; there is no partition "
+                                f"{', '.join(map(str, missing))}")
+        cli.warn_if_no_data(topic, range(count) if partitions is None else partitions)
+        tps.extend(TopicPartition(topic, p) for p in (range(count) if partitions is None else sorted(partitions)))
+    return tps
 
 
 @groups.command("delete")
@@ -328,11 +364,13 @@ def _subtree(zk, path: str) -> List[str]:
                    "(wall clock, seconds).")
 @click.option("--kafka-commit-offsets", is_flag=True,
               help="Kafka only: also copy each commit to Kafka (after ZooKeeper's), for Kafka's own tools.")
+@click.option("--log-format", type=click.Choice(LOG_FORMATS),
+              help="Log lines as text or JSON objects (the same as groupctl's global --log-format).")
 @pass_cli
 def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_records: Optional[int],
             idle_exit: Optional[float], from_beginning: bool, session_timeout_ms: int,
             config_file: Optional[str], consumer_id: Optional[str], strategies, with_metadata: bool,
-            kafka_commit_offsets: bool) -> None:
+            kafka_commit_offsets: bool, log_format: Optional[str]) -> None:
     """Consume as a member of GROUP; print records as JSON lines and commit as it goes.
 
     A refused commit is a warning and consumption goes on (records may be delivered again); an
@@ -340,6 +378,9 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
     """
     from consumer.consumer import Consumer, ConsumerConfig
     started = time.monotonic()
+    if log_format is not None and log_format != cli.log_format:
+        setup_logging(cli.verbose, log_format)
+        cli.log_format = log_format
     if bool(topics) == bool(pattern):
         raise CliUsageError("give TOPICS or --pattern (one of them)")
     protocol.validate_name(group, "group")
@@ -377,10 +418,15 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):  # leave the group cleanly: commit, release, deregister
         signal.signal(sig, lambda *_: stopping.set())
-    committer = _Committer()
+    committer = _Committer(group)
+    progress = None
+    if max_records and sys.stderr.isatty() and not sys.stdout.isatty():  # records so far, where a person looks
+        progress = click.progressbar(length=max_records, label=f"consuming from group {group}", file=sys.stderr,
+                                     show_pos=True)
     # Its own ZooKeeper session, so that --session-timeout-ms applies to this member.
     with Consumer(group, list(topics) or None, pattern, zk=zk_connect, data_dir=data_dir, listener=committer,
-                  consumer_id=consumer_id, kafka=cli.kafka, **settings) as c:
+                  consumer_id=consumer_id, kafka=cli.kafka, **settings) as c, \
+            (progress or contextlib.nullcontext()):
         committer.consumer = c
         last, generation = started, c.group_metadata().generation
         try:
@@ -402,11 +448,13 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
                                                  "key": _text(r.key), "value": _text(r.value), **meta}))
                 _print("\n".join(lines) + "\n")
                 count += len(lines)
+                if progress is not None:
+                    progress.update(len(lines))
                 last = time.monotonic()
                 committer.commit()  # after printing: at-least-once
         finally:
             committer.commit()
-    click.echo(f"consumed {count} records", err=True)
+    report(f"consumed {count} records", "zkgroups.groupctl", group=group, records=count)
 
 
 def _print(text: str) -> None:
@@ -477,7 +525,8 @@ class _Committer:
     rebalance listener: revoked partitions are committed before they are released. Every call
     comes from the consuming thread."""
 
-    def __init__(self):
+    def __init__(self, group: str):
+        self.group = group
         self.consumer = None
         self.last_warning = ""
 
@@ -486,14 +535,14 @@ class _Committer:
             self.consumer.commit(offsets)
         except CommitFailedError as e:
             self._warn(f"{e}; consuming goes on (records since the last commit of those partitions will be "
-                       "delivered again)")
+                       "delivered again)", reason="commit refused")
             return
         except ZooKeeperUnavailable as e:
-            self._warn(f"{e}; the commit waits for ZooKeeper, consuming goes on")
+            self._warn(f"{e}; the commit waits for ZooKeeper, consuming goes on", reason="ZooKeeper unreachable")
             return
         if self.last_warning:
             self.last_warning = ""
-            log.warning("offsets committed again")
+            log.warning("offsets committed again", extra=self._fields())
 
     # ---- the consumer's rebalance listener (called inside poll() and close())
 
@@ -506,12 +555,17 @@ class _Committer:
 
     def on_partitions_lost(self, lost) -> None:
         self._warn(f"partitions {', '.join(sorted(map(str, lost)))} were lost (the ZooKeeper session ended); "
-                   "consuming goes on (records printed since their last commit will be delivered again)")
+                   "consuming goes on (records printed since their last commit will be delivered again)",
+                   partitions=sorted(f"{tp.topic}-{tp.partition}" for tp in lost), reason="session lost")
 
-    def _warn(self, message: str) -> None:
+    def _warn(self, message: str, **fields) -> None:
         if message != self.last_warning:  # the same again (until a commit succeeds) is not news
-            log.warning("%s", message)
+            log.warning("%s", message, extra={**self._fields(), **fields})
         self.last_warning = message
+
+    def _fields(self) -> dict:
+        """The fields of this member's log lines (``--log-format json``)."""
+        return {"group": self.group, "member": self.consumer.consumer_id if self.consumer else None}
 
 
 

@@ -113,7 +113,7 @@ class Log:
 
     def __init__(self, data_dir: str, fsync: str = "interval", fsync_interval_ms: int = 1000,
                  segment_bytes: int = DEFAULT_SEGMENT_BYTES, retention_bytes: Optional[int] = None,
-                 retention_ms: Optional[int] = None):
+                 retention_ms: Optional[int] = None) -> None:
         if fsync not in FSYNC_POLICIES:
             raise InvalidConfig(f"fsync must be one of {', '.join(FSYNC_POLICIES)}; got {fsync!r}")
         for name, value in (("fsync_interval_ms", fsync_interval_ms), ("segment_bytes", segment_bytes),
@@ -254,7 +254,7 @@ class Log:
     def __enter__(self) -> "Log":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ------------------------------------------------------------ partitions

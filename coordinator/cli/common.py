@@ -10,19 +10,28 @@ demo in :mod:`consumer.cli`, whose :mod:`consumer.cli.context` adds the shared o
   :data:`ZK_CONNECT` (a connect string, :func:`coordinator.zkclient.parse_connect`),
   :class:`Limited` (a bounded whole number) and :class:`Seconds` (a finite, bounded duration).
 * :func:`take_connect` takes a checked connect string out of a config file's values.
-* :func:`print_table` prints aligned columns; :func:`setup_logging` sends log records to
-  stderr as ``level: message``, one line each (a logged exception's traceback only with -vv).
+* :func:`print_table` prints aligned columns, :func:`print_json` one JSON document (the
+  ``--output json`` of the read commands).
+* :func:`setup_logging` sends log records to stderr, one line each: ``level: message`` for the
+  tools, time, level and logger first for a long-running node (``timestamps``), or with
+  ``--log-format json`` one JSON object per line (:class:`JsonFormatter`: time, level, logger,
+  message and the fields the call passed with ``extra=``, :data:`LOG_FIELDS`). A logged
+  exception's traceback only with -vv (nodes: always). :func:`report` writes a line that is
+  always shown (a tool's summary) in the format in use.
 
 A new tool: ``@click.command(cls=CliCommand)`` (or ``click.group(cls=CliGroup)``).
 """
 from __future__ import annotations
 
+import datetime as dt
 import errno
+import json
 import logging
 import math
-import os
+import re
 import sys
-from typing import Any, Iterable, Optional, Sequence
+import traceback
+from typing import Any, Dict, Iterable, Optional, Sequence
 
 import click
 from kazoo.exceptions import KazooException
@@ -50,12 +59,18 @@ def _one_line(message: str) -> str:
 
 
 class CliError(click.ClickException):
-    """Shown as ``error: <message>`` on one line; exit status 1."""
+    """Shown as ``error: <message>`` on one line (a JSON line once ``--log-format json`` is in
+    effect); exit status 1."""
 
     exit_code = 1
 
     def show(self, file=None) -> None:
-        click.echo(f"error: {_one_line(self.format_message())}", err=True)
+        message = _one_line(self.format_message())
+        formatter = _json_formatter()
+        if formatter is not None:  # a log reader sees the last word in the same format
+            click.echo(formatter.format(_record("zkgroups.cli", logging.ERROR, message)), err=True)
+        else:
+            click.echo(f"error: {message}", err=True)
 
 
 class CliUsageError(click.UsageError):
@@ -213,22 +228,134 @@ class _Formatter(logging.Formatter):
         return f"{record.levelname.lower()}: {line}"
 
 
-def setup_logging(verbose: int = 0) -> None:
-    """Log to stderr as ``level: message``: warnings by default, info with -v, debug (and
-    tracebacks of logged exceptions) with -vv.
+LOG_FORMATS = ("text", "json")
+ENV_LOG_FORMAT = "ZKGROUPS_LOG_FORMAT"
 
-    kazoo's own connection chatter is hidden unless -v: the tools report a ZooKeeper that
-    does not answer as an error of their own.
+#: Fields a JSON log line may carry besides time, level, logger and message: whatever a log call
+#: passes with ``extra=`` is included; these are the names zkgroups uses (and documents).
+LOG_FIELDS = {
+    "group": "consumer group id",
+    "generation": "the group's generation",
+    "member": "consumer id of a group member",
+    "node": "coordinator node id",
+    "epoch": "the coordinator epoch",
+    "reason": "why a rebalance or election happened",
+    "members": "how many members (a number) or which (a list)",
+    "moved": "partitions that changed owner in a rebalance",
+    "duration_ms": "how long it took, milliseconds",
+    "topic": "topic name",
+    "partition": "partition number",
+    "partitions": "how many partitions, or which",
+    "offset": "an offset",
+    "records": "how many records",
+    "zk": "the ZooKeeper connect string",
+    "error": "what went wrong (type and message)",
+}
+
+# Names of extra fields (or of keys inside them) whose values are never written: credentials
+# passed by mistake stay out of the logs.
+_SECRET_NAME = re.compile(r"passw|secret|token|credential|sasl\.|ssl\.key|private", re.I)
+_RECORD_ATTRS = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime", "taskName"}
+
+
+def _redacted(name: str, value):
+    if _SECRET_NAME.search(str(name)):
+        return "[redacted]"
+    if isinstance(value, dict):
+        return {k: _redacted(k, v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_redacted("", v) for v in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``time`` (ISO 8601, UTC, milliseconds), ``level`` (lower
+    case), ``logger``, ``message``, then every field the call passed with ``extra=`` (values
+    that are not JSON become strings; names that look like credentials are redacted). A logged
+    exception adds ``error`` (``Type: message``) and, with ``tracebacks``, ``traceback``."""
+
+    def __init__(self, tracebacks: bool = False):
+        super().__init__()
+        self.tracebacks = tracebacks
+
+    def format(self, record: logging.LogRecord) -> str:
+        when = dt.datetime.fromtimestamp(record.created, dt.timezone.utc)
+        line: Dict[str, Any] = {"time": when.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+                                "level": record.levelname.lower(), "logger": record.name,
+                                "message": record.getMessage()}
+        for name, value in record.__dict__.items():
+            if name not in _RECORD_ATTRS and not name.startswith("_") and name not in line:
+                line[name] = _redacted(name, value)
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None:
+            line.setdefault("error", f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+            if self.tracebacks:
+                line["traceback"] = "".join(traceback.format_exception(*record.exc_info))
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def setup_logging(verbose: int = 0, log_format: str = "text", *, level: Optional[int] = None,
+                  timestamps: bool = False) -> None:
+    """Log to stderr, one line per record: warnings by default, info with -v, debug (and
+    tracebacks of logged exceptions) with -vv; ``level`` (a logging level) overrides ``verbose``.
+
+    ``log_format``: ``text`` is ``level: message`` (with ``timestamps``, a long-running node's
+    ``time LEVEL logger: message`` and tracebacks); ``json`` is :class:`JsonFormatter`'s.
+
+    kazoo's own connection chatter is hidden unless -v: the tools report a ZooKeeper that does
+    not answer as an error of their own (a node, ``timestamps``, sets kazoo's level itself).
     """
-    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    if log_format not in LOG_FORMATS:
+        raise InvalidConfig(f"log format {log_format!r} is not one of {', '.join(LOG_FORMATS)}")
+    if level is None:
+        level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    tracebacks = timestamps or verbose >= 2
     root = logging.getLogger()
     handler = next((h for h in root.handlers if isinstance(h, _StderrHandler)), None)
     if handler is None:
         handler = _StderrHandler()
         root.addHandler(handler)
-    handler.setFormatter(_Formatter(tracebacks=verbose >= 2))
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter(tracebacks=tracebacks))
+    elif timestamps:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    else:
+        handler.setFormatter(_Formatter(tracebacks=tracebacks))
     root.setLevel(level)
-    logging.getLogger("kazoo").setLevel(logging.CRITICAL if verbose <= 0 else level)
+    kazoo_quiet = verbose <= 0 and not timestamps
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL if kazoo_quiet else logging.NOTSET)
+
+
+LOG_FORMAT_OPTION = click.option(
+    "--log-format", envvar=ENV_LOG_FORMAT, type=click.Choice(LOG_FORMATS), default="text", show_default=True,
+    show_envvar=True, help="Log lines on stderr as text, or as one JSON object per line.")
+
+
+def _json_formatter() -> Optional[JsonFormatter]:
+    """The JSON formatter of the stderr handler, if ``--log-format json`` is in effect."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, _StderrHandler) and isinstance(handler.formatter, JsonFormatter):
+            return handler.formatter
+    return None
+
+
+def _record(logger: str, level: int, message: str, fields: Optional[Dict[str, Any]] = None) -> logging.LogRecord:
+    record = logging.LogRecord(logger, level, "", 0, message, (), None)
+    record.__dict__.update(fields or {})
+    return record
+
+
+def report(message: str, logger: str = "zkgroups.cli", **fields) -> None:
+    """A line on stderr that is always shown, whatever the log level (a tool's summary, e.g.
+    ``consumed 25 records``): the text as it is, or with ``--log-format json`` a JSON line at
+    level info carrying ``fields``."""
+    formatter = _json_formatter()
+    if formatter is None:
+        click.echo(message, err=True)
+    else:
+        click.echo(formatter.format(_record(logger, logging.INFO, message, fields)), err=True)
 
 
 def take_connect(values: dict, source: str) -> Optional[str]:
@@ -256,3 +383,14 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     for line in lines:
         click.echo("  ".join(c.rjust(w) if num else c.ljust(w)
                              for c, w, num in zip(line, widths, numeric)).rstrip())
+
+
+OUTPUT_FORMATS = ("table", "json")
+OUTPUT_OPTION = click.option(
+    "--output", "-o", type=click.Choice(OUTPUT_FORMATS), default="table", show_default=True,
+    help="table for people; json: one JSON document on stdout, for scripts (field names in the README).")
+
+
+def print_json(document: Any) -> None:
+    """Print ``document`` as one JSON document (the ``--output json`` of a read command)."""
+    click.echo(json.dumps(document, indent=2, ensure_ascii=False))

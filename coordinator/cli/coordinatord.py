@@ -16,6 +16,11 @@ writes ``/brokers/topics`` itself and a mirror writing the same ZooKeeper would 
 settings are checked at startup too (confluent-kafka installed, properties librdkafka accepts;
 a refused value is never shown, it may be a secret).
 
+Logging: ``--log-level`` (INFO), ``--log-format text|json`` (env ``ZKGROUPS_LOG_FORMAT``): text
+lines are ``time LEVEL logger: message``; JSON lines are objects with ``time``, ``level``,
+``logger``, ``message`` and the fields a log call passed (see
+:data:`coordinator.cli.common.LOG_FIELDS`). Neither shows librdkafka property values.
+
 SIGTERM/SIGINT: the leader abandons its current attempt, resigns (another node leads at
 once) and exits 0; a node still waiting for ZooKeeper exits 0 at once.
 """
@@ -23,14 +28,13 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 import threading
 
 import click
 
 from coordinator import config as cfg
-from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, MAX_MS, MAX_WAIT_S, ZK_CONNECT, CliCommand, Seconds,
-                                    take_connect)
+from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, LOG_FORMAT_OPTION, MAX_MS, MAX_WAIT_S, ZK_CONNECT,
+                                    CliCommand, Seconds, setup_logging, take_connect)
 from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.config import MAX_SHARD_COUNT
 from coordinator.errors import InvalidConfig
@@ -78,13 +82,13 @@ _DEFAULTS = CoordinatorConfig()  # the help shows the dataclass's defaults
                    "them at once when a member names a topic not mirrored yet.")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+@LOG_FORMAT_OPTION
 @click.option("--config", "config_file", type=click.Path(),
               help="TOML file with the options above ([coordinator] table or top level).")
-def main(zk, node_id, zk_timeout, wait_for_zk, log_level, config_file, kafka_config, **options):
+def main(zk, node_id, zk_timeout, wait_for_zk, log_level, log_format, config_file, kafka_config, **options):
     """Run a zkgroups coordinator node; with --bootstrap-servers, the leader also mirrors the
     topics of a KRaft Kafka cluster into ZooKeeper."""
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(log_format=log_format, level=logging.getLevelName(log_level.upper()), timestamps=True)
     source = config_file or "options"
     startup = {"zk": zk, "node_id": node_id, "zk_timeout": zk_timeout or DEFAULT_ZK_TIMEOUT, "wait_for_zk": wait_for_zk}
     values = {}
@@ -114,7 +118,8 @@ def main(zk, node_id, zk_timeout, wait_for_zk, log_level, config_file, kafka_con
         zk = startup["zk"]
         reachable = wait_for_zookeeper(
             zk, None if startup["wait_for_zk"] else startup["zk_timeout"], stop,
-            lambda waited: log.warning("ZooKeeper at %s not reachable yet (%.0f s); waiting", zk, waited),
+            lambda waited: log.warning("ZooKeeper at %s not reachable yet (%.0f s); waiting", zk, waited,
+                                       extra={"zk": zk, "duration_ms": int(waited * 1000)}),
             report_every=startup["zk_timeout"])
         if not reachable:
             log.info("stopped while waiting for ZooKeeper")
@@ -124,7 +129,8 @@ def main(zk, node_id, zk_timeout, wait_for_zk, log_level, config_file, kafka_con
         kazoo_log.setLevel(logging.WARNING)
     log.info("node %s started (zk %s)%s", node.node_id, zk,
              f"; while leading it mirrors the topics of Kafka at {config.bootstrap_servers} every "
-             f"{config.mirror_interval_ms} ms" if config.bootstrap_servers else "")
+             f"{config.mirror_interval_ms} ms" if config.bootstrap_servers else "",
+             extra={"node": node.node_id, "zk": zk})
     while not stop.wait(0.5):
         pass
     node.close()
