@@ -2,9 +2,11 @@
 processes started together."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
+from collections import Counter
 
 
 def wait_for(condition, timeout: float = 10.0, interval: float = 0.02, message: str = "condition"):
@@ -90,3 +92,26 @@ def assert_failed(result, match: str, exit_code: int = 1) -> None:
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     assert result.exit_code == exit_code, result.output
     assert_one_line_error(result.exit_code, result.stdout, result.stderr, match)
+
+
+def check_consumed(outputs, ends, victim_output, windows) -> None:
+    """Judge ``groupctl consume --format json`` outputs (paths) of one group against the log
+    ends ({partition: end offset}): every record was consumed, and a record printed twice was
+    printed by the victim (the SIGKILLed member, output ``victim_output``) at or after its
+    partition's redelivery window start (``windows``: {partition: first offset that may repeat})."""
+    seen, by_victim = Counter(), {}
+    for path in outputs:
+        for line in open(path).read().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue  # the SIGKILLed process may leave half a line
+            seen[(r["partition"], r["offset"])] += 1
+            if path == victim_output:
+                by_victim.setdefault(r["partition"], set()).add(r["offset"])
+    expected = {(p, o) for p, end in ends.items() for o in range(end)}
+    assert expected - set(seen) == set(), "records never consumed"
+    for (p, o), n in seen.items():
+        if n > 1:
+            assert p in windows and o >= windows[p] and o in by_victim.get(p, ()), \
+                f"duplicate {p}/{o} outside the allowed window"
