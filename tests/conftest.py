@@ -21,11 +21,15 @@ from coordinator.testing.zkserver import provide_zookeeper  # noqa: E402
 
 
 def pytest_collection_modifyitems(items):
-    """Tests that need a ZooKeeper server get the ``zk`` marker, so ``-m "not zk"`` is the fast
-    subset (pure logic and the file-system log)."""
+    """Tests that need a ZooKeeper server get the ``zk`` marker and tests that start processes
+    the ``process`` marker, so ``-m "not zk and not process and not slow and not kafka and not
+    spark"`` is the fast subset (pure logic and the file-system log)."""
     for item in items:
-        if "zk_server" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "zk_server" in fixtures:
             item.add_marker(pytest.mark.zk)
+        if "subprocess_env" in fixtures:
+            item.add_marker(pytest.mark.process)
 
 
 @pytest.fixture(scope="session")
