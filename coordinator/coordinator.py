@@ -46,7 +46,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.controller import Controller, restore_epoch
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode, InvalidName
 from coordinator.rebalance import Abandoned, Deposed, GroupRebalancer, Superseded, fenced, fenced_commit
-from coordinator.shards import Fence, ShardTerm
+from coordinator.shards import Fence, ShardTerm, Term
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import TransactionFailed, close_client, commit, session_id, start_client
 
@@ -156,24 +156,17 @@ class GroupIndex:
         return groups
 
 
-class Leadership:
+class Leadership(Term):
     """State of one term as controller; ``end()`` may be called from any thread, once or more."""
 
     def __init__(self, epoch: int):
+        super().__init__()
         self.epoch = epoch
-        self.ended = threading.Event()
         self.suspended = False
         self.reconnected = False  # set on CONNECTED after SUSPENDED: re-read everything
-        self.reason = ""
 
-    def end(self, reason: str) -> None:
-        if not self.ended.is_set():
-            self.reason = reason
-            self.ended.set()
-
-    @property
-    def active(self) -> bool:
-        return not self.ended.is_set() and not self.suspended
+    def _suspended(self) -> bool:
+        return self.suspended
 
 
 class Coordinator:

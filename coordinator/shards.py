@@ -58,26 +58,36 @@ def place_shards(count: int, nodes: Sequence[str], current: Mapping[int, str]) -
     return dict(sorted(placed.items()))
 
 
-class ShardTerm:
-    """One node's lead of one shard at one epoch. Ended once (from any thread, with a reason);
-    active while not ended and the node's connection is not suspended (``suspended``: a
-    callable the node provides, read on every check)."""
+class Term:
+    """A term of leadership, ended once (from any thread, with a reason); active while not
+    ended and not suspended (:meth:`_suspended`, read on every check)."""
 
-    def __init__(self, shard: int, epoch: int, suspended: Callable[[], bool] = lambda: False):
-        self.shard, self.epoch = shard, epoch
-        self.fence = Fence(protocol.shard_epoch_path(shard), epoch)
+    def __init__(self):
         self.ended = threading.Event()
         self.reason = ""
-        self._suspended = suspended
 
     def end(self, reason: str) -> None:
         if not self.ended.is_set():
             self.reason = reason
             self.ended.set()
 
+    def _suspended(self) -> bool:
+        return False
+
     @property
     def active(self) -> bool:
         return not self.ended.is_set() and not self._suspended()
+
+
+class ShardTerm(Term):
+    """One node's lead of one shard at one epoch; suspended while the node's connection is
+    (``suspended``: a callable the node provides)."""
+
+    def __init__(self, shard: int, epoch: int, suspended: Callable[[], bool] = lambda: False):
+        super().__init__()
+        self.shard, self.epoch = shard, epoch
+        self.fence = Fence(protocol.shard_epoch_path(shard), epoch)
+        self._suspended = suspended
 
     def __repr__(self) -> str:
         return f"ShardTerm(shard={self.shard}, epoch={self.epoch}, ended={self.ended.is_set()})"

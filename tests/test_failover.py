@@ -24,11 +24,11 @@ SESSION_MS = 1000
 def nodes(zk_connect, subprocess_env, tmp_path):
     procs = {}
 
-    def start(name):
+    def start(name, session_ms=SESSION_MS):
         with open(tmp_path / f"{name}.log", "w") as log:
             procs[name] = subprocess.Popen(
                 [sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", zk_connect, "--node-id", name,
-                 "--session-timeout-ms", str(SESSION_MS), "--rebalance-timeout-ms", "2000"],
+                 "--session-timeout-ms", str(session_ms), "--rebalance-timeout-ms", "2000"],
                 env=subprocess_env, stdout=subprocess.DEVNULL, stderr=log)
         return procs[name]
     yield start, procs
@@ -88,14 +88,13 @@ def test_paused_leader_resumed_cannot_write(zk, zk_connect, nodes):
 
 def test_sigterm_leader_resigns_and_another_leads_at_once(zk, nodes):
     start, procs = nodes
-    start("c1")
+    start("c1", session_ms=30_000)
     wait_for(lambda: current_leader(zk), 20, message="c1 leads")
     start("c2")
     wait_for(lambda: len(zk.get_children(protocol.ELECTION)) == 2, 20, message="c2 contends")
-    t0 = time.monotonic()
     procs["c1"].send_signal(signal.SIGTERM)
+    # Well within c1's 30 s session: the hand-over did not wait for the session to expire.
     wait_for(lambda: (lambda i: i if i and i.node_id == "c2" else None)(current_leader(zk)), 10, message="c2 leads")
-    assert time.monotonic() - t0 < SESSION_MS / 1000, "handover waited for a session timeout"
     assert procs["c1"].wait(10) == 0
 
 
