@@ -1,6 +1,6 @@
 """The live demo (``bin/demo``): real ZooKeeper, three coordinatord nodes, a producer and
-consumers as separate processes; a consumer joins, a consumer is SIGKILLed, the leader is
-SIGKILLed — every rebalance is printed as it happens, and at the end every produced record
+consumers as separate processes; a consumer joins, a consumer is SIGKILLed, the node
+coordinating the group is SIGKILLed — every rebalance is printed as it happens, and at the end every produced record
 is checked to have been consumed (against the data plane's end offsets), then the Spark
 pipeline reads the topic once more.
 
@@ -190,11 +190,19 @@ def leader(client):
 
 
 def wait_until(pred, timeout, what):
+    """``pred()``'s first truthy value, polled until ``timeout``."""
     deadline = time.monotonic() + timeout
-    while not pred():
+    while not (value := pred()):
         if time.monotonic() > deadline:
             raise click.ClickException(f"timed out waiting for {what}")
         time.sleep(0.05)
+    return value
+
+
+def group_shard_leader(client):
+    """(node, shard epoch, verified) of the node leading the demo group's shard."""
+    shard = protocol.shard_of(GROUP, read.shard_count(client) or 1)
+    return read.shard_leaders(client).get(shard, ("", 0, False))
 
 
 def members(client):
@@ -246,10 +254,11 @@ def main(rate, keep, spark, data_plane):
             for n in ("coord-1", "coord-2", "coord-3"):
                 procs.coordinator(n)
             wait_until(lambda: client.exists(protocol.LEADER), 20, "a leader")
-            say(f"coordinators up; leader is {leader(client).node_id} (epoch {leader(client).epoch})")
+            say(f"coordinators up; the controller is {leader(client).node_id} (epoch {leader(client).epoch}); "
+                f"groups are spread over {read.shard_count(client) or '?'} shards on 3 nodes")
             if plane.on_kafka:
                 wait_until(lambda: client.exists(protocol.topic_path(TOPIC)), 20, "the topic mirror")
-                say(f"the leader mirrored topic {TOPIC} from Kafka into {protocol.topic_path(TOPIC)} "
+                say(f"the controller mirrored topic {TOPIC} from Kafka into {protocol.topic_path(TOPIC)} "
                     "(as for a KRaft cluster)")
             watch_rebalances(client, names)
 
@@ -278,11 +287,21 @@ def main(rate, keep, spark, data_plane):
             procs.kill("consumer-2")
             wait_until(lambda: len(members(client)) == 2, 30, "consumer-2's expiry")
             time.sleep(3)
-            old = leader(client)
-            say(f"SIGKILL the leader {old.node_id}")
-            procs.kill(old.node_id)
-            wait_until(lambda: client.exists(protocol.LEADER) and leader(client).epoch > old.epoch, 30, "a new leader")
-            say(f"new leader {leader(client).node_id} (epoch {leader(client).epoch}); consumers kept fetching")
+            node, epoch, _ = wait_until(lambda: group_shard_leader(client)[0] and group_shard_leader(client),
+                                        20, "the group's coordinator")
+            controller = leader(client)
+            also = ", also the controller" if controller.node_id == node else ""
+            say(f"SIGKILL {node}, the node coordinating group {GROUP}{also}")
+            procs.kill(node)
+            now, now_epoch, _ = wait_until(
+                lambda: (lambda led: led[0] not in ("", node) and led[2] and led)(group_shard_leader(client)),
+                30, "the group's new coordinator")
+            say(f"group {GROUP} is coordinated by {now} now (shard epoch {epoch} -> {now_epoch}); "
+                "consumers kept fetching")
+            if also:
+                wait_until(lambda: client.exists(protocol.LEADER) and leader(client).epoch > controller.epoch, 30,
+                           "a new controller")
+                say(f"new controller {leader(client).node_id} (epoch {leader(client).epoch})")
             time.sleep(3)
             stop_producing.set()
             producer.join()
