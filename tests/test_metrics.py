@@ -191,6 +191,36 @@ def test_consumer_metrics_move_with_records_and_commits(zk_connect, zk, data_dir
         c.close()
 
 
+def test_groupctl_consume_serves_its_metrics(tmp_path, subprocess_env, zk_connect, zk, data_dir, cluster):
+    """A groupctl consume process with --metrics-port 0: its records counter reaches what it
+    printed, its lag reaches 0, and more records move both."""
+    cluster.node("n1")
+    fill(data_dir, "orders", [30, 20], zk=zk)
+    out_path, log_path = tmp_path / "out.jsonl", tmp_path / "consume.log"
+    argv = GROUPCTL + ["--zk", zk_connect, "--data-dir", data_dir, "consume", "g", "orders", "--metrics-port", "0"]
+    with open(out_path, "w") as out, open(log_path, "w") as log:
+        proc = subprocess.Popen(argv, env=subprocess_env, stdout=out, stderr=log)
+    try:
+        url = served_url(log_path)
+
+        def caught_up(total):
+            s = scrape(url)
+            lag = [value(s, "zkgroups_consumer_lag", topic="orders", partition=str(p)) for p in range(2)]
+            return s if value(s, "zkgroups_consumer_records_consumed_total") == total and lag == [0, 0] else None
+        samples = wait_for(lambda: caught_up(50), 30, message="50 records consumed")
+        assert value(samples, "zkgroups_consumer_owned_partitions") == 2
+        assert value(samples, "zkgroups_consumer_commits_total") >= 1
+        wait_for(lambda: len(out_path.read_text().splitlines()) == 50, 10, message="50 lines printed")
+        from consumer.log import Log
+        with Log(data_dir) as log:
+            log.append("orders", 0, [(None, b"more-%d" % i, 1, ()) for i in range(7)])
+        wait_for(lambda: caught_up(57), 30, message="57 records consumed")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert proc.returncode == 0 and "Traceback" not in log_path.read_text()
+
+
 def test_exporter_serves_the_lag_describe_shows(tmp_path, subprocess_env, zk_connect, zk, data_dir, cluster, groupctl):
     """Two groups at different committed offsets: every (group, topic, partition) the exporter
     serves has the committed offset, log end and lag of ``groups describe -o json``."""
@@ -203,9 +233,36 @@ def test_exporter_serves_the_lag_describe_shows(tmp_path, subprocess_env, zk_con
             c.commit()
     described = json.loads(groupctl("groups", "describe", "--all-groups", "-o", "json").stdout)["offsets"]
     assert described and any(row["lag"] for row in described)
+    samples = exporter_matches(described, ["--zk", zk_connect, "--data-dir", data_dir], tmp_path, subprocess_env)
+    assert value(samples, "zkgroups_exporter_groups") == 2
+    assert value(samples, "zkgroups_group_total_lag", group="audit") == \
+        sum(row["lag"] for row in described if row["group"] == "audit")
+
+
+@pytest.mark.kafka
+def test_exporter_on_kafka(tmp_path, subprocess_env, zk_connect, zk, kafka_cluster, kafka_topic_name, groupctl):
+    """On Kafka the log ends come from Kafka, and still equal describe's."""
+    from consumer.producer import Producer
+    kafka_cluster.create_topic(kafka_topic_name, 3)
+    TopicRegistry(zk).create(kafka_topic_name, 3)
+    with Producer(bootstrap_servers=kafka_cluster.bootstrap_servers) as producer:
+        for i in range(60):
+            producer.send(kafka_topic_name, b"v%d" % i, key=b"k%d" % i)
+    servers = ["--bootstrap-servers", kafka_cluster.bootstrap_servers]
+    r = groupctl(*servers, "groups", "reset-offsets", "g", "--topic", f"{kafka_topic_name}:0,1", "--to-earliest",
+                 "--execute")
+    assert r.exit_code == 0, r.output
+    described = json.loads(groupctl(*servers, "groups", "describe", "g", "-o", "json").stdout)["offsets"]
+    assert [row["lag"] is not None for row in described] == [True, True, False]
+    exporter_matches(described, ["--zk", zk_connect, *servers], tmp_path, subprocess_env)
+
+
+def exporter_matches(described, global_args, tmp_path, env) -> dict:
+    """Run ``groupctl exporter`` until a scrape has every row of ``described`` (a describe's
+    JSON offsets): committed offset, log end and lag; the last scrape."""
     log_path = tmp_path / "exporter.log"
-    argv = GROUPCTL + ["--zk", zk_connect, "--data-dir", data_dir, "exporter", "--port", "0", "--interval", "0.2"]
-    with process(argv, subprocess_env, log_path):
+    argv = GROUPCTL + global_args + ["exporter", "--port", "0", "--interval", "0.2"]
+    with process(argv, env, log_path):
         url = served_url(log_path, r"exporter serving (http://\S+)")
 
         def matches():
@@ -214,12 +271,13 @@ def test_exporter_serves_the_lag_describe_shows(tmp_path, subprocess_env, zk_con
                 labels = {"group": row["group"], "topic": row["topic"], "partition": str(row["partition"])}
                 for name, field in (("zkgroups_group_committed_offset", "current_offset"),
                                     ("zkgroups_group_log_end_offset", "log_end_offset"), ("zkgroups_group_lag", "lag")):
-                    if (name, tuple(sorted(labels.items()))) not in s or value(s, name, **labels) != row[field]:
+                    present = (name, tuple(sorted(labels.items()))) in s
+                    if present != (row[field] is not None) or (present and value(s, name, **labels) != row[field]):
                         return None
             return s
         samples = wait_for(matches, 20, message="the exporter's offsets")
-        assert value(samples, "zkgroups_exporter_groups") == 2
     assert "Traceback" not in log_path.read_text()
+    return samples
 
 
 def _port_in_use():

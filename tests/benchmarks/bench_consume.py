@@ -218,9 +218,10 @@ def committed_offsets(zk, paths):
     out = []
     for r in results:
         try:
-            out.append(int(r.get()[0]))
+            raw = r.get()[0]
         except NoNodeError:
-            out.append(None)
+            raw = b""
+        out.append(int(raw) if raw else None)  # empty: claimed, nothing committed yet
     return out
 
 
