@@ -164,10 +164,9 @@ class CoordinatorMetrics:
             self._set_group(group, protocol.FAILED, generations.get(group, 0), None)
             self._count(group, "failed", started)
             raise
-        except (Superseded, Deposed, Abandoned, Exception) as e:
+        except Exception as e:
             if generations.get(group, 0) != before:  # a generation was written, then this
-                outcome = {Superseded: "superseded", Deposed: "deposed", Abandoned: "abandoned"}.get(type(e), "error")
-                self._count(group, outcome, started)
+                self._count(group, _OUTCOMES.get(type(e), "error"), started)
             raise
         outcome = run.outcome
         if outcome is None:
@@ -213,6 +212,10 @@ class CoordinatorMetrics:
 
 class _Run:
     outcome = None
+
+
+#: How a rebalance that wrote a generation ended, by the exception that ended it.
+_OUTCOMES = {Superseded: "superseded", Deposed: "deposed", Abandoned: "abandoned"}
 
 
 _OP_NAMES: Dict[type, str] = {}

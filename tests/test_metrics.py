@@ -15,6 +15,8 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from prometheus_client import generate_latest
+
 from consumer.consumer import Consumer
 from coordinator import protocol, read
 from coordinator.topics import TopicRegistry
@@ -26,7 +28,10 @@ COORDINATORD = [sys.executable, "-m", "coordinator.cli.coordinatord"]
 def scrape(url: str) -> dict:
     """{(sample name, sorted label items): value} of one scrape."""
     with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
+        return samples_of(response.read().decode())
+
+
+def samples_of(text: str) -> dict:
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
 
@@ -149,6 +154,34 @@ def test_coordinatord_json_logs_carry_rebalance_fields(tmp_path, subprocess_env,
     elected = next(line for line in lines if "elected controller" in line["message"])
     assert elected["epoch"] >= 1 and elected["node"] == "n1" and elected["reason"]
     assert next(line for line in lines if line["message"].startswith("metrics served at"))["port"] > 0
+
+
+def test_a_failed_group_is_counted_and_shown_until_it_recovers(cluster, zk):
+    """A group whose only member never acks: one failed rebalance per run, the group Failed
+    in the state gauge and the failed-groups count, until a live member makes it Stable."""
+    TopicRegistry(zk).create("t", 2)
+    node = cluster.node("n")
+    mute = cluster.client()
+    mute.ensure_path(protocol.channel_path("g", "g_mute-1-0"))
+    mute.create(protocol.ids_path("g", "g_mute-1-0"), protocol.Registration({"t": 1}).encode(), ephemeral=True,
+                makepath=True)
+    wait_for(lambda: read.group_state(zk, "g").state == protocol.FAILED, 20, message="Failed")
+
+    def shown(state):
+        s = samples_of(generate_latest(node.metrics.registry).decode())
+        return s if value(s, "zkgroups_group_state", group="g", state=state) == 1 else None
+    samples = wait_for(lambda: shown(protocol.FAILED), 10, message="Failed in the metrics")
+    assert value(samples, "zkgroups_groups_failed") == 1
+    assert value(samples, "zkgroups_rebalances_total", group="g", outcome="failed") >= 1
+    assert value(samples, "zkgroups_rebalances_total", group="g", outcome="stable") == 0
+    mute.delete(protocol.ids_path("g", "g_mute-1-0"))
+    healthy = cluster.member("g", ["t"])
+    wait_for(lambda: len(healthy.recorder.owned) == 2, 20, message="recovered")
+    samples = wait_for(lambda: shown(protocol.STABLE), 10, message="Stable in the metrics")
+    assert value(samples, "zkgroups_groups_failed") == 0
+    assert value(samples, "zkgroups_group_state", group="g", state=protocol.FAILED) == 0
+    assert value(samples, "zkgroups_rebalances_total", group="g", outcome="stable") >= 1
+    assert value(samples, "zkgroups_group_generation", group="g") == read.group_state(zk, "g").generation
 
 
 def test_consumer_metrics_move_with_records_and_commits(zk_connect, zk, data_dir, cluster):

@@ -8,18 +8,17 @@ serves the last reading at ``http://HOST:PORT/metrics``. A scrape never reads Zo
 so scrapers cannot load it; the values are at most one interval old
 (``zkgroups_exporter_last_refresh_timestamp_seconds`` says when they were read).
 
-=============================================  =========  ========================  ============================
-name                                           type       labels                    meaning
-=============================================  =========  ========================  ============================
-zkgroups_group_committed_offset                gauge      group, topic, partition   the group's committed offset
-zkgroups_group_log_end_offset                  gauge      group, topic, partition   the partition's log end
-zkgroups_group_lag                             gauge      group, topic, partition   log end - committed offset
-zkgroups_group_total_lag                       gauge      group                     sum of the group's lag
-zkgroups_exporter_groups                       gauge                                groups read at the last refresh
-zkgroups_exporter_last_refresh_timestamp_seconds gauge                              when (Unix time) they were read
-zkgroups_exporter_refresh_duration_seconds     gauge                                how long the last reading took
-zkgroups_exporter_refresh_failures_total       counter    error                     readings that failed (the last good one is kept)
-=============================================  =========  ========================  ============================
+Metrics (name, type, labels: meaning):
+
+* ``zkgroups_group_committed_offset`` gauge {group, topic, partition}: the group's committed offset
+* ``zkgroups_group_log_end_offset`` gauge {group, topic, partition}: the partition's log end
+* ``zkgroups_group_lag`` gauge {group, topic, partition}: log end minus committed offset
+* ``zkgroups_group_total_lag`` gauge {group}: the group's lag summed
+* ``zkgroups_exporter_groups`` gauge: groups read at the last refresh
+* ``zkgroups_exporter_last_refresh_timestamp_seconds`` gauge: when (Unix time) they were read
+* ``zkgroups_exporter_refresh_duration_seconds`` gauge: how long the last reading took
+* ``zkgroups_exporter_refresh_failures_total`` counter {error}: readings that failed (the last
+  good one is still served)
 
 A partition without a committed offset (or whose log end cannot be read) has no committed
 offset or lag sample, as ``describe`` shows ``-``.
@@ -69,12 +68,16 @@ class LagExporter:
         self._took = 0.0
         self.registry.register(self)
 
-    def refresh(self) -> None:
+    def refresh(self, first: bool = False) -> None:
+        """Read every group's offsets; a failure keeps the last reading (the ``first`` one raises:
+        an exporter that cannot read anything at all says so and exits, as the other tools do)."""
         started = time.monotonic()
         try:
             snapshots = describe.read_groups(self.cli.zk, read.groups(self.cli.zk), skip_unreadable=True)
             rows = describe.all_offsets_rows(self.cli, snapshots)
         except (KazooException, ZkGroupsError) as e:
+            if first:
+                raise
             self.failures.labels(type(e).__name__).inc()
             log.warning("exporter: reading the groups failed (%s: %s); serving the last reading", type(e).__name__, e)
             return
@@ -129,7 +132,7 @@ def exporter(cli: CliContext, port: int, interval: float) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.set())
     try:
-        lag.refresh()
+        lag.refresh(first=True)
         report(f"exporter serving {server.url} (groups read every {interval:g} s)", "zkgroups.exporter",
                port=server.port)
         while not stopping.wait(interval):
