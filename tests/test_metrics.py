@@ -335,3 +335,13 @@ def test_bad_metrics_ports_are_one_line(port, subprocess_env, zk_connect, data_d
     finally:
         if holder:
             holder.close()
+
+
+@pytest.mark.parametrize("setting, match", [("metrics_port = 70000", "metrics_port must be a port number"),
+                                            ('metrics_port = "9000"', "metrics_port must be a whole number")])
+def test_bad_metrics_port_in_the_config_file_is_one_line(setting, match, tmp_path, subprocess_env, zk_connect):
+    config = tmp_path / "node.toml"
+    config.write_text(f"[coordinator]\n{setting}\n")
+    r = subprocess.run(COORDINATORD + ["--zk", zk_connect, "--config", str(config)], env=subprocess_env,
+                       capture_output=True, text=True, timeout=60)
+    assert_one_line_error(r.returncode, r.stdout, r.stderr, match)
