@@ -21,6 +21,11 @@ lines are ``time LEVEL logger: message``; JSON lines are objects with ``time``, 
 ``logger``, ``message`` and the fields a log call passed (see
 :data:`coordinator.cli.common.LOG_FIELDS`). Neither shows librdkafka property values.
 
+Metrics: ``--metrics-port PORT`` (env ``ZKGROUPS_METRICS_PORT``, file ``metrics_port``; 0 picks
+a free port) serves the node's Prometheus metrics (:mod:`coordinator.metrics`) from before
+ZooKeeper is reached; the log line ``metrics served at URL`` says where. A port out of range or
+taken is one line and exit 1.
+
 SIGTERM/SIGINT: the leader abandons its current attempt, resigns (another node leads at
 once) and exits 0; a node still waiting for ZooKeeper exits 0 at once.
 """
@@ -115,39 +120,38 @@ def main(zk, node_id, zk_timeout, wait_for_zk, metrics_port, log_level, log_form
         check_mirror_config(config.bootstrap_servers, config.kafka)
     metrics, server = CoordinatorMetrics(), None
     if startup["metrics_port"] is not None:  # before ZooKeeper: a port in use is one line at once
-        server = MetricsServer(metrics.registry, check_port(startup["metrics_port"], "--metrics-port" if metrics_port is not None
-                                                                  else f"{source}: metrics_port")).start()
+        port = check_port(startup["metrics_port"], "--metrics-port" if metrics_port is not None
+                          else f"{source}: metrics_port")
+        server = MetricsServer(metrics.registry, port).start()
         log.info("metrics served at %s", server.url, extra={"port": server.port})
 
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    kazoo_log = logging.getLogger("kazoo")
+    kazoo_log.setLevel(logging.CRITICAL)  # while waiting: one line of our own, not kazoo's retries
     try:
-        stop = threading.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-        kazoo_log = logging.getLogger("kazoo")
-        kazoo_log.setLevel(logging.CRITICAL)  # while waiting: one line of our own, not kazoo's retries
-        try:
-            zk = startup["zk"]
-            reachable = wait_for_zookeeper(
-                zk, None if startup["wait_for_zk"] else startup["zk_timeout"], stop,
-                lambda waited: log.warning("ZooKeeper at %s not reachable yet (%.0f s); waiting", zk, waited,
-                                           extra={"zk": zk, "duration_ms": int(waited * 1000)}),
-                report_every=startup["zk_timeout"])
-            if not reachable:
-                log.info("stopped while waiting for ZooKeeper")
-                return
-            node = Coordinator(zk, startup["node_id"], config, metrics).start()
-        finally:
-            kazoo_log.setLevel(logging.WARNING)
-        log.info("node %s started (zk %s)%s", node.node_id, zk,
-                 f"; while leading it mirrors the topics of Kafka at {config.bootstrap_servers} every "
-                 f"{config.mirror_interval_ms} ms" if config.bootstrap_servers else "",
-                 extra={"node": node.node_id, "zk": zk})
-        while not stop.wait(0.5):
-            pass
-        node.close()
+        zk = startup["zk"]
+        reachable = wait_for_zookeeper(
+            zk, None if startup["wait_for_zk"] else startup["zk_timeout"], stop,
+            lambda waited: log.warning("ZooKeeper at %s not reachable yet (%.0f s); waiting", zk, waited,
+                                       extra={"zk": zk, "duration_ms": int(waited * 1000)}),
+            report_every=startup["zk_timeout"])
+        if not reachable:
+            log.info("stopped while waiting for ZooKeeper")
+            return
+        node = Coordinator(zk, startup["node_id"], config, metrics).start()
     finally:
-        if server is not None:
-            server.close()
+        kazoo_log.setLevel(logging.WARNING)
+    log.info("node %s started (zk %s)%s", node.node_id, zk,
+             f"; while leading it mirrors the topics of Kafka at {config.bootstrap_servers} every "
+             f"{config.mirror_interval_ms} ms" if config.bootstrap_servers else "",
+             extra={"node": node.node_id, "zk": zk})
+    while not stop.wait(0.5):
+        pass
+    node.close()
+    if server is not None:
+        server.close()
 
 
 def _startup_from_file(values: dict, source: str) -> dict:
