@@ -293,6 +293,7 @@ class Coordinator:
         if self._closing.is_set():
             return
         epoch = self._bump_epoch()
+        self.metrics.elected()  # before the term shows: a scrape never sees a controller not counted
         term = self._term = Leadership(epoch)
         if self._closing.is_set():  # close() ran while we were being elected and saw no term to end
             term.end("shutting down")
@@ -300,7 +301,6 @@ class Coordinator:
         self._publish_leader(info)
         log.info("node %s elected controller, epoch %d", self.node_id, epoch,
                  extra={"node": self.node_id, "epoch": epoch, "reason": "elected controller"})
-        self.metrics.elected()
         self.elected.set()
         controller = self._controller = Controller(self.client, self.config, self.node_id, term)
         try:

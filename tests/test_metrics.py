@@ -94,7 +94,7 @@ def test_coordinatord_metrics_follow_the_rebalances(tmp_path, subprocess_env, zk
         wait_for(lambda: value(scrape(url), "zkgroups_controller") == 1, 20, message="the node leads")
         samples = scrape(url)
         assert value(samples, "zkgroups_controller_elections_total") == 1
-        assert value(samples, "zkgroups_controller_epoch") == read.leader(zk).epoch
+        assert value(samples, "zkgroups_controller_epoch") == wait_for(lambda: read.leader(zk), 10).epoch
         wait_for(lambda: sum(v for (name, _), v in scrape(url).items() if name == "zkgroups_shard_leader") == 16,
                  20, message="the node leads every shard")
 
