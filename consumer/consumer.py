@@ -36,9 +36,11 @@ from coordinator import protocol
 from coordinator.assignors import STRATEGIES
 from coordinator.errors import (FetchFailed, IllegalStateError, InvalidConfig, NoOffsetForPartition,
                                 OffsetOutOfRange, ZkGroupsError)
+from coordinator.metrics import check_port
 from coordinator.zkclient import close_client, start_client
 from consumer.dataplane import DataPlane, open_data_plane
 from consumer.member import GroupMember, MemberListener
+from consumer.metrics import ConsumerMetrics
 from consumer.records import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 
 log = logging.getLogger("zkgroups.consumer")
@@ -74,6 +76,7 @@ class ConsumerConfig:
     connect_timeout_s: float = 10.0
     bootstrap_servers: str = ""                # Kafka brokers; "" (and no KAFKA_BOOTSTRAP_SERVERS): the embedded log
     kafka_commit_offsets: bool = False         # also copy commits to Kafka (after ZooKeeper's) for Kafka's tools
+    metrics_port: Optional[int] = None         # serve Prometheus metrics on this port (0: any free one); None: off
 
     def validate(self) -> None:
         if self.auto_offset_reset not in ("earliest", "latest", "none"):
@@ -82,6 +85,8 @@ class ConsumerConfig:
             raise InvalidConfig(f"start_position must be one of {', '.join(START_POSITIONS)}")
         cfg.positive(self, "auto_commit_interval_ms", "max_poll_records", "max_poll_interval_ms",
                      "session_timeout_ms", "fetch_max_bytes", "max_partition_fetch_bytes")
+        if self.metrics_port is not None:
+            check_port(self.metrics_port, "metrics_port")
         if isinstance(self.assignment_strategy, str):
             self.assignment_strategy = (self.assignment_strategy,)
         self.assignment_strategy = tuple(self.assignment_strategy)
@@ -257,10 +262,13 @@ class Consumer:
         self._wakeup = False
         self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000.0
         self._streams: Optional[Streams] = None
+        self._metrics: Optional[ConsumerMetrics] = None  # with metrics_port: counted per poll and commit
         self._own_client = isinstance(zk, str)
         self._client = start_client(zk, self.config.session_timeout_ms, self.config.connect_timeout_s) \
             if self._own_client else zk
         try:
+            if self.config.metrics_port is not None:  # first: a port in use fails before joining the group
+                self._metrics = ConsumerMetrics(self).serve(self.config.metrics_port)
             self._plane: DataPlane = open_data_plane(
                 data_dir=data_dir, bootstrap_servers=self.config.bootstrap_servers or None, kafka=kafka,
                 log_options=log_options)
@@ -276,6 +284,8 @@ class Consumer:
                                        session_timeout_ms=self.config.session_timeout_ms)
             self._member.start()
         except BaseException:
+            if self._metrics is not None:
+                self._metrics.close()
             if self._own_client:
                 close_client(self._client)
             raise
@@ -331,6 +341,11 @@ class Consumer:
 
     # ------------------------------------------------------------ poll
 
+    @property
+    def metrics(self) -> Optional[ConsumerMetrics]:
+        """This consumer's metrics (``metrics.server.url``: where they are served); None without ``metrics_port``."""
+        return self._metrics
+
     def poll(self, timeout_ms: int = 0, max_records: Optional[int] = None) -> Dict[TopicPartition, List[ConsumerRecord]]:
         """Up to ``max_records`` (default ``max_poll_records``) records, fairly across partitions,
         waiting up to ``timeout_ms`` for some. Runs the rebalance listener's callbacks first.
@@ -340,6 +355,11 @@ class Consumer:
         WakeupException after :meth:`wakeup`, NoOffsetForPartition (``auto_offset_reset="none"``),
         a data-plane error such as LogCorrupted once for the partition it concerns (the others
         keep flowing; ``seek`` past the damage to go on), and IllegalStateError once closed."""
+        if self._metrics is not None:
+            return self._metrics.timed_poll(self._poll, timeout_ms, max_records)
+        return self._poll(timeout_ms, max_records)
+
+    def _poll(self, timeout_ms: int, max_records: Optional[int]) -> Dict[TopicPartition, List[ConsumerRecord]]:
         self._check_open()
         deadline = time.monotonic() + timeout_ms / 1000.0
         self._last_poll = time.monotonic()
@@ -572,7 +592,10 @@ class Consumer:
             changed = {tp: o for tp, o in offsets.items() if self._committed_positions.get(tp) != o}
         if not changed:
             return
-        self._member.commit(changed)
+        if self._metrics is not None:
+            self._metrics.timed_commit(self._member.commit, changed)
+        else:
+            self._member.commit(changed)
         with self._commit_lock:
             self._committed_positions.update(changed)
         if self.config.kafka_commit_offsets:
@@ -693,6 +716,8 @@ class Consumer:
             self._set_state(ConsumerState.CLOSED)
             self._fetcher.close()
             self._async_commits.shutdown(wait=True)
+            if self._metrics is not None:
+                self._metrics.close()
             self._plane.close()
             if self._own_client:
                 close_client(self._client)

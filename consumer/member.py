@@ -581,10 +581,17 @@ class GroupMember:
             self._delete_all(decision.ignored_paths)
             return
         target = {TopicPartition(t, p): s for t, parts in decision.target.items() for p, s in parts.items()}
+        started, before = time.monotonic(), set(self.owned())
         if self._apply(target, decision.ignored_paths + decision.acks, decision.start_path):
             self._applied = decision.applied
             self.generation = decision.applied[1]
             self.rebalances += 1
+            owned, took = set(self.owned()), (time.monotonic() - started) * 1000.0
+            log.info("member %s applied generation %d: owns %d partitions, %d moved, in %.1f ms", self.consumer_id,
+                     self.generation, len(owned), len(before ^ owned), took,
+                     extra={"group": self.group, "generation": self.generation, "member": self.consumer_id,
+                            "reason": "command applied", "partitions": len(owned), "moved": len(before ^ owned),
+                            "duration_ms": round(took, 1)})
 
     def _apply(self, target: Dict[TopicPartition, str], acks: List[str], start_path: Optional[str]) -> bool:
         """Move from the owned partitions to ``target``: revoke and release what moves away,

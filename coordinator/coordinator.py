@@ -45,6 +45,7 @@ from coordinator import protocol, read
 from coordinator.config import CoordinatorConfig
 from coordinator.controller import Controller, restore_epoch
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode, InvalidName
+from coordinator.metrics import CoordinatorMetrics
 from coordinator.rebalance import Abandoned, Deposed, GroupRebalancer, Superseded, fenced, fenced_commit
 from coordinator.shards import Fence, ShardTerm, Term
 from coordinator.topics import TopicRegistry
@@ -83,6 +84,11 @@ class RebalanceRequests:
         self._running: Set[str] = set()
         self._dirty: Set[str] = set()
         self._closed = False
+
+    def queued(self) -> int:
+        """How many groups wait for a handler thread."""
+        with self._lock:
+            return len(self._queued)
 
     def request(self, group: str, changed: bool = True) -> None:
         """Queue ``group``. ``changed=False`` is a routine check: a group being handled is
@@ -180,7 +186,8 @@ class Coordinator:
     timer. ``_term`` (the controller term) is replaced only by the election thread; other
     threads read it once into a local."""
 
-    def __init__(self, connect: str, node_id: Optional[str] = None, config: Optional[CoordinatorConfig] = None):
+    def __init__(self, connect: str, node_id: Optional[str] = None, config: Optional[CoordinatorConfig] = None,
+                 metrics: Optional[CoordinatorMetrics] = None):
         self.connect = connect
         self.host = socket.gethostname()
         self.node_id = node_id or f"{self.host}-{os.getpid()}"
@@ -198,6 +205,8 @@ class Coordinator:
         self._lifecycle = threading.Lock()
         self._started = False
         self.elected = threading.Event()    # set while this node is the controller (for tests and tools)
+        self.metrics = metrics or CoordinatorMetrics()  # its own registry: serve it with coordinator.metrics
+        self.metrics.attach(self)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -207,6 +216,7 @@ class Coordinator:
                 return self
             self._started = True
         self.client = start_client(self.connect, self.config.session_timeout_ms)
+        self.metrics.count_requests(self.client)
         self.client.add_listener(self._on_connection_state)
         self.groups = GroupCoordinator(self).start()
         self._thread = threading.Thread(target=self._contend, name=f"election-{self.node_id}", daemon=True)
@@ -276,12 +286,14 @@ class Coordinator:
         if self._closing.is_set():
             return
         epoch = self._bump_epoch()
+        self.metrics.elected()  # before the term shows: a scrape never sees a controller not counted
         term = self._term = Leadership(epoch)
         if self._closing.is_set():  # close() ran while we were being elected and saw no term to end
             term.end("shutting down")
         info = protocol.LeaderInfo(self.node_id, self.host, os.getpid(), epoch, protocol.now_ms())
         self._publish_leader(info)
-        log.info("node %s elected controller, epoch %d", self.node_id, epoch)
+        log.info("node %s elected controller, epoch %d", self.node_id, epoch,
+                 extra={"node": self.node_id, "epoch": epoch, "reason": "elected controller"})
         self.elected.set()
         controller = self._controller = Controller(self.client, self.config, self.node_id, term)
         try:
@@ -291,7 +303,8 @@ class Coordinator:
             controller.stop()
             self._controller = None
             log.info("node %s steps down as controller (epoch %d): %s", self.node_id, epoch,
-                     term.reason or "term ended")
+                     term.reason or "term ended",
+                     extra={"node": self.node_id, "epoch": epoch, "reason": term.reason or "term ended"})
             self._unpublish_leader(info)
             self._term = None
 
@@ -469,7 +482,8 @@ class GroupCoordinator:
         while not self.stopped.is_set():
             try:
                 kind, arg = self.events.get(timeout=0.1)
-                self._on_event(kind, arg)
+                with self.node.metrics.handling(kind):
+                    self._on_event(kind, arg)
             except queue.Empty:
                 pass
             except KazooException as e:
@@ -706,6 +720,10 @@ class GroupCoordinator:
 
     # ---- which groups are ours
 
+    def leads(self, group: str) -> bool:
+        """Whether this node leads ``group`` now (any thread)."""
+        return group in self.all_groups and self._term_of(group) is not None
+
     def _shard(self, group: str) -> Optional[int]:
         return None if self.count is None else protocol.shard_of(group, self.count)
 
@@ -756,21 +774,27 @@ class GroupCoordinator:
         if term is None or not term.active:
             return
         try:
-            outcome = self.rebalancer.run(group, dict(self.topics), term.fence, abort=lambda: not term.active,
-                                          observe=self._observe, changed=lambda: self.requests.changed(group))
+            with self.node.metrics.rebalance(group, self.rebalancer.generations) as counted:
+                outcome = counted.outcome = self.rebalancer.run(
+                    group, dict(self.topics), term.fence, abort=lambda: not term.active, observe=self._observe,
+                    changed=lambda: self.requests.changed(group))
+            fields = {"group": group, "generation": outcome.generation, "reason": ", ".join(outcome.reasons) or "-",
+                      "members": outcome.members, "moved": outcome.moved, "duration_ms": round(outcome.duration_ms, 1)}
             if outcome.state != "unchanged":
                 log.info("group %s generation %d %s: reason=%s members=%d moved=%d duration=%.1fms%s",
                          group, outcome.generation, outcome.state, ", ".join(outcome.reasons) or "-",
                          outcome.members, outcome.moved, outcome.duration_ms,
-                         f" excluded={outcome.excluded}" if outcome.excluded else "")
+                         f" excluded={outcome.excluded}" if outcome.excluded else "", extra=fields)
             if outcome.state == protocol.FAILED:
-                log.error("group %s: %s", group, outcome.error)
+                log.error("group %s: %s", group, outcome.error, extra={**fields, "reason": outcome.error})
             if outcome.unavailable:  # look again for the squatted partitions later
                 self._retry_later(group, self.config.failed_retry_interval_ms)
             self._verified(group)
         except ConsumerRebalanceFailedException as e:
             log.error("ConsumerRebalanceFailedException: %s; retrying in %d ms", e,
-                      self.config.failed_retry_interval_ms)
+                      self.config.failed_retry_interval_ms,
+                      extra={"group": group, "generation": self.rebalancer.generations.get(group, 0),
+                             "reason": str(e)})
             self._retry_later(group, self.config.failed_retry_interval_ms)
             self._verified(group)
         except Deposed as e:

@@ -390,7 +390,7 @@ class GroupRebalancer:
             if not reasons:
                 self._settle(snapshot, plan, squatted, fence)
                 return Outcome(group, "unchanged", snapshot.state.generation, duration_ms=_ms(started),
-                               unavailable=len(squatted))
+                               members=len(plan.members), unavailable=len(squatted))
             if abort():
                 raise Abandoned("leadership is ending")
             generation = max(snapshot.state.generation, self.generations.get(group, 0)) + 1

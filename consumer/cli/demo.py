@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import Counter
 
 import click
@@ -42,6 +44,10 @@ from consumer.records import TopicPartition
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOPIC, GROUP, PARTITIONS = "demo", "demo-group", 6
 SESSION_MS = 2000
+METRICS_LINE = re.compile(r"metrics served at (http://\S+)")
+#: The lines of a scrape the demo shows at the end.
+SCRAPE_EXCERPT = re.compile(r"^(zkgroups_controller |zkgroups_rebalances_total\{group=\"%s\"|"
+                            r"zkgroups_group_generation\{group=\"%s\"})" % (GROUP, GROUP))
 
 
 def say(msg: str) -> None:
@@ -122,9 +128,21 @@ class Processes:
     def coordinator(self, name: str) -> None:
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", self.connect, "--node-id", name,
-             "--session-timeout-ms", str(SESSION_MS), "--rebalance-timeout-ms", "5000",
+             "--session-timeout-ms", str(SESSION_MS), "--rebalance-timeout-ms", "5000", "--metrics-port", "0",
              *self.plane.coordinator_args()],
             env=self.env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.workdir, f"{name}.log"), "w"))
+
+    def metrics_url(self, name: str) -> str:
+        """Where coordinator ``name`` serves its metrics (the line its log starts with)."""
+        path = os.path.join(self.workdir, f"{name}.log")
+        found = {}
+
+        def served():
+            with open(path) as f:
+                found["url"] = next((m.group(1) for m in map(METRICS_LINE.search, f) if m), None)
+            return found["url"]
+        wait_until(served, 20, f"{name}'s metrics endpoint")
+        return found["url"]
 
     def consumer(self, name: str, client, names) -> None:
         """Start consumer ``name`` and wait until it registered."""
@@ -180,6 +198,13 @@ def watch_rebalances(client, names):
         say(f"  group {GROUP} generation {s.generation} {s.state}: {len(s.members)} members"
             + (f" — partitions {who}" if who and s.state == protocol.STABLE else ""))
     DataWatch(client, protocol.state_path(GROUP), changed)
+
+
+def scrape_excerpt(url: str):
+    """The controller gauge and the demo group's rebalance counters of one node's scrape."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return [line for line in text.splitlines() if SCRAPE_EXCERPT.match(line)]
 
 
 def leader(client):
@@ -256,6 +281,8 @@ def main(rate, keep, spark, data_plane):
             wait_until(lambda: client.exists(protocol.LEADER), 20, "a leader")
             say(f"coordinators up; the controller is {leader(client).node_id} (epoch {leader(client).epoch}); "
                 f"groups are spread over {read.shard_count(client) or '?'} shards on 3 nodes")
+            metrics = {n: procs.metrics_url(n) for n in ("coord-1", "coord-2", "coord-3")}
+            say("Prometheus metrics: " + ", ".join(f"{n} {url}" for n, url in metrics.items()))
             if plane.on_kafka:
                 wait_until(lambda: client.exists(protocol.topic_path(TOPIC)), 20, "the topic mirror")
                 say(f"the controller mirrored topic {TOPIC} from Kafka into {protocol.topic_path(TOPIC)} "
@@ -322,6 +349,11 @@ def main(rate, keep, spark, data_plane):
             if missing or committed != [ends[p] for p in range(PARTITIONS)]:
                 raise click.ClickException("not every record was consumed")
             say("OK: every produced record was consumed")
+            for n, url in metrics.items():
+                if n != node:  # the SIGKILLed one
+                    say(f"metrics of {n} (excerpt):")
+                    for line in scrape_excerpt(url):
+                        click.echo(f"    {line}")
             if spark:
                 run_pipeline(procs, workdir)
         finally:

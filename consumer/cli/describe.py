@@ -157,6 +157,12 @@ def offsets_rows(cli: CliContext, snapshot: GroupSnapshot, counts: Dict[str, int
     return rows
 
 
+def all_offsets_rows(cli: CliContext, snapshots: Sequence[GroupSnapshot]) -> List[dict]:
+    """The offsets view of several groups (the data plane's partition counts read once)."""
+    counts = cli.data_plane.partition_counts() if snapshots else {}
+    return [row for s in snapshots for row in offsets_rows(cli, s, counts)]
+
+
 def end_offsets(cli: CliContext, topic: str, partitions) -> Dict[Tuple[str, int], int]:
     """The log end of each partition; a topic the data plane does not have is one warning
     (its ends are left out: ``-``)."""

@@ -56,6 +56,7 @@ from coordinator import config as _config
 from coordinator import protocol, read
 from coordinator.assignors import STRATEGIES
 from consumer.cli import describe, reset
+from consumer.cli.exporter import exporter
 from consumer.cli.context import CliContext, kafka_properties, pass_cli
 from consumer.records import TopicPartition
 from coordinator.cli.common import (LOG_FORMATS, MAX_MS, OUTPUT_OPTION, CliError, CliUsageError, Limited, Seconds,
@@ -82,6 +83,7 @@ def register(main: click.Group) -> None:
     main.add_command(coordinator)
     main.add_command(groups)
     main.add_command(consume)
+    main.add_command(exporter)
 
 
 # ---------------------------------------------------------------- coordinator
@@ -185,8 +187,7 @@ def groups_describe(cli: CliContext, group: Optional[str], all_groups: bool, off
         else:
             describe.print_rows(describe.MEMBERS_VERBOSE_COLUMNS if verbose else describe.MEMBERS_COLUMNS, rows)
         return
-    counts = cli.data_plane.partition_counts() if snapshots else {}
-    rows = [row for s in snapshots for row in describe.offsets_rows(cli, s, counts)]
+    rows = describe.all_offsets_rows(cli, snapshots)
     if output == "json":
         print_json({"offsets": rows})
     else:
@@ -366,11 +367,13 @@ def _subtree(zk, path: str) -> List[str]:
               help="Kafka only: also copy each commit to Kafka (after ZooKeeper's), for Kafka's own tools.")
 @click.option("--log-format", type=click.Choice(LOG_FORMATS),
               help="Log lines as text or JSON objects (the same as groupctl's global --log-format).")
+@click.option("--metrics-port", type=int, metavar="PORT",
+              help="Serve this consumer's Prometheus metrics at http://HOST:PORT/metrics (0: any free port).")
 @pass_cli
 def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_records: Optional[int],
             idle_exit: Optional[float], from_beginning: bool, session_timeout_ms: int,
             config_file: Optional[str], consumer_id: Optional[str], strategies, with_metadata: bool,
-            kafka_commit_offsets: bool, log_format: Optional[str]) -> None:
+            kafka_commit_offsets: bool, log_format: Optional[str], metrics_port: Optional[int]) -> None:
     """Consume as a member of GROUP; print records as JSON lines and commit as it goes.
 
     A refused commit is a warning and consumption goes on (records may be delivered again); an
@@ -411,6 +414,8 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
     settings.setdefault("connect_timeout_s", cli.zk_timeout)
     if strategies:
         settings["assignment_strategy"] = strategies
+    if metrics_port is not None:
+        settings["metrics_port"] = metrics_port
     checked = _config.build(ConsumerConfig, settings, config_file or "options")  # names the file; before connecting
     if checked.session_timeout_ms > MAX_MS:
         raise InvalidConfig(f"{config_file or 'options'}: session_timeout_ms must be at most {MAX_MS}")
@@ -428,6 +433,8 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
                   consumer_id=consumer_id, kafka=cli.kafka, **settings) as c, \
             (progress or contextlib.nullcontext()):
         committer.consumer = c
+        if c.metrics is not None:
+            report(f"metrics served at {c.metrics.server.url}", "zkgroups.groupctl", port=c.metrics.server.port)
         last, generation = started, c.group_metadata().generation
         try:
             while (max_records is None or count < max_records) and not stopping.is_set():

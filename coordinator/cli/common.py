@@ -249,6 +249,7 @@ LOG_FIELDS = {
     "offset": "an offset",
     "records": "how many records",
     "zk": "the ZooKeeper connect string",
+    "port": "a TCP port (where metrics are served)",
     "error": "what went wrong (type and message)",
 }
 

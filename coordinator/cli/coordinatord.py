@@ -21,6 +21,11 @@ lines are ``time LEVEL logger: message``; JSON lines are objects with ``time``, 
 ``logger``, ``message`` and the fields a log call passed (see
 :data:`coordinator.cli.common.LOG_FIELDS`). Neither shows librdkafka property values.
 
+Metrics: ``--metrics-port PORT`` (env ``ZKGROUPS_METRICS_PORT``, file ``metrics_port``; 0 picks
+a free port) serves the node's Prometheus metrics (:mod:`coordinator.metrics`) from before
+ZooKeeper is reached; the log line ``metrics served at URL`` says where. A port out of range or
+taken is one line and exit 1.
+
 SIGTERM/SIGINT: the leader abandons its current attempt, resigns (another node leads at
 once) and exits 0; a node still waiting for ZooKeeper exits 0 at once.
 """
@@ -38,6 +43,7 @@ from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, LOG_FORMAT_OPTION, MAX_M
 from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.config import MAX_SHARD_COUNT
 from coordinator.errors import InvalidConfig
+from coordinator.metrics import CoordinatorMetrics, MetricsServer, check_port
 from coordinator.mirror import check_mirror_config
 from coordinator.zkclient import wait_for_zookeeper
 
@@ -80,17 +86,21 @@ _DEFAULTS = CoordinatorConfig()  # the help shows the dataclass's defaults
 @click.option("--mirror-interval-ms", type=int,
               help=f"How often the mirror reads Kafka's topics [{_DEFAULTS.mirror_interval_ms}]; it also reads "
                    "them at once when a member names a topic not mirrored yet.")
+@click.option("--metrics-port", envvar="ZKGROUPS_METRICS_PORT", type=int, metavar="PORT",
+              help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; the log says which).")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @LOG_FORMAT_OPTION
 @click.option("--config", "config_file", type=click.Path(),
               help="TOML file with the options above ([coordinator] table or top level).")
-def main(zk, node_id, zk_timeout, wait_for_zk, log_level, log_format, config_file, kafka_config, **options):
+def main(zk, node_id, zk_timeout, wait_for_zk, metrics_port, log_level, log_format, config_file, kafka_config,
+         **options):
     """Run a zkgroups coordinator node; with --bootstrap-servers, the leader also mirrors the
     topics of a KRaft Kafka cluster into ZooKeeper."""
     setup_logging(log_format=log_format, level=logging.getLevelName(log_level.upper()), timestamps=True)
     source = config_file or "options"
-    startup = {"zk": zk, "node_id": node_id, "zk_timeout": zk_timeout or DEFAULT_ZK_TIMEOUT, "wait_for_zk": wait_for_zk}
+    startup = {"zk": zk, "node_id": node_id, "zk_timeout": zk_timeout or DEFAULT_ZK_TIMEOUT, "wait_for_zk": wait_for_zk,
+               "metrics_port": metrics_port}
     values = {}
     if config_file:
         values = dict(cfg.load_toml(config_file, "coordinator"))
@@ -108,6 +118,12 @@ def main(zk, node_id, zk_timeout, wait_for_zk, log_level, log_format, config_fil
             raise InvalidConfig(f"{source}: {name} must be at most {limit}, got {getattr(config, name)}")
     if config.bootstrap_servers:
         check_mirror_config(config.bootstrap_servers, config.kafka)
+    metrics, server = CoordinatorMetrics(), None
+    if startup["metrics_port"] is not None:  # before ZooKeeper: a port in use is one line at once
+        port = check_port(startup["metrics_port"], "--metrics-port" if metrics_port is not None
+                          else f"{source}: metrics_port")
+        server = MetricsServer(metrics.registry, port).start()
+        log.info("metrics served at %s", server.url, extra={"port": server.port})
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -124,7 +140,7 @@ def main(zk, node_id, zk_timeout, wait_for_zk, log_level, log_format, config_fil
         if not reachable:
             log.info("stopped while waiting for ZooKeeper")
             return
-        node = Coordinator(zk, startup["node_id"], config).start()
+        node = Coordinator(zk, startup["node_id"], config, metrics).start()
     finally:
         kazoo_log.setLevel(logging.WARNING)
     log.info("node %s started (zk %s)%s", node.node_id, zk,
@@ -134,14 +150,17 @@ def main(zk, node_id, zk_timeout, wait_for_zk, log_level, log_format, config_fil
     while not stop.wait(0.5):
         pass
     node.close()
+    if server is not None:
+        server.close()
 
 
 def _startup_from_file(values: dict, source: str) -> dict:
-    """Take the startup keys (zk, node_id, zk_timeout, wait_for_zk) out of the file's values,
+    """Take the startup keys (zk, node_id, zk_timeout, wait_for_zk, metrics_port) out of the file's values,
     checked; None for those it does not set."""
     found = {"zk": take_connect(values, source), "node_id": cfg.take(values, "node_id", str, source),
              "zk_timeout": cfg.take(values, "zk_timeout", float, source),
-             "wait_for_zk": cfg.take(values, "wait_for_zk", bool, source)}
+             "wait_for_zk": cfg.take(values, "wait_for_zk", bool, source),
+             "metrics_port": cfg.take(values, "metrics_port", int, source)}
     if found["zk_timeout"] is not None and not 0 < found["zk_timeout"] <= MAX_WAIT_S:
         raise InvalidConfig(f"{source}: zk_timeout must be > 0 and at most {MAX_WAIT_S:g} seconds")
     return found

@@ -10,6 +10,8 @@ Producer. Measured in one run:
   data with the fetcher's chunk size (500 records), in a fresh ``Log`` like the consumer's.
   The two alternate for ``--rounds`` (5) rounds and the best of each is reported (the machine is
   shared and noisy). Target: ratio >= 0.8.
+* **poll with metrics**: the same consumer with ``metrics_port`` set (records, bytes and poll
+  latency counted per poll).
 * **poll + commit**: the same with ``commit()`` after every poll (a ZooKeeper transaction
   each time).
 * **group of processes**: ``--processes`` (4) consumer processes in one group against one
@@ -83,10 +85,12 @@ def check(count: int, expected: int, what: str) -> None:
 
 # ---------------------------------------------------------------- one consumer in this process
 
-def poll_all(connect: str, data_dir: str, group: str, expected: int, commit_every_poll: bool) -> float:
-    """Records/s of a lone consumer reading everything (timed after its first record)."""
+def poll_all(connect: str, data_dir: str, group: str, expected: int, commit_every_poll: bool,
+             metrics: bool = False) -> float:
+    """Records/s of a lone consumer reading everything (timed after its first record); with
+    ``metrics`` its Prometheus metrics are on (served on a free port)."""
     c = Consumer(group, [TOPIC], zk=connect, data_dir=data_dir, auto_offset_reset="earliest",
-                 enable_auto_commit=False)
+                 enable_auto_commit=False, metrics_port=0 if metrics else None)
     try:
         deadline = time.monotonic() + 60
         count = 0
@@ -214,9 +218,10 @@ def committed_offsets(zk, paths):
     out = []
     for r in results:
         try:
-            out.append(int(r.get()[0]))
+            raw = r.get()[0]
         except NoNodeError:
-            out.append(None)
+            raw = b""
+        out.append(int(raw) if raw else None)  # empty: claimed, nothing committed yet
     return out
 
 
@@ -359,10 +364,11 @@ def main(argv=None) -> None:
                     sys.exit("bench_consume: coordinatord did not become leader")
                 time.sleep(0.05)
 
-            base = poll_rate = commit_rate = 0.0
+            base = poll_rate = metrics_rate = commit_rate = 0.0
             for r in range(rounds):
                 base = max(base, raw_fetch(data_dir, args.partitions, records))
                 poll_rate = max(poll_rate, poll_all(connect, data_dir, f"solo-{r}", records, False))
+                metrics_rate = max(metrics_rate, poll_all(connect, data_dir, f"metrics-{r}", records, False, True))
                 commit_rate = max(commit_rate, poll_all(connect, data_dir, f"commit-{r}", records, True))
 
             one = many = None  # (seconds, polled, registered) of the best round
@@ -386,6 +392,8 @@ def main(argv=None) -> None:
     print_table([
         Row("baseline (Log.fetch loop)", base, "records/s", 1.0, f"chunks of {FETCH_CHUNK}"),
         Row("Consumer.poll()", poll_rate, "records/s", poll_rate / base, "target ratio >= 0.8"),
+        Row("Consumer.poll(), metrics_port set", metrics_rate, "records/s", metrics_rate / base,
+            f"{metrics_rate / poll_rate:.2f} of poll() without"),
         Row("Consumer.poll() + commit() per poll", commit_rate, "records/s", commit_rate / base),
         Row("1 consumer process (spawn -> all committed)", one_rate, "records/s", 1.0,
             f"{one[0]:.2f} s, {one[1] - records:,} duplicates"),
