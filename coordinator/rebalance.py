@@ -28,9 +28,12 @@ from coordinator.config import CoordinatorConfig
 from coordinator.shards import Fence
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode
 from coordinator.protocol import GroupState, Ownership, Registration
-from coordinator.zkclient import TransactionFailed, commit
+from coordinator.zkclient import MAX_REQUEST_BYTES, TransactionFailed, commit, transaction_bytes
 
 log = logging.getLogger(__name__)
+
+#: A create's serialized size beyond its path and data (header, ACL, flags), with room to spare.
+COMMAND_OVERHEAD = 64
 
 
 class Deposed(Exception):
@@ -58,17 +61,24 @@ class Snapshot:
     topics: Dict[str, int]             # every readable topic -> partition count
     state: GroupState
     state_version: Optional[int]       # None: no state znode yet
+    ids_cversion: int = -1             # child versions of ids/ and channel/ when read (-1: unknown)
+    channel_cversion: int = -1
 
 
 def read_snapshot(client, group: str, topics: Dict[str, int]) -> Snapshot:
     """Members (registrations decoded; unreadable ones and ones without a command channel
-    rejected) and the group's last state."""
+    rejected) and the group's last state. Two pipelined round trips: the state, ids/ and
+    channel/ (in that order: a member creates its channel before it registers, so every member
+    listed has its channel listed), then the registrations."""
     state_async = client.get_async(protocol.state_path(group))
-    ids = read.children(client, protocol.ids_path(group))
+    ids_async = client.get_children_async(protocol.ids_path(group), include_data=True)
+    channels_async = client.get_children_async(protocol.channel_path(group), include_data=True)
+    ids, ids_cversion = _children_and_cversion(ids_async)
+    channels, channel_cversion = _children_and_cversion(channels_async)
+    channels = set(channels)
     members, rejected = {}, {}
-    pending = [(cid, client.get_async(protocol.ids_path(group, cid)),
-                client.exists_async(protocol.channel_path(group, cid))) for cid in ids]
-    for cid, a, channel in pending:
+    pending = [(cid, client.get_async(protocol.ids_path(group, cid))) for cid in ids]
+    for cid, a in pending:
         path = protocol.ids_path(group, cid)
         try:
             raw, _ = a.get()
@@ -78,7 +88,7 @@ def read_snapshot(client, group: str, topics: Dict[str, int]) -> Snapshot:
         except CorruptZnode as e:
             rejected[cid] = e.problem
             continue
-        if channel.get() is None:
+        if cid not in channels:
             del members[cid]
             rejected[cid] = f"has no command channel ({protocol.channel_path(group, cid)} is missing)"
     try:
@@ -92,19 +102,30 @@ def read_snapshot(client, group: str, topics: Dict[str, int]) -> Snapshot:
         log.error("group %s: %s; it will be rewritten", group, e)
         _, stat = client.get(protocol.state_path(group))
         state, version = GroupState(generation=stat.version), stat.version
-    return Snapshot(group, members, rejected, topics, state, version)
+    return Snapshot(group, members, rejected, topics, state, version, ids_cversion, channel_cversion)
 
 
-def read_owners(client, group: str, topics) -> Ownership:
-    """Who holds each partition now: topic -> partition -> stream id (ephemeral owner nodes)."""
-    children = {t: client.get_children_async(protocol.owners_path(group, t)) for t in topics}
+def _children_and_cversion(pending) -> Tuple[List[str], int]:
+    """A get_children(include_data=True) answer: sorted children and the parent's cversion ([] and -1 if missing)."""
+    try:
+        children, stat = pending.get()
+    except NoNodeError:
+        return [], -1
+    return sorted(children), stat.cversion
+
+
+def read_owners(client, group: str, topics, cversions: Optional[Dict[str, int]] = None) -> Ownership:
+    """Who holds each partition now: topic -> partition -> stream id (ephemeral owner nodes).
+    ``cversions``, if given, receives each owners/<topic> znode's child version as listed
+    (before the owner nodes were read: a change after the listing shows as a newer one)."""
+    children = {t: client.get_children_async(protocol.owners_path(group, t), include_data=True) for t in topics}
     gets = []
     for topic, a in children.items():
-        try:
-            for p in a.get():
-                gets.append((topic, p, client.get_async(protocol.owners_path(group, topic, p))))
-        except NoNodeError:
-            continue
+        listed, cversion = _children_and_cversion(a)
+        if cversions is not None:
+            cversions[topic] = cversion
+        for p in listed:
+            gets.append((topic, p, client.get_async(protocol.owners_path(group, topic, p))))
     owners: Ownership = {}
     for topic, p, a in gets:
         try:
@@ -113,6 +134,41 @@ def read_owners(client, group: str, topics) -> Ownership:
         except (NoNodeError, ValueError):
             continue
     return owners
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What a verified group looked like, in znode versions: while none of them changed (and
+    neither did the partition counts of its topics), neither did its members, their channels,
+    its state or its owner nodes, so its ownership is still what was verified. An owner node
+    rewritten in place (set_data, which no member does) changes no child version: the periodic
+    full check still reads every owner node now and then."""
+    state_version: Optional[int]
+    ids_cversion: int
+    channel_cversion: int
+    owners: Tuple[Tuple[str, int], ...]     # (topic, cversion of owners/<topic>) for the assigned topics
+    topics: Tuple[Tuple[str, int], ...]     # (topic, partition count) of the topics the members use
+
+    def paths(self, group: str) -> List[str]:
+        """The znodes whose stats this fingerprint records, in :meth:`matches` order."""
+        return ([protocol.state_path(group), protocol.ids_path(group), protocol.channel_path(group)]
+                + [protocol.owners_path(group, t) for t, _ in self.owners])
+
+    def matches(self, stats, topics: Dict[str, int]) -> bool:
+        """Whether the stats of :meth:`paths` (None where missing) and the partition counts are unchanged."""
+        if any(stat is None for stat in stats[1:]):
+            return False
+        state, ids, channels, owners = stats[0], stats[1], stats[2], stats[3:]
+        return ((state.version if state else None) == self.state_version and ids.cversion == self.ids_cversion
+                and channels.cversion == self.channel_cversion
+                and tuple(o.cversion for o in owners) == tuple(c for _, c in self.owners)
+                and all(topics.get(t) == n for t, n in self.topics))
+
+
+def fingerprint(snapshot: Snapshot, plan: Plan, owner_cversions: Dict[str, int]) -> Fingerprint:
+    used = sorted({t for subs in plan.members.values() for t in subs})
+    return Fingerprint(snapshot.state_version, snapshot.ids_cversion, snapshot.channel_cversion,
+                       tuple(sorted(owner_cversions.items())), tuple((t, snapshot.topics.get(t, 0)) for t in used))
 
 
 # ---------------------------------------------------------------- compute
@@ -237,28 +293,49 @@ def write_state(client, fence: Fence, group: str, state: GroupState, version: Op
 
 def write_commands(client, fence: Fence, snapshot: Snapshot, plan: Plan, generation: int,
                    stale: List[str], squatted=None) -> Dict[str, List[str]]:
-    """One fenced transaction: state Rebalancing, then stop-fetcher and start-fetcher for
-    every member (in that order, so each channel holds stop before start), and the removal
-    of ``stale`` command paths. Returns consumer id -> [stop path, start path]."""
+    """Fenced transactions: state Rebalancing, then stop-fetcher and start-fetcher for every
+    member (in that order, so each channel holds stop before start), and the removal of
+    ``stale`` command paths. Returns consumer id -> [stop path, start path].
+
+    Normally one transaction. One larger than ZooKeeper takes (:data:`MAX_REQUEST_BYTES`: a
+    group of hundreds of members on thousands of partitions) is split: the state and the stale
+    removals first, then the members' command pairs, as many per transaction as fit. Every
+    part checks the fence as its first operation, so a deposed node's part fails whole, and a
+    member's pair is never split. Parts written before a failure are harmless: the state
+    already names this generation, a later attempt writes a newer one, members apply only the
+    newest commands, and no partition can have two owners (owner nodes are exclusive)."""
     group = snapshot.group
     epoch = fence.epoch
-    t = fenced(client, fence)
     state = GroupState(generation, protocol.REBALANCING, list(plan.members), plan.assignment,
                        plan.strategy, problems(snapshot, plan, squatted), epoch)
+    order = sorted(plan.members)
+    shares = plan.shares()
+    pairs = []
+    for cid in order:
+        prefix = protocol.command_prefix(group, cid)
+        pairs.append((prefix, protocol.Command(protocol.STOP_FETCHER, generation, epoch, consumer_id=cid).encode(),
+                      protocol.Command(protocol.START_FETCHER, generation, epoch, shares[cid],
+                                       consumer_id=cid).encode()))
+    t = fenced(client, fence)
     _write_state(t, group, state, snapshot.state_version)
     for path in stale:
         t.delete(path)
-    order = sorted(plan.members)
-    shares = plan.shares()
-    for cid in order:
-        prefix = protocol.command_prefix(group, cid)
-        t.create(prefix, protocol.Command(protocol.STOP_FETCHER, generation, epoch, consumer_id=cid).encode(),
-                 sequence=True)
-        t.create(prefix, protocol.Command(protocol.START_FETCHER, generation, epoch, shares[cid],
-                                          consumer_id=cid).encode(), sequence=True)
-    results = fenced_commit(t, fence)
-    first = 2 + len(stale)
-    return {cid: results[first + 2 * i:first + 2 * i + 2] for i, cid in enumerate(order)}
+    parts, size = [t], transaction_bytes(t)
+    path_bytes = len(client.chroot or "") + COMMAND_OVERHEAD  # kazoo sends paths with the chroot in front
+    for prefix, stop, start in pairs:
+        pair_bytes = 2 * (len(prefix) + path_bytes) + len(stop) + len(start)
+        if size + pair_bytes > MAX_REQUEST_BYTES:
+            t = fenced(client, fence)
+            parts.append(t)
+            size = transaction_bytes(t)
+        t.create(prefix, stop, sequence=True)
+        t.create(prefix, start, sequence=True)
+        size += pair_bytes
+    created: List[str] = []
+    for i, part in enumerate(parts):
+        results = fenced_commit(part, fence)
+        created += results[1 + (1 + len(stale) if i == 0 else 0):]
+    return {cid: created[2 * i:2 * i + 2] for i, cid in enumerate(order)}
 
 
 def problems(snapshot: Snapshot, plan: Plan, squatted: Optional[Dict[Tuple[str, int], int]] = None) -> str:
@@ -360,6 +437,16 @@ class GroupRebalancer:
         self.squatted: Dict[str, Dict[Tuple[str, int], int]] = {}
         # Problems already logged, per group: each is logged once while it lasts.
         self._reported: Dict[str, Set[str]] = {}
+        # The last verified look of each group whose ownership was found right (see Fingerprint):
+        # a periodic check needs to run a group again only when it no longer matches.
+        self.verified: Dict[str, Fingerprint] = {}
+
+    def forget(self, group: Optional[str] = None) -> None:
+        """Drop what is known of ``group`` (every group if None): its next check reads everything."""
+        if group is None:
+            self.verified.clear()
+        else:
+            self.verified.pop(group, None)
 
     def run(self, group: str, topics: Dict[str, int], fence: Fence, abort: Callable[[], bool], observe=None,
             changed: Callable[[], bool] = lambda: False) -> Outcome:
@@ -369,6 +456,7 @@ class GroupRebalancer:
         changed since this run began (raises :class:`Superseded` while waiting for acks, rather
         than waiting out members that may be gone)."""
         started = time.monotonic()
+        self.verified.pop(group, None)  # recorded again only by a run that verifies it
         excluded: Set[str] = set()
         squatted = self._still_squatted(group)
         attempts = self.settings.max_rebalance_retries + 1
@@ -385,10 +473,14 @@ class GroupRebalancer:
             plan = compute_plan(snapshot, excluded, set(squatted))
             self._report(snapshot, plan, squatted)
             reasons = reasons_to_rebalance(snapshot, plan, None)
+            owner_cversions: Dict[str, int] = {}
             if not reasons:
-                reasons = reasons_to_rebalance(snapshot, plan, read_owners(self.client, group, plan.assignment))
+                owners = read_owners(self.client, group, plan.assignment, owner_cversions)
+                reasons = reasons_to_rebalance(snapshot, plan, owners)
             if not reasons:
-                self._settle(snapshot, plan, squatted, fence)
+                snapshot.state_version = self._settle(snapshot, plan, squatted, fence)
+                if not squatted:
+                    self.verified[group] = fingerprint(snapshot, plan, owner_cversions)
                 return Outcome(group, "unchanged", snapshot.state.generation, duration_ms=_ms(started),
                                unavailable=len(squatted))
             if abort():
@@ -446,15 +538,17 @@ class GroupRebalancer:
             log.error("%s", line)
         self._reported[snapshot.group] = current
 
-    def _settle(self, snapshot: Snapshot, plan: Plan, squatted, fence: Fence) -> None:
-        """Ownership is already right: record it as Stable (no commands) if the state says otherwise."""
+    def _settle(self, snapshot: Snapshot, plan: Plan, squatted, fence: Fence) -> Optional[int]:
+        """Ownership is already right: record it as Stable (no commands) if the state says
+        otherwise. Returns the state znode's version now."""
         want = protocol.STABLE if plan.members else protocol.EMPTY
         error = problems(snapshot, plan, squatted)
         if snapshot.state.state != want or snapshot.state.error != error:
             s = snapshot.state
-            write_state(self.client, fence, snapshot.group,
-                        GroupState(s.generation, want, s.members, s.assignment, s.strategy, error, fence.epoch),
-                        snapshot.state_version)
+            return write_state(self.client, fence, snapshot.group,
+                               GroupState(s.generation, want, s.members, s.assignment, s.strategy, error, fence.epoch),
+                               snapshot.state_version)
+        return snapshot.state_version
 
     def _fail(self, snapshot: Snapshot, plan: Plan, error: str, fence: Fence) -> None:
         s = snapshot.state

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import logging
 import os
 import signal
 import subprocess
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from coordinator import protocol, read
-from coordinator.testing.zkserver import four_letter, provide_zookeeper
+from coordinator.testing.zkserver import die_with_parent, four_letter, provide_zookeeper
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 from tests.benchmarks.common import Row, print_table
@@ -42,6 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TICKS = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 TOPIC = "t"
+MEMBER_SESSION_MS = 30000
 
 
 def group_name(i: int) -> str:
@@ -67,7 +69,8 @@ def coordinatord(connect: str, name: str, session_ms: int, root: str) -> subproc
     env = dict(os.environ, PYTHONPATH=root)
     return subprocess.Popen([sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", connect, "--node-id", name,
                              "--session-timeout-ms", str(session_ms), "--log-level", "WARNING"],
-                            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=die_with_parent)
 
 
 def start_members(connect: str, groups: List[str], members: int, procs: int, clients: int) -> List[subprocess.Popen]:
@@ -80,7 +83,8 @@ def start_members(connect: str, groups: List[str], members: int, procs: int, cli
             continue
         out.append(subprocess.Popen([sys.executable, "-m", "tests.benchmarks.bench_scale", "--worker", connect,
                                      str(members), str(clients), ",".join(mine)],
-                                    cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+                                    cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    preexec_fn=die_with_parent))
     for p in out:
         line = p.stdout.readline()
         if line.strip() != b"ready":
@@ -103,14 +107,17 @@ def worker(connect: str, members: int, clients: int, groups: List[str]) -> None:
     """A member process: ``members`` GroupMembers per group over ``clients`` kazoo clients;
     prints ``ready`` once all are registered and runs until stdin closes."""
     from consumer.member import GroupMember, MemberListener
-    zks = [start_client(connect, 6000) for _ in range(clients)]
+    logging.disable(logging.WARNING)  # no "no coordinator is running" lines: none runs yet, on purpose
+    # A long session: thousands of member threads in one process may starve its connection
+    # threads for seconds on a loaded machine; the members' sessions are not what is measured.
+    zks = [start_client(connect, MEMBER_SESSION_MS) for _ in range(clients)]
     jobs = [(g, i) for g in groups for i in range(members)]
 
     def start(job):
         g, i = job
         return GroupMember(zks[hash(job) % len(zks)], g, {TOPIC: 1}, listener=MemberListener()).start()
 
-    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
         started = list(pool.map(start, jobs))
     print("ready", flush=True)
     sys.stdin.read()
@@ -259,7 +266,7 @@ def main():
     ap.add_argument("--partitions", type=int, default=20, help="partitions of the topic every group consumes")
     ap.add_argument("--nodes", default="1,3", help="coordinator node counts")
     ap.add_argument("--large", action="store_true", help="also one group of 500 members on 5,000 partitions")
-    ap.add_argument("--member-procs", type=int, default=4, help="member processes")
+    ap.add_argument("--member-procs", type=int, default=8, help="member processes")
     ap.add_argument("--clients", type=int, default=4, help="kazoo clients per member process")
     ap.add_argument("--idle-s", type=float, default=30.0, help="idle measurement window")
     ap.add_argument("--session-ms", type=int, default=6000, help="the coordinators' session timeout")
