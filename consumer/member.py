@@ -158,7 +158,7 @@ class _Events:
 
 class GroupMember:
     def __init__(self, client, group: str, subscription: Dict[str, int], pattern: str = protocol.PATTERN_STATIC,
-                 strategies: Iterable[str] = ("range",), client_id: str = "", listener: Optional[MemberListener] = None,
+                 strategies: Iterable[str] = ("sticky", "range"), client_id: str = "", listener: Optional[MemberListener] = None,
                  consumer_id: Optional[str] = None, session_timeout_ms: Optional[int] = None):
         protocol.validate_name(group, "group")
         self.client, self.group = client, group
@@ -204,10 +204,12 @@ class GroupMember:
             raise RuntimeError("a GroupMember starts once")
         c, g, cid = self.client, self.group, self.consumer_id
         try:
-            c.ensure_path(protocol.ids_path(g))
-            c.ensure_path(protocol.channel_path(g, cid))
-            c.ensure_path(protocol.owners_path(g))
-            c.ensure_path(protocol.offsets_path(g))
+            # The group's directories usually exist: look at all in one round trip, create the missing.
+            paths = [protocol.ids_path(g), protocol.channel_path(g, cid), protocol.owners_path(g),
+                     protocol.offsets_path(g)]
+            for path, exists in [(path, c.exists_async(path)) for path in paths]:
+                if exists.get() is None:
+                    c.ensure_path(path)
             self._register()
         except KazooException as e:
             raise ZooKeeperUnavailable(f"cannot join group {g}: {type(e).__name__}") from None
