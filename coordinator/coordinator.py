@@ -744,7 +744,7 @@ class GroupCoordinator:
         group's znodes (pipelined) and runs the groups that changed since they were last
         verified, or were never verified; a full check runs every group."""
         if full:
-            self.rebalancer.forget()
+            self.rebalancer.read_in_full(list(self.group_watches))
             self._request_held(changed=False)
             return
         pending = []

@@ -61,8 +61,9 @@ class Snapshot:
     topics: Dict[str, int]             # every readable topic -> partition count
     state: GroupState
     state_version: Optional[int]       # None: no state znode yet
-    ids_cversion: int = -1             # child versions of ids/ and channel/ when read (-1: unknown)
-    channel_cversion: int = -1
+    ids_pzxid: int = -1                # zxids of the last child change of ids/ and channel/ when read (-1: unknown)
+    channel_pzxid: int = -1
+    state_mzxid: Optional[int] = None  # zxid of the state znode's last write (None: no state znode)
 
 
 def read_snapshot(client, group: str, topics: Dict[str, int]) -> Snapshot:
@@ -73,8 +74,8 @@ def read_snapshot(client, group: str, topics: Dict[str, int]) -> Snapshot:
     state_async = client.get_async(protocol.state_path(group))
     ids_async = client.get_children_async(protocol.ids_path(group), include_data=True)
     channels_async = client.get_children_async(protocol.channel_path(group), include_data=True)
-    ids, ids_cversion = _children_and_cversion(ids_async)
-    channels, channel_cversion = _children_and_cversion(channels_async)
+    ids, ids_pzxid = _children_and_pzxid(ids_async)
+    channels, channel_pzxid = _children_and_pzxid(channels_async)
     channels = set(channels)
     members, rejected = {}, {}
     pending = [(cid, client.get_async(protocol.ids_path(group, cid))) for cid in ids]
@@ -91,8 +92,10 @@ def read_snapshot(client, group: str, topics: Dict[str, int]) -> Snapshot:
         if cid not in channels:
             del members[cid]
             rejected[cid] = f"has no command channel ({protocol.channel_path(group, cid)} is missing)"
+    mzxid = None
     try:
         raw, stat = state_async.get()
+        mzxid = stat.mzxid
         state, version = GroupState.decode(raw, protocol.state_path(group)), stat.version
     except NoNodeError:
         state, version = GroupState(), None
@@ -102,28 +105,28 @@ def read_snapshot(client, group: str, topics: Dict[str, int]) -> Snapshot:
         log.error("group %s: %s; it will be rewritten", group, e)
         _, stat = client.get(protocol.state_path(group))
         state, version = GroupState(generation=stat.version), stat.version
-    return Snapshot(group, members, rejected, topics, state, version, ids_cversion, channel_cversion)
+    return Snapshot(group, members, rejected, topics, state, version, ids_pzxid, channel_pzxid, mzxid)
 
 
-def _children_and_cversion(pending) -> Tuple[List[str], int]:
-    """A get_children(include_data=True) answer: sorted children and the parent's cversion ([] and -1 if missing)."""
+def _children_and_pzxid(pending) -> Tuple[List[str], int]:
+    """A get_children(include_data=True) answer: sorted children and the parent's pzxid ([] and -1 if missing)."""
     try:
         children, stat = pending.get()
     except NoNodeError:
         return [], -1
-    return sorted(children), stat.cversion
+    return sorted(children), stat.pzxid
 
 
-def read_owners(client, group: str, topics, cversions: Optional[Dict[str, int]] = None) -> Ownership:
+def read_owners(client, group: str, topics, pzxids: Optional[Dict[str, int]] = None) -> Ownership:
     """Who holds each partition now: topic -> partition -> stream id (ephemeral owner nodes).
-    ``cversions``, if given, receives each owners/<topic> znode's child version as listed
-    (before the owner nodes were read: a change after the listing shows as a newer one)."""
+    ``pzxids``, if given, receives each owners/<topic> znode's pzxid as listed (before the
+    owner nodes were read: a change after the listing shows as a newer one)."""
     children = {t: client.get_children_async(protocol.owners_path(group, t), include_data=True) for t in topics}
     gets = []
     for topic, a in children.items():
-        listed, cversion = _children_and_cversion(a)
-        if cversions is not None:
-            cversions[topic] = cversion
+        listed, pzxid = _children_and_pzxid(a)
+        if pzxids is not None:
+            pzxids[topic] = pzxid
         for p in listed:
             gets.append((topic, p, client.get_async(protocol.owners_path(group, topic, p))))
     owners: Ownership = {}
@@ -138,15 +141,16 @@ def read_owners(client, group: str, topics, cversions: Optional[Dict[str, int]] 
 
 @dataclass(frozen=True)
 class Fingerprint:
-    """What a verified group looked like, in znode versions: while none of them changed (and
-    neither did the partition counts of its topics), neither did its members, their channels,
-    its state or its owner nodes, so its ownership is still what was verified. An owner node
-    rewritten in place (set_data, which no member does) changes no child version: the periodic
-    full check still reads every owner node now and then."""
-    state_version: Optional[int]
-    ids_cversion: int
-    channel_cversion: int
-    owners: Tuple[Tuple[str, int], ...]     # (topic, cversion of owners/<topic>) for the assigned topics
+    """What a verified group looked like, in zxids: while none of them changed (and neither did
+    the partition counts of its topics), neither did its members, their channels, its state or
+    its owner nodes, so its ownership is still what was verified. pzxid (the zxid of a znode's
+    last child change) and mzxid are unique in the whole ensemble, so a znode deleted and made
+    again never matches. An owner node rewritten in place (set_data, which no member does)
+    changes no pzxid: the periodic full check still reads every owner node now and then."""
+    state_mzxid: Optional[int]
+    ids_pzxid: int
+    channel_pzxid: int
+    owners: Tuple[Tuple[str, int], ...]     # (topic, pzxid of owners/<topic>) for the assigned topics
     topics: Tuple[Tuple[str, int], ...]     # (topic, partition count) of the topics the members use
 
     def paths(self, group: str) -> List[str]:
@@ -159,16 +163,34 @@ class Fingerprint:
         if any(stat is None for stat in stats[1:]):
             return False
         state, ids, channels, owners = stats[0], stats[1], stats[2], stats[3:]
-        return ((state.version if state else None) == self.state_version and ids.cversion == self.ids_cversion
-                and channels.cversion == self.channel_cversion
-                and tuple(o.cversion for o in owners) == tuple(c for _, c in self.owners)
+        return ((state.mzxid if state else None) == self.state_mzxid and ids.pzxid == self.ids_pzxid
+                and channels.pzxid == self.channel_pzxid
+                and tuple(o.pzxid for o in owners) == tuple(z for _, z in self.owners)
                 and all(topics.get(t) == n for t, n in self.topics))
 
 
-def fingerprint(snapshot: Snapshot, plan: Plan, owner_cversions: Dict[str, int]) -> Fingerprint:
+def fingerprint(snapshot: Snapshot, plan: "Plan", owner_pzxids: Dict[str, int]) -> Fingerprint:
     used = sorted({t for subs in plan.members.values() for t in subs})
-    return Fingerprint(snapshot.state_version, snapshot.ids_cversion, snapshot.channel_cversion,
-                       tuple(sorted(owner_cversions.items())), tuple((t, snapshot.topics.get(t, 0)) for t in used))
+    return Fingerprint(snapshot.state_mzxid, snapshot.ids_pzxid, snapshot.channel_pzxid,
+                       tuple(sorted(owner_pzxids.items())), tuple((t, snapshot.topics.get(t, 0)) for t in used))
+
+
+def verified_record(snapshot: Snapshot, owner_pzxids: Dict[str, int]) -> Dict:
+    """What the state records of a verification (:attr:`GroupState.verified`)."""
+    return {"ids": snapshot.ids_pzxid, "channel": snapshot.channel_pzxid, "owners": dict(owner_pzxids)}
+
+
+def still_as_verified(client, snapshot: Snapshot, plan: "Plan") -> Optional[Dict[str, int]]:
+    """The owners' pzxids if the state records a verification that still holds: members and
+    channels unchanged since (the snapshot shows the same pzxids), the plan's topics those it
+    verified, and their owner nodes unchanged (one pipelined round trip). None otherwise."""
+    record = snapshot.state.verified
+    if (not record or record["ids"] != snapshot.ids_pzxid or record["channel"] != snapshot.channel_pzxid
+            or set(record["owners"]) != set(plan.assignment)):
+        return None
+    stats = [(t, client.exists_async(protocol.owners_path(snapshot.group, t))) for t in record["owners"]]
+    now = {t: (a.get().pzxid if a.get() is not None else -1) for t, a in stats}
+    return now if now == record["owners"] else None
 
 
 # ---------------------------------------------------------------- compute
@@ -283,12 +305,13 @@ def fenced_commit(t, fence: Fence) -> list:
         raise
 
 
-def write_state(client, fence: Fence, group: str, state: GroupState, version: Optional[int]) -> int:
-    """Write the group state, fenced; return the state znode's new version."""
+def write_state(client, fence: Fence, group: str, state: GroupState, version: Optional[int]) -> Optional[int]:
+    """Write the group state, fenced; return the zxid of the write (the state znode's mzxid
+    now) when ZooKeeper says it (an update does; a creation does not: None)."""
     t = fenced(client, fence)
     _write_state(t, group, state, version)
-    fenced_commit(t, fence)
-    return 0 if version is None else version + 1
+    written = fenced_commit(t, fence)[1]
+    return getattr(written, "mzxid", None)
 
 
 def write_commands(client, fence: Fence, snapshot: Snapshot, plan: Plan, generation: int,
@@ -440,13 +463,19 @@ class GroupRebalancer:
         # The last verified look of each group whose ownership was found right (see Fingerprint):
         # a periodic check needs to run a group again only when it no longer matches.
         self.verified: Dict[str, Fingerprint] = {}
+        # Groups whose next run reads their owner nodes whatever their state records (a full check).
+        self.must_read: Set[str] = set()
 
-    def forget(self, group: Optional[str] = None) -> None:
-        """Drop what is known of ``group`` (every group if None): its next check reads everything."""
-        if group is None:
-            self.verified.clear()
-        else:
+    def forget(self, group: str) -> None:
+        """The group is gone: drop what is known of it."""
+        self.verified.pop(group, None)
+        self.must_read.discard(group)
+
+    def read_in_full(self, groups) -> None:
+        """The next run of each of ``groups`` reads every znode of it, owner nodes included."""
+        for group in groups:
             self.verified.pop(group, None)
+            self.must_read.add(group)
 
     def run(self, group: str, topics: Dict[str, int], fence: Fence, abort: Callable[[], bool], observe=None,
             changed: Callable[[], bool] = lambda: False) -> Outcome:
@@ -473,14 +502,19 @@ class GroupRebalancer:
             plan = compute_plan(snapshot, excluded, set(squatted))
             self._report(snapshot, plan, squatted)
             reasons = reasons_to_rebalance(snapshot, plan, None)
-            owner_cversions: Dict[str, int] = {}
+            owner_pzxids: Optional[Dict[str, int]] = None
+            if not reasons and not squatted and group not in self.must_read:
+                owner_pzxids = still_as_verified(self.client, snapshot, plan)  # verified before, unchanged since
+            if not reasons and owner_pzxids is None:
+                owner_pzxids = {}
+                reasons = reasons_to_rebalance(snapshot, plan, read_owners(self.client, group, plan.assignment,
+                                                                           owner_pzxids))
+                self.must_read.discard(group)
             if not reasons:
-                owners = read_owners(self.client, group, plan.assignment, owner_cversions)
-                reasons = reasons_to_rebalance(snapshot, plan, owners)
-            if not reasons:
-                snapshot.state_version = self._settle(snapshot, plan, squatted, fence)
+                record = verified_record(snapshot, owner_pzxids) if not squatted else {}
+                self._settle(snapshot, plan, squatted, fence, record)
                 if not squatted:
-                    self.verified[group] = fingerprint(snapshot, plan, owner_cversions)
+                    self.verified[group] = fingerprint(snapshot, plan, owner_pzxids)
                 return Outcome(group, "unchanged", snapshot.state.generation, duration_ms=_ms(started),
                                unavailable=len(squatted))
             if abort():
@@ -538,17 +572,17 @@ class GroupRebalancer:
             log.error("%s", line)
         self._reported[snapshot.group] = current
 
-    def _settle(self, snapshot: Snapshot, plan: Plan, squatted, fence: Fence) -> Optional[int]:
-        """Ownership is already right: record it as Stable (no commands) if the state says
-        otherwise. Returns the state znode's version now."""
+    def _settle(self, snapshot: Snapshot, plan: Plan, squatted, fence: Fence, record: Dict) -> None:
+        """Ownership is already right: record it as Stable (no commands), with what was verified,
+        if the state says otherwise. ``snapshot.state_mzxid`` follows a write (it is fingerprinted)."""
         want = protocol.STABLE if plan.members else protocol.EMPTY
         error = problems(snapshot, plan, squatted)
-        if snapshot.state.state != want or snapshot.state.error != error:
-            s = snapshot.state
-            return write_state(self.client, fence, snapshot.group,
-                               GroupState(s.generation, want, s.members, s.assignment, s.strategy, error, fence.epoch),
-                               snapshot.state_version)
-        return snapshot.state_version
+        s = snapshot.state
+        if s.state != want or s.error != error or s.verified != record:
+            snapshot.state_mzxid = write_state(
+                self.client, fence, snapshot.group,
+                GroupState(s.generation, want, s.members, s.assignment, s.strategy, error, fence.epoch,
+                           verified=record), snapshot.state_version)
 
     def _fail(self, snapshot: Snapshot, plan: Plan, error: str, fence: Fence) -> None:
         s = snapshot.state

@@ -12,7 +12,7 @@ from coordinator.rebalance import Deposed, Plan, Snapshot, write_commands
 from coordinator.shards import Fence
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import MAX_REQUEST_BYTES
-from tests.groups import Cluster, command_count, wait_stable
+from tests.groups import Cluster, command_count, read_state, wait_stable
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.zk
@@ -115,3 +115,38 @@ def test_a_group_too_large_for_one_request_is_written_in_fenced_parts(zk):
     with pytest.raises(Deposed):
         write_commands(zk, fence, snapshot, plan, 2, [])
     assert all(len(zk.get_children(protocol.channel_path("g", cid))) == 2 for cid in cids)
+
+
+def test_a_node_taking_groups_over_trusts_a_recorded_verification_only_while_nothing_changed(checking, zk,
+                                                                                             monkeypatch):
+    from coordinator import rebalance
+    reads = []
+    real = rebalance.read_owners
+
+    def counted(client, group, *args, **kwargs):
+        reads.append(group)
+        return real(client, group, *args, **kwargs)
+
+    monkeypatch.setattr(rebalance, "read_owners", counted)
+    TopicRegistry(zk).create("t", 4)
+    a = checking.node("a")
+    checking.leader()
+    groups = ("same", "changed")
+    for group in groups:
+        for _ in range(2):
+            checking.member(group, ["t"])
+    for group in groups:
+        wait_stable(zk, group, 2)
+        wait_for(lambda: read_state(zk, group).verified, message=f"{group}: its verification recorded")
+    before = {g: (read_state(zk, g).generation, command_count(zk, g)) for g in groups}
+    owner = sorted(zk.get_children(protocol.owners_path("changed", "t")))[0]
+    stream = zk.get(protocol.owners_path("changed", "t", owner))[0]
+    zk.delete(protocol.owners_path("changed", "t", owner))  # the recorded verification no longer holds
+    zk.create(protocol.owners_path("changed", "t", owner), stream)
+    b = checking.node("b")
+    reads.clear()
+    a.close()
+    wait_for(lambda: all(b.groups.rebalancer.verified.get(g) for g in groups), timeout=20,
+             message="b verified both groups")
+    assert reads[:1] == ["changed"]
+    assert {g: (read_state(zk, g).generation, command_count(zk, g)) for g in groups} == before
