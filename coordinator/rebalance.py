@@ -180,6 +180,22 @@ def verified_record(snapshot: Snapshot, owner_pzxids: Dict[str, int]) -> Dict:
     return {"ids": snapshot.ids_pzxid, "channel": snapshot.channel_pzxid, "owners": dict(owner_pzxids)}
 
 
+def owners_as_assigned(client, group: str, assignment: Ownership) -> Optional[Dict[str, int]]:
+    """After every member acked a generation: the pzxid of each owners/<topic> if exactly the
+    assigned partitions have owner nodes (one pipelined round trip), else None. Who holds them
+    needs no read: a member acks only once it created the owner nodes of all it was given,
+    with its stream in them, and owner nodes are never rewritten; a member gone since then
+    changed ids/ too, which the record shows."""
+    listings = {t: client.get_children_async(protocol.owners_path(group, t), include_data=True) for t in assignment}
+    pzxids = {}
+    for topic, pending in listings.items():
+        children, pzxid = _children_and_pzxid(pending)
+        if set(children) != {str(p) for p in assignment[topic]}:
+            return None
+        pzxids[topic] = pzxid
+    return pzxids
+
+
 def still_as_verified(client, snapshot: Snapshot, plan: "Plan") -> Optional[Dict[str, int]]:
     """The owners' pzxids if the state records a verification that still holds: members and
     channels unchanged since (the snapshot shows the same pzxids), the plan's topics those it
@@ -527,10 +543,15 @@ class GroupRebalancer:
                                  changed)
             if not late:
                 state = protocol.STABLE if plan.members else protocol.EMPTY
-                write_state(self.client, fence, group,
-                            GroupState(generation, state, list(plan.members), plan.assignment, plan.strategy,
-                                       problems(snapshot, plan, squatted), fence.epoch),
-                            0 if snapshot.state_version is None else snapshot.state_version + 1)
+                owner_pzxids = owners_as_assigned(self.client, group, plan.assignment) if not squatted else None
+                record = verified_record(snapshot, owner_pzxids) if owner_pzxids is not None else {}
+                snapshot.state_mzxid = write_state(
+                    self.client, fence, group,
+                    GroupState(generation, state, list(plan.members), plan.assignment, plan.strategy,
+                               problems(snapshot, plan, squatted), fence.epoch, verified=record),
+                    0 if snapshot.state_version is None else snapshot.state_version + 1)
+                if record and snapshot.state_mzxid is not None:
+                    self.verified[group] = fingerprint(snapshot, plan, owner_pzxids)
                 return Outcome(group, state, generation, reasons, _moved(snapshot.state.assignment, plan.assignment),
                                _ms(started), sorted(excluded), members=len(plan.members), unavailable=len(squatted))
             shares = plan.shares()
