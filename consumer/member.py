@@ -204,12 +204,12 @@ class GroupMember:
             raise RuntimeError("a GroupMember starts once")
         c, g, cid = self.client, self.group, self.consumer_id
         try:
-            # The group's directories usually exist: look at all in one round trip, create the missing.
-            paths = [protocol.ids_path(g), protocol.channel_path(g, cid), protocol.owners_path(g),
-                     protocol.offsets_path(g)]
-            for path, exists in [(path, c.exists_async(path)) for path in paths]:
-                if exists.get() is None:
-                    c.ensure_path(path)
+            # The group's directories usually exist: look at all (and at the shard count) in one
+            # round trip, create the missing.
+            shards = c.get_async(protocol.SHARDS)
+            self._ensure_paths([protocol.ids_path(g), protocol.channel_path(g, cid), protocol.owners_path(g),
+                                protocol.offsets_path(g)])
+            self._learn_epoch_path(shards)
             self._register()
         except KazooException as e:
             raise ZooKeeperUnavailable(f"cannot join group {g}: {type(e).__name__}") from None
@@ -560,13 +560,23 @@ class GroupMember:
         """The epoch znode of this group's shard (its version bounds the epoch of any command a
         coordinator could have written); None while no coordinator has created the shards."""
         if self._epoch_path is None:
-            try:
-                raw, _ = self.client.get(protocol.SHARDS)
-                count = protocol.ShardsInfo.decode(raw).count
-            except (NoNodeError, CorruptZnode):
-                return None
-            self._epoch_path = protocol.shard_epoch_path(protocol.shard_of(self.group, count))
+            self._learn_epoch_path(self.client.get_async(protocol.SHARDS))
         return self._epoch_path
+
+    def _learn_epoch_path(self, shards) -> None:
+        """Record the shard epoch path from a read of the shards znode (``shards``: its async get)."""
+        try:
+            raw, _ = shards.get()
+            count = protocol.ShardsInfo.decode(raw).count
+        except (NoNodeError, CorruptZnode):
+            return
+        self._epoch_path = protocol.shard_epoch_path(protocol.shard_of(self.group, count))
+
+    def _ensure_paths(self, paths: List[str]) -> None:
+        """Create those of ``paths`` that are missing, looking at all of them in one round trip."""
+        for path, exists in [(path, self.client.exists_async(path)) for path in paths]:
+            if exists.get() is None:
+                self.client.ensure_path(path)
 
     def _process_channel(self) -> None:
         if self._state is not MemberState.JOINED:
@@ -747,8 +757,7 @@ class GroupMember:
 
     def _ensure_dirs(self, topic: str) -> None:
         if topic not in self._known_offset_dirs:
-            self.client.ensure_path(protocol.owners_path(self.group, topic))
-            self.client.ensure_path(protocol.offsets_path(self.group, topic))
+            self._ensure_paths([protocol.owners_path(self.group, topic), protocol.offsets_path(self.group, topic)])
             self._known_offset_dirs.add(topic)
 
     # ------------------------------------------------------------ offsets (any thread)
