@@ -775,7 +775,7 @@ class GroupCoordinator:
 
     def _handle(self) -> None:
         while True:
-            group = self.requests.take(timeout=0.5)
+            group = self.requests.take(timeout=5.0)  # stop() wakes every handler at once
             if group is None:
                 if self.stopped.is_set():
                     return

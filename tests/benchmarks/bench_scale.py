@@ -162,6 +162,9 @@ def znode_count(connect: str) -> int:
 @dataclass
 class Result:
     cold_s: float = 0.0
+    cold_coord_cpu_s: float = 0.0    # CPU the coordinators spent from start until all Stable
+    cold_zk_cpu_s: float = 0.0
+    cold_members_cpu_s: float = 0.0  # and the member processes (they share the machine's cores)
     idle_coord_pct: float = 0.0      # % of one core, all coordinators together
     idle_zk_pct: float = 0.0
     coord_rss_mb: float = 0.0        # the largest coordinator
@@ -183,11 +186,16 @@ def scenario(connect: str, zk_pid: Optional[int], groups: int, members: int, par
     coords: Dict[str, subprocess.Popen] = {}
     r = Result()
     try:
+        zk_cold = cpu_seconds(zk_pid) if zk_pid else 0.0
+        members_cold = sum(cpu_seconds(w.pid) for w in workers)
         t0 = time.perf_counter()
         for k in range(nodes):
             coords[f"n{k}"] = coordinatord(chroot, f"n{k}", args.session_ms, root)
         wait_until(lambda: unstable(admin, names, members) == 0, args.timeout, "every group Stable", 0.05)
         r.cold_s = time.perf_counter() - t0
+        r.cold_coord_cpu_s = sum(cpu_seconds(p.pid) for p in coords.values())
+        r.cold_zk_cpu_s = cpu_seconds(zk_pid) - zk_cold if zk_pid else float("nan")
+        r.cold_members_cpu_s = sum(cpu_seconds(w.pid) for w in workers) - members_cold
         wait_until(lambda: read.all_verified(admin), args.timeout, "every shard verified", 0.05)
         time.sleep(1.0)  # let the last acks and state writes finish
         pids = [p.pid for p in coords.values()]
@@ -242,6 +250,12 @@ def rows_for(label: str, cur: Result, base: Optional[Result], args) -> List[Row]
 
     return [
         Row(f"{label} cold start -> all Stable", cur.cold_s, "s", ratio("cold_s"), note("cold_s", "{:.2f} s")),
+        Row(f"{label} cold start: coordinators' CPU", cur.cold_coord_cpu_s, "s", ratio("cold_coord_cpu_s"),
+            note("cold_coord_cpu_s", "{:.2f} s")),
+        Row(f"{label} cold start: ZooKeeper's CPU", cur.cold_zk_cpu_s, "s", ratio("cold_zk_cpu_s"),
+            note("cold_zk_cpu_s", "{:.2f} s")),
+        Row(f"{label} cold start: member processes' CPU", cur.cold_members_cpu_s, "s", ratio("cold_members_cpu_s"),
+            note("cold_members_cpu_s", "{:.2f} s")),
         Row(f"{label} SIGKILL -> shards led again", cur.elect_s, "s", ratio("elect_s"),
             note("elect_s", "{:.2f} s") + f" (session {args.session_ms} ms)"),
         Row(f"{label} then -> all verified", cur.verify_s, "s", ratio("verify_s"), note("verify_s", "{:.2f} s")),
@@ -268,7 +282,8 @@ def main():
     ap.add_argument("--large", action="store_true", help="also one group of 500 members on 5,000 partitions")
     ap.add_argument("--member-procs", type=int, default=8, help="member processes")
     ap.add_argument("--clients", type=int, default=4, help="kazoo clients per member process")
-    ap.add_argument("--idle-s", type=float, default=30.0, help="idle measurement window")
+    ap.add_argument("--idle-s", type=float, default=70.0,
+                    help="idle measurement window (longer than the 60 s check interval, so it holds a check)")
     ap.add_argument("--session-ms", type=int, default=6000, help="the coordinators' session timeout")
     ap.add_argument("--timeout", type=float, default=600.0, help="give up a wait after this many seconds")
     ap.add_argument("--baseline", metavar="DIR", help="also run the coordinators of this checkout, for ratios")
