@@ -32,6 +32,10 @@ from coordinator.zkclient import MAX_REQUEST_BYTES, TransactionFailed, commit, t
 
 log = logging.getLogger(__name__)
 
+#: While waiting for acks: how often every pending command is looked at again (watches do the
+#: work; this only covers a watch lost to a reconnect), and how often leadership and changes are.
+ACK_RECHECK_S = 2.0
+ACK_POLL_S = 0.25
 #: A create's serialized size beyond its path and data (header, ACL, flags), with room to spare.
 COMMAND_OVERHEAD = 64
 
@@ -390,8 +394,9 @@ def problems(snapshot: Snapshot, plan: Plan, squatted: Optional[Dict[Tuple[str, 
 def wait_for_acks(client, commands: Dict[str, List[str]], timeout: float,
                   abort: Callable[[], bool], changed: Callable[[], bool] = lambda: False) -> Set[str]:
     """Wait until every member deleted its start-fetcher command (its ack); return the members
-    to leave out of the next attempt. A watch per command reports its deletion; every 250 ms
-    all pending commands are checked again, in case a watch was lost to a reconnect.
+    to leave out of the next attempt. A watch per command reports its deletion; every
+    :data:`ACK_RECHECK_S` all pending commands are checked again, in case a watch was lost
+    to a reconnect; ``abort`` and ``changed`` are looked at every :data:`ACK_POLL_S`.
 
     A member that did not even ack its stop-fetcher is the one holding the group up; members
     that acked stop but not start are usually waiting for its owner nodes, so they are only
@@ -414,7 +419,7 @@ def wait_for_acks(client, commands: Dict[str, List[str]], timeout: float,
             raise Superseded("the group changed")
         now = time.monotonic()
         if now >= recheck:
-            recheck = now + 0.25
+            recheck = now + ACK_RECHECK_S
             checks = [(path, client.exists_async(path, watch=watch)) for path in pending]
             for path, a in checks:
                 if a.get() is None:
@@ -426,7 +431,7 @@ def wait_for_acks(client, commands: Dict[str, List[str]], timeout: float,
             remaining = deadline - time.monotonic()
             if not pending or remaining <= 0:
                 break
-            woken.wait(min(remaining, max(0.0, recheck - time.monotonic())))
+            woken.wait(min(remaining, ACK_POLL_S, max(0.0, recheck - time.monotonic())))
     if not pending:
         return set()
     late = set(pending.values())
