@@ -395,9 +395,10 @@ class GroupState:
     epoch: int = 0
     updated: int = 0
     # Set when the coordinator verified the owner nodes against this state: the pzxid (zxid of
-    # the last child change) of ids/, channel/ and each owners/<topic> it saw then,
-    # {"ids": z, "channel": z, "owners": {topic: z}}. While they are unchanged, so is what was
-    # verified (a coordinator taking the group over need not read the owner nodes again).
+    # the last child change) of ids/, channel/ and each owners/<topic> it saw then, and the
+    # partition counts of the topics assigned, {"ids": z, "channel": z, "owners": {topic: z},
+    # "topics": {topic: n}}. While they are unchanged, so is what was verified (a coordinator
+    # taking the group over need neither compute the assignment nor read the owner nodes again).
     verified: Dict[str, Any] = field(default_factory=dict)
 
     def encode(self) -> bytes:
@@ -431,11 +432,15 @@ class GroupState:
 
 def _verified(obj) -> Dict[str, Any]:
     """A state's ``verified`` record, or {} (nothing trusted) if it is absent or not well formed."""
+    def topic_ints(value) -> bool:
+        return isinstance(value, dict) and all(isinstance(t, str) and type(n) is int for t, n in value.items())
+
     try:
-        owners = obj["owners"]
-        if (all(type(obj[k]) is int for k in ("ids", "channel")) and isinstance(owners, dict)
-                and all(isinstance(t, str) and type(z) is int for t, z in owners.items())):
-            return {"ids": obj["ids"], "channel": obj["channel"], "owners": dict(owners)}
+        if all(type(obj[k]) is int for k in ("ids", "channel")) and topic_ints(obj["owners"]):
+            out = {"ids": obj["ids"], "channel": obj["channel"], "owners": dict(obj["owners"])}
+            if topic_ints(obj.get("topics")):
+                out["topics"] = dict(obj["topics"])
+            return out
     except (KeyError, TypeError):
         pass
     return {}

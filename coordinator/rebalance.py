@@ -179,9 +179,32 @@ def fingerprint(snapshot: Snapshot, plan: "Plan", owner_pzxids: Dict[str, int]) 
                        tuple(sorted(owner_pzxids.items())), tuple((t, snapshot.topics.get(t, 0)) for t in used))
 
 
-def verified_record(snapshot: Snapshot, owner_pzxids: Dict[str, int]) -> Dict:
-    """What the state records of a verification (:attr:`GroupState.verified`)."""
-    return {"ids": snapshot.ids_pzxid, "channel": snapshot.channel_pzxid, "owners": dict(owner_pzxids)}
+def verified_record(snapshot: Snapshot, plan: "Plan", owner_pzxids: Dict[str, int]) -> Dict:
+    """What the state records of a verification (:attr:`GroupState.verified`): the pzxids seen
+    and the partition counts of the topics the plan used."""
+    return {"ids": snapshot.ids_pzxid, "channel": snapshot.channel_pzxid, "owners": dict(owner_pzxids),
+            "topics": _used_partitions(plan.members, snapshot.topics)}
+
+
+def _used_partitions(members: Dict[str, Dict[str, int]], topics: Dict[str, int]) -> Dict[str, int]:
+    subscribed = {t for subs in members.values() for t in subs}
+    return {t: n for t, n in topics.items() if t in subscribed}
+
+
+def recorded_plan(snapshot: Snapshot) -> Optional["Plan"]:
+    """The plan the state holds, when none of its inputs changed since it was verified: the same
+    members (ids/ and channel/ unchanged since, every member in the state, none rejected) and
+    the same partition counts of the topics they resolve to now. The assignors are pure, so
+    computing it again would give the state's assignment; None when that cannot be known."""
+    record, state = snapshot.state.verified, snapshot.state
+    if (not record or "topics" not in record or record["ids"] != snapshot.ids_pzxid
+            or record["channel"] != snapshot.channel_pzxid or snapshot.rejected
+            or sorted(snapshot.members) != sorted(state.members)):
+        return None
+    members = {cid: reg.topics(snapshot.topics) for cid, reg in snapshot.members.items()}
+    if _used_partitions(members, snapshot.topics) != record["topics"]:
+        return None
+    return Plan(members, state.strategy, state.assignment)
 
 
 def owners_as_assigned(client, group: str, assignment: Ownership) -> Optional[Dict[str, int]]:
@@ -520,7 +543,8 @@ class GroupRebalancer:
                 if attempt + 1 < attempts:
                     _sleep(self.settings.rebalance_backoff_ms * (2 ** attempt) / 1000.0, abort)
                 continue
-            plan = compute_plan(snapshot, excluded, set(squatted))
+            plan = (not excluded and not squatted and recorded_plan(snapshot)) or \
+                compute_plan(snapshot, excluded, set(squatted))
             self._report(snapshot, plan, squatted)
             reasons = reasons_to_rebalance(snapshot, plan, None)
             owner_pzxids: Optional[Dict[str, int]] = None
@@ -532,7 +556,7 @@ class GroupRebalancer:
                                                                            owner_pzxids))
                 self.must_read.discard(group)
             if not reasons:
-                record = verified_record(snapshot, owner_pzxids) if not squatted else {}
+                record = verified_record(snapshot, plan, owner_pzxids) if not squatted else {}
                 self._settle(snapshot, plan, squatted, fence, record)
                 if not squatted:
                     self.verified[group] = fingerprint(snapshot, plan, owner_pzxids)
@@ -549,7 +573,7 @@ class GroupRebalancer:
             if not late:
                 state = protocol.STABLE if plan.members else protocol.EMPTY
                 owner_pzxids = owners_as_assigned(self.client, group, plan.assignment) if not squatted else None
-                record = verified_record(snapshot, owner_pzxids) if owner_pzxids is not None else {}
+                record = verified_record(snapshot, plan, owner_pzxids) if owner_pzxids is not None else {}
                 snapshot.state_mzxid = write_state(
                     self.client, fence, group,
                     GroupState(generation, state, list(plan.members), plan.assignment, plan.strategy,
