@@ -607,7 +607,7 @@ class GroupCoordinator:
                         self._on_assignment(s, a.get()[0])
                     except NoNodeError:
                         self._on_assignment(s, None)
-            self._request_held()
+            self._periodic_check(full=False)  # groups that changed meanwhile, or never verified, run again
 
     def _on_shards(self, data: bytes) -> None:
         try:
