@@ -1,10 +1,20 @@
 """One group's rebalance as a pipeline: read → compute → diff → write → wait.
 
-``read_snapshot``, ``read_owners`` and ``find_squatters`` are the only reads;
+``read_snapshot``, ``read_owners``, ``find_squatters``, ``still_as_verified`` and
+``owners_as_assigned`` are the only reads, each one or two pipelined round trips;
 ``compute_plan`` and ``reasons_to_rebalance`` are pure functions of what was read;
-``write_commands`` is one ZooKeeper transaction fenced by the group's shard epoch;
-``wait_for_acks`` watches the commands disappear. :class:`GroupRebalancer` strings them
-together with bounded retries.
+``write_commands`` is one ZooKeeper transaction fenced by the group's shard epoch (several,
+each fenced, when a generation is larger than one request); ``wait_for_acks`` watches the
+commands disappear. :class:`GroupRebalancer` strings them together with bounded retries.
+
+Verification is what a run does when nothing needs commands: it proves that the owner nodes
+are as the state says. A verified group's state records the zxids it saw
+(:class:`~coordinator.protocol.GroupState` ``verified``), and the node keeps a
+:class:`Fingerprint`: while they are unchanged the group is not read again (the periodic
+check compares zxids only), and a node taking the group over trusts the record instead of
+reading every owner node. Every change to members, channels, owner nodes, the state or the
+topics' partition counts changes a zxid or a count; an owner node rewritten in place (which
+no member does) is caught by the periodic full check.
 
 One bad member never stops its group: a member whose registration is unreadable, that has no
 command channel, or that supports no strategy the group can use is left out of the
