@@ -70,7 +70,7 @@ class ConsumerConfig:
     max_partition_fetch_bytes: int = 1048576
     fetch_max_wait_ms: int = 100
     client_id: str = "zkgroups"
-    assignment_strategy: tuple = ("range",)
+    assignment_strategy: tuple = ("sticky", "range")   # preferred first; range: what older members list
     start_position: str = "committed"          # committed | earliest | latest | timestamp (seed 002)
     start_timestamp_ms: int = 0
     connect_timeout_s: float = 10.0

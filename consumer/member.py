@@ -158,7 +158,7 @@ class _Events:
 
 class GroupMember:
     def __init__(self, client, group: str, subscription: Dict[str, int], pattern: str = protocol.PATTERN_STATIC,
-                 strategies: Iterable[str] = ("range",), client_id: str = "", listener: Optional[MemberListener] = None,
+                 strategies: Iterable[str] = ("sticky", "range"), client_id: str = "", listener: Optional[MemberListener] = None,
                  consumer_id: Optional[str] = None, session_timeout_ms: Optional[int] = None):
         protocol.validate_name(group, "group")
         self.client, self.group = client, group
@@ -204,10 +204,12 @@ class GroupMember:
             raise RuntimeError("a GroupMember starts once")
         c, g, cid = self.client, self.group, self.consumer_id
         try:
-            c.ensure_path(protocol.ids_path(g))
-            c.ensure_path(protocol.channel_path(g, cid))
-            c.ensure_path(protocol.owners_path(g))
-            c.ensure_path(protocol.offsets_path(g))
+            # The group's directories usually exist: look at all (and at the shard count) in one
+            # round trip, create the missing.
+            shards = c.get_async(protocol.SHARDS)
+            self._ensure_paths([protocol.ids_path(g), protocol.channel_path(g, cid), protocol.owners_path(g),
+                                protocol.offsets_path(g)])
+            self._learn_epoch_path(shards)
             self._register()
         except KazooException as e:
             raise ZooKeeperUnavailable(f"cannot join group {g}: {type(e).__name__}") from None
@@ -558,13 +560,23 @@ class GroupMember:
         """The epoch znode of this group's shard (its version bounds the epoch of any command a
         coordinator could have written); None while no coordinator has created the shards."""
         if self._epoch_path is None:
-            try:
-                raw, _ = self.client.get(protocol.SHARDS)
-                count = protocol.ShardsInfo.decode(raw).count
-            except (NoNodeError, CorruptZnode):
-                return None
-            self._epoch_path = protocol.shard_epoch_path(protocol.shard_of(self.group, count))
+            self._learn_epoch_path(self.client.get_async(protocol.SHARDS))
         return self._epoch_path
+
+    def _learn_epoch_path(self, shards) -> None:
+        """Record the shard epoch path from a read of the shards znode (``shards``: its async get)."""
+        try:
+            raw, _ = shards.get()
+            count = protocol.ShardsInfo.decode(raw).count
+        except (NoNodeError, CorruptZnode):
+            return
+        self._epoch_path = protocol.shard_epoch_path(protocol.shard_of(self.group, count))
+
+    def _ensure_paths(self, paths: List[str]) -> None:
+        """Create those of ``paths`` that are missing, looking at all of them in one round trip."""
+        for path, exists in [(path, self.client.exists_async(path)) for path in paths]:
+            if exists.get() is None:
+                self.client.ensure_path(path)
 
     def _process_channel(self) -> None:
         if self._state is not MemberState.JOINED:
@@ -752,8 +764,7 @@ class GroupMember:
 
     def _ensure_dirs(self, topic: str) -> None:
         if topic not in self._known_offset_dirs:
-            self.client.ensure_path(protocol.owners_path(self.group, topic))
-            self.client.ensure_path(protocol.offsets_path(self.group, topic))
+            self._ensure_paths([protocol.owners_path(self.group, topic), protocol.offsets_path(self.group, topic)])
             self._known_offset_dirs.add(topic)
 
     # ------------------------------------------------------------ offsets (any thread)

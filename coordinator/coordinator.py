@@ -13,8 +13,10 @@ Every node runs two roles (see :mod:`coordinator.shards` for why):
   it: watches topics and those groups' members, queues a group once per change on the
   blocking :class:`RebalanceRequests`, and hands requests to a small pool of handler threads
   running the read → compute → diff → write → wait pipeline (:mod:`coordinator.rebalance`).
-  A shard it takes is verified group by group (no commands where ownership is already right);
-  a shard it loses (moved, or its epoch bumped) stops at once.
+  A shard it takes is verified group by group (no commands where ownership is already right;
+  a group whose recorded verification still matches its zxids costs one round trip more than
+  reading its members); a shard it loses (moved, or its epoch bumped) stops at once. Every
+  ``check_interval_ms`` the groups it leads are checked by zxids, every tenth time in full.
 
 One node alone is the controller and leads every shard: it runs everything.
 
@@ -57,6 +59,8 @@ log = logging.getLogger("zkgroups.coordinator")
 EPOCH_BUMP_ATTEMPTS = 5
 #: A node whose id is held by another session waits for it this long (x the session timeout) before saying so.
 NODE_ID_WAIT_FACTOR = 1.5
+#: Every this many periodic checks, every group is read in full (owner nodes included), not just its versions.
+FULL_CHECK_EVERY = 10
 
 
 def highest_recorded_epoch(client) -> int:
@@ -418,6 +422,7 @@ class GroupCoordinator:
         self.ignored_groups: Set[str] = set()
         self.suspended = False
         self.registered = False
+        self.checks = 0                      # periodic checks done (event thread)
         self.stopped = threading.Event()
         self.handlers = []
         self.thread: Optional[threading.Thread] = None
@@ -497,7 +502,11 @@ class GroupCoordinator:
                 self.requests.request(group)
             if now >= next_check:
                 next_check = now + self.config.check_interval_ms / 1000.0
-                self._request_held(changed=False)
+                self.checks += 1
+                try:
+                    self._periodic_check(full=self.checks % FULL_CHECK_EVERY == 0)
+                except KazooException:
+                    self._request_held(changed=False)
 
     def _register(self) -> None:
         """Create this node's ephemeral znode; if another session holds it (our own previous
@@ -593,7 +602,7 @@ class GroupCoordinator:
             self._on_groups(arg)
         elif kind == "ids":
             if arg in self.group_watches:
-                self._read_members(arg)
+                self._read_members([arg])
         elif kind == "lost":
             pass  # terms ended already; "connected" follows with a new session
         elif kind == "connected":
@@ -607,7 +616,7 @@ class GroupCoordinator:
                         self._on_assignment(s, a.get()[0])
                     except NoNodeError:
                         self._on_assignment(s, None)
-            self._request_held()
+            self._periodic_check(full=False)  # groups that changed meanwhile, or never verified, run again
 
     def _on_shards(self, data: bytes) -> None:
         try:
@@ -652,8 +661,7 @@ class GroupCoordinator:
                 self.unverified[shard] = set(groups)
             log.info("node %s leads shard %d at epoch %d (%d groups)", self.node_id, shard, assignment.epoch,
                      len(groups))
-            for group in sorted(groups):
-                self._follow(group)
+            self._follow(sorted(groups))
         self._publish()
 
     def _on_topic(self, topic: str, data: Optional[bytes]) -> None:
@@ -691,32 +699,35 @@ class GroupCoordinator:
         for group in self.all_groups - valid:  # deleted: followed afresh if it comes back
             self.group_watches.pop(group, None)
             self.index.update(group, [])
+            self.rebalancer.forget(group)
             self._verified(group)
         self.all_groups = valid
-        for group in sorted(valid - set(self.group_watches)):
-            if self._term_of(group) is not None:
-                self._follow(group)
+        self._follow([g for g in sorted(valid - set(self.group_watches)) if self._term_of(g) is not None])
 
-    def _follow(self, group: str) -> None:
-        """Watch the members of a group we lead, and check it."""
-        if group not in self.group_watches:
-            self.group_watches[group] = self._watch_members(group)
-        self._read_members(group)
+    def _follow(self, groups) -> None:
+        """Watch the members of groups we lead, and check them (the watches set pipelined)."""
+        for group in groups:
+            if group not in self.group_watches:
+                self.group_watches[group] = self._watch_members(group)
+        self._read_members(groups)
 
-    def _read_members(self, group: str) -> None:
-        """Re-arm the one-shot watch on the group's members and queue the group. A missing ids
-        znode (the group is being created, or was deleted) gets an exists watch instead, which
-        fires when it appears; there is nothing to rebalance until then."""
-        path, watch = protocol.ids_path(group), self.group_watches[group]
-        try:
-            self.client.get_children(path, watch=watch)
-        except NoNodeError:
-            if self.client.exists(path, watch=watch) is not None:
-                self.events.put(("ids", group))  # created in between: read it
-            else:
-                self._verified(group)
-            return
-        self._request(group)
+    def _read_members(self, groups) -> None:
+        """Re-arm the one-shot watch on each group's members and queue the group. A missing
+        ids znode (the group is being created, or was deleted) gets an exists watch instead,
+        which fires when it appears; there is nothing to rebalance until then."""
+        reads = [(g, self.client.get_children_async(protocol.ids_path(g), watch=self.group_watches[g]))
+                 for g in groups]
+        for group, pending in reads:
+            try:
+                pending.get()
+            except NoNodeError:
+                path = protocol.ids_path(group)
+                if self.client.exists(path, watch=self.group_watches[group]) is not None:
+                    self.events.put(("ids", group))  # created in between: read it
+                else:
+                    self._verified(group)
+                continue
+            self._request(group)
 
     # ---- which groups are ours
 
@@ -741,6 +752,27 @@ class GroupCoordinator:
         for group in list(self.group_watches):
             self._request(group, changed)
 
+    def _periodic_check(self, full: bool) -> None:
+        """The safety net under the watches. A light check reads only the versions of each
+        group's znodes (pipelined) and runs the groups that changed since they were last
+        verified, or were never verified; a full check runs every group."""
+        if full:
+            self.rebalancer.read_in_full(list(self.group_watches))
+            self._request_held(changed=False)
+            return
+        pending = []
+        for group in list(self.group_watches):
+            if self._term_of(group) is None:
+                continue
+            known = self.rebalancer.verified.get(group)
+            if known is None:
+                self._request(group, changed=False)
+            else:
+                pending.append((group, known, [self.client.exists_async(p) for p in known.paths(group)]))
+        for group, known, stats in pending:
+            if not known.matches([a.get() for a in stats], self.topics):
+                self._request(group, changed=False)
+
     def _retry_later(self, group: str, delay_ms: int) -> None:
         with self.lock:
             self.retry_at[group] = time.monotonic() + delay_ms / 1000.0
@@ -756,7 +788,7 @@ class GroupCoordinator:
 
     def _handle(self) -> None:
         while True:
-            group = self.requests.take(timeout=0.5)
+            group = self.requests.take(timeout=5.0)  # stop() wakes every handler at once
             if group is None:
                 if self.stopped.is_set():
                     return

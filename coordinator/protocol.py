@@ -35,7 +35,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 import re2
 
@@ -394,13 +394,21 @@ class GroupState:
     error: str = ""
     epoch: int = 0
     updated: int = 0
+    # Set when the coordinator verified the owner nodes against this state: the pzxid (zxid of
+    # the last child change) of ids/, channel/ and each owners/<topic> it saw then, and the
+    # partition counts of the topics assigned, {"ids": z, "channel": z, "owners": {topic: z},
+    # "topics": {topic: n}}. While they are unchanged, so is what was verified (a coordinator
+    # taking the group over need neither compute the assignment nor read the owner nodes again).
+    verified: Dict[str, Any] = field(default_factory=dict)
 
     def encode(self) -> bytes:
-        return _dump({"version": 1, "generation": self.generation, "state": self.state,
-                      "members": sorted(self.members), "strategy": self.strategy,
-                      "assignment": {t: {str(p): s for p, s in parts.items()}
-                                     for t, parts in self.assignment.items()},
-                      "error": self.error, "epoch": self.epoch, "updated": self.updated or now_ms()})
+        obj = {"version": 1, "generation": self.generation, "state": self.state,
+               "members": sorted(self.members), "strategy": self.strategy,
+               "assignment": {t: {str(p): s for p, s in parts.items()} for t, parts in self.assignment.items()},
+               "error": self.error, "epoch": self.epoch, "updated": self.updated or now_ms()}
+        if self.verified:
+            obj["verified"] = self.verified
+        return _dump(obj)
 
     @classmethod
     def decode(cls, raw: bytes, path: str) -> "GroupState":
@@ -416,9 +424,26 @@ class GroupState:
             return cls(generation=int(obj.get("generation", 0)), state=obj["state"],
                        members=list(obj.get("members", [])), assignment=assignment,
                        strategy=str(obj.get("strategy", "")), error=str(obj.get("error", "")),
-                       epoch=int(obj.get("epoch", 0)), updated=int(obj.get("updated", 0)))
+                       epoch=int(obj.get("epoch", 0)), updated=int(obj.get("updated", 0)),
+                       verified=_verified(obj.get("verified")))
         except (AttributeError, TypeError, ValueError) as e:
             raise CorruptZnode(path, f"group state is malformed ({e})") from None
+
+
+def _verified(obj) -> Dict[str, Any]:
+    """A state's ``verified`` record, or {} (nothing trusted) if it is absent or not well formed."""
+    def topic_ints(value) -> bool:
+        return isinstance(value, dict) and all(isinstance(t, str) and type(n) is int for t, n in value.items())
+
+    try:
+        if all(type(obj[k]) is int for k in ("ids", "channel")) and topic_ints(obj["owners"]):
+            out = {"ids": obj["ids"], "channel": obj["channel"], "owners": dict(obj["owners"])}
+            if topic_ints(obj.get("topics")):
+                out["topics"] = dict(obj["topics"])
+            return out
+    except (KeyError, TypeError):
+        pass
+    return {}
 
 
 # ---------------------------------------------------------------- shards and nodes

@@ -1,10 +1,20 @@
 """One group's rebalance as a pipeline: read → compute → diff → write → wait.
 
-``read_snapshot``, ``read_owners`` and ``find_squatters`` are the only reads;
+``read_snapshot``, ``read_owners``, ``find_squatters``, ``still_as_verified`` and
+``owners_as_assigned`` are the only reads, each one or two pipelined round trips;
 ``compute_plan`` and ``reasons_to_rebalance`` are pure functions of what was read;
-``write_commands`` is one ZooKeeper transaction fenced by the group's shard epoch;
-``wait_for_acks`` watches the commands disappear. :class:`GroupRebalancer` strings them
-together with bounded retries.
+``write_commands`` is one ZooKeeper transaction fenced by the group's shard epoch (several,
+each fenced, when a generation is larger than one request); ``wait_for_acks`` watches the
+commands disappear. :class:`GroupRebalancer` strings them together with bounded retries.
+
+Verification is what a run does when nothing needs commands: it proves that the owner nodes
+are as the state says. A verified group's state records the zxids it saw
+(:class:`~coordinator.protocol.GroupState` ``verified``), and the node keeps a
+:class:`Fingerprint`: while they are unchanged the group is not read again (the periodic
+check compares zxids only), and a node taking the group over trusts the record instead of
+reading every owner node. Every change to members, channels, owner nodes, the state or the
+topics' partition counts changes a zxid or a count; an owner node rewritten in place (which
+no member does) is caught by the periodic full check.
 
 One bad member never stops its group: a member whose registration is unreadable, that has no
 command channel, or that supports no strategy the group can use is left out of the
@@ -28,9 +38,16 @@ from coordinator.config import CoordinatorConfig
 from coordinator.shards import Fence
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode
 from coordinator.protocol import GroupState, Ownership, Registration
-from coordinator.zkclient import TransactionFailed, commit
+from coordinator.zkclient import MAX_REQUEST_BYTES, TransactionFailed, commit, transaction_bytes
 
 log = logging.getLogger(__name__)
+
+#: While waiting for acks: how often every pending command is looked at again (watches do the
+#: work; this only covers a watch lost to a reconnect), and how often leadership and changes are.
+ACK_RECHECK_S = 2.0
+ACK_POLL_S = 0.25
+#: A create's serialized size beyond its path and data (header, ACL, flags), with room to spare.
+COMMAND_OVERHEAD = 64
 
 
 class Deposed(Exception):
@@ -58,17 +75,25 @@ class Snapshot:
     topics: Dict[str, int]             # every readable topic -> partition count
     state: GroupState
     state_version: Optional[int]       # None: no state znode yet
+    ids_pzxid: int = -1                # zxids of the last child change of ids/ and channel/ when read (-1: unknown)
+    channel_pzxid: int = -1
+    state_mzxid: Optional[int] = None  # zxid of the state znode's last write (None: no state znode)
 
 
 def read_snapshot(client, group: str, topics: Dict[str, int]) -> Snapshot:
     """Members (registrations decoded; unreadable ones and ones without a command channel
-    rejected) and the group's last state."""
+    rejected) and the group's last state. Two pipelined round trips: the state, ids/ and
+    channel/ (in that order: a member creates its channel before it registers, so every member
+    listed has its channel listed), then the registrations."""
     state_async = client.get_async(protocol.state_path(group))
-    ids = read.children(client, protocol.ids_path(group))
+    ids_async = client.get_children_async(protocol.ids_path(group), include_data=True)
+    channels_async = client.get_children_async(protocol.channel_path(group), include_data=True)
+    ids, ids_pzxid = _children_and_pzxid(ids_async)
+    channels, channel_pzxid = _children_and_pzxid(channels_async)
+    channels = set(channels)
     members, rejected = {}, {}
-    pending = [(cid, client.get_async(protocol.ids_path(group, cid)),
-                client.exists_async(protocol.channel_path(group, cid))) for cid in ids]
-    for cid, a, channel in pending:
+    pending = [(cid, client.get_async(protocol.ids_path(group, cid))) for cid in ids]
+    for cid, a in pending:
         path = protocol.ids_path(group, cid)
         try:
             raw, _ = a.get()
@@ -78,11 +103,13 @@ def read_snapshot(client, group: str, topics: Dict[str, int]) -> Snapshot:
         except CorruptZnode as e:
             rejected[cid] = e.problem
             continue
-        if channel.get() is None:
+        if cid not in channels:
             del members[cid]
             rejected[cid] = f"has no command channel ({protocol.channel_path(group, cid)} is missing)"
+    mzxid = None
     try:
         raw, stat = state_async.get()
+        mzxid = stat.mzxid
         state, version = GroupState.decode(raw, protocol.state_path(group)), stat.version
     except NoNodeError:
         state, version = GroupState(), None
@@ -92,19 +119,30 @@ def read_snapshot(client, group: str, topics: Dict[str, int]) -> Snapshot:
         log.error("group %s: %s; it will be rewritten", group, e)
         _, stat = client.get(protocol.state_path(group))
         state, version = GroupState(generation=stat.version), stat.version
-    return Snapshot(group, members, rejected, topics, state, version)
+    return Snapshot(group, members, rejected, topics, state, version, ids_pzxid, channel_pzxid, mzxid)
 
 
-def read_owners(client, group: str, topics) -> Ownership:
-    """Who holds each partition now: topic -> partition -> stream id (ephemeral owner nodes)."""
-    children = {t: client.get_children_async(protocol.owners_path(group, t)) for t in topics}
+def _children_and_pzxid(pending) -> Tuple[List[str], int]:
+    """A get_children(include_data=True) answer: sorted children and the parent's pzxid ([] and -1 if missing)."""
+    try:
+        children, stat = pending.get()
+    except NoNodeError:
+        return [], -1
+    return sorted(children), stat.pzxid
+
+
+def read_owners(client, group: str, topics, pzxids: Optional[Dict[str, int]] = None) -> Ownership:
+    """Who holds each partition now: topic -> partition -> stream id (ephemeral owner nodes).
+    ``pzxids``, if given, receives each owners/<topic> znode's pzxid as listed (before the
+    owner nodes were read: a change after the listing shows as a newer one)."""
+    children = {t: client.get_children_async(protocol.owners_path(group, t), include_data=True) for t in topics}
     gets = []
     for topic, a in children.items():
-        try:
-            for p in a.get():
-                gets.append((topic, p, client.get_async(protocol.owners_path(group, topic, p))))
-        except NoNodeError:
-            continue
+        listed, pzxid = _children_and_pzxid(a)
+        if pzxids is not None:
+            pzxids[topic] = pzxid
+        for p in listed:
+            gets.append((topic, p, client.get_async(protocol.owners_path(group, topic, p))))
     owners: Ownership = {}
     for topic, p, a in gets:
         try:
@@ -113,6 +151,99 @@ def read_owners(client, group: str, topics) -> Ownership:
         except (NoNodeError, ValueError):
             continue
     return owners
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What a verified group looked like, in zxids: while none of them changed (and neither did
+    the partition counts of its topics), neither did its members, their channels, its state or
+    its owner nodes, so its ownership is still what was verified. pzxid (the zxid of a znode's
+    last child change) and mzxid are unique in the whole ensemble, so a znode deleted and made
+    again never matches. An owner node rewritten in place (set_data, which no member does)
+    changes no pzxid: the periodic full check still reads every owner node now and then."""
+    state_mzxid: Optional[int]
+    ids_pzxid: int
+    channel_pzxid: int
+    owners: Tuple[Tuple[str, int], ...]     # (topic, pzxid of owners/<topic>) for the assigned topics
+    topics: Tuple[Tuple[str, int], ...]     # (topic, partition count) of the topics the members use
+
+    def paths(self, group: str) -> List[str]:
+        """The znodes whose stats this fingerprint records, in :meth:`matches` order."""
+        return ([protocol.state_path(group), protocol.ids_path(group), protocol.channel_path(group)]
+                + [protocol.owners_path(group, t) for t, _ in self.owners])
+
+    def matches(self, stats, topics: Dict[str, int]) -> bool:
+        """Whether the stats of :meth:`paths` (None where missing) and the partition counts are unchanged."""
+        if any(stat is None for stat in stats[1:]):
+            return False
+        state, ids, channels, owners = stats[0], stats[1], stats[2], stats[3:]
+        return ((state.mzxid if state else None) == self.state_mzxid and ids.pzxid == self.ids_pzxid
+                and channels.pzxid == self.channel_pzxid
+                and tuple(o.pzxid for o in owners) == tuple(z for _, z in self.owners)
+                and all(topics.get(t) == n for t, n in self.topics))
+
+
+def fingerprint(snapshot: Snapshot, plan: "Plan", owner_pzxids: Dict[str, int]) -> Fingerprint:
+    used = sorted({t for subs in plan.members.values() for t in subs})
+    return Fingerprint(snapshot.state_mzxid, snapshot.ids_pzxid, snapshot.channel_pzxid,
+                       tuple(sorted(owner_pzxids.items())), tuple((t, snapshot.topics.get(t, 0)) for t in used))
+
+
+def verified_record(snapshot: Snapshot, plan: "Plan", owner_pzxids: Dict[str, int]) -> Dict:
+    """What the state records of a verification (:attr:`GroupState.verified`): the pzxids seen
+    and the partition counts of the topics the plan used."""
+    return {"ids": snapshot.ids_pzxid, "channel": snapshot.channel_pzxid, "owners": dict(owner_pzxids),
+            "topics": _used_partitions(plan.members, snapshot.topics)}
+
+
+def _used_partitions(members: Dict[str, Dict[str, int]], topics: Dict[str, int]) -> Dict[str, int]:
+    subscribed = {t for subs in members.values() for t in subs}
+    return {t: n for t, n in topics.items() if t in subscribed}
+
+
+def recorded_plan(snapshot: Snapshot) -> Optional["Plan"]:
+    """The plan the state holds, when none of its inputs changed since it was verified: the same
+    members (ids/ and channel/ unchanged since, every member in the state, none rejected) and
+    the same partition counts of the topics they resolve to now. The assignors are pure, so
+    computing it again would give the state's assignment; None when that cannot be known."""
+    record, state = snapshot.state.verified, snapshot.state
+    if (not record or "topics" not in record or record["ids"] != snapshot.ids_pzxid
+            or record["channel"] != snapshot.channel_pzxid or snapshot.rejected
+            or sorted(snapshot.members) != sorted(state.members)):
+        return None
+    members = {cid: reg.topics(snapshot.topics) for cid, reg in snapshot.members.items()}
+    if _used_partitions(members, snapshot.topics) != record["topics"]:
+        return None
+    return Plan(members, state.strategy, state.assignment)
+
+
+def owners_as_assigned(client, group: str, assignment: Ownership) -> Optional[Dict[str, int]]:
+    """After every member acked a generation: the pzxid of each owners/<topic> if exactly the
+    assigned partitions have owner nodes (one pipelined round trip), else None. Who holds them
+    needs no read: a member acks only once it created the owner nodes of all it was given,
+    with its stream in them, and owner nodes are never rewritten; a member gone since then
+    changed ids/ too, which the record shows."""
+    listings = {t: client.get_children_async(protocol.owners_path(group, t), include_data=True) for t in assignment}
+    pzxids = {}
+    for topic, pending in listings.items():
+        children, pzxid = _children_and_pzxid(pending)
+        if set(children) != {str(p) for p in assignment[topic]}:
+            return None
+        pzxids[topic] = pzxid
+    return pzxids
+
+
+def still_as_verified(client, snapshot: Snapshot, plan: "Plan") -> Optional[Dict[str, int]]:
+    """The owners' pzxids if the state records a verification that still holds: members and
+    channels unchanged since (the snapshot shows the same pzxids), the plan's topics those it
+    verified, and their owner nodes unchanged (one pipelined round trip). None otherwise."""
+    record = snapshot.state.verified
+    if (not record or record["ids"] != snapshot.ids_pzxid or record["channel"] != snapshot.channel_pzxid
+            or set(record["owners"]) != set(plan.assignment)):
+        return None
+    stats = [(t, client.exists_async(protocol.owners_path(snapshot.group, t))) for t in record["owners"]]
+    now = {t: (a.get().pzxid if a.get() is not None else -1) for t, a in stats}
+    return now if now == record["owners"] else None
 
 
 # ---------------------------------------------------------------- compute
@@ -227,38 +358,60 @@ def fenced_commit(t, fence: Fence) -> list:
         raise
 
 
-def write_state(client, fence: Fence, group: str, state: GroupState, version: Optional[int]) -> int:
-    """Write the group state, fenced; return the state znode's new version."""
+def write_state(client, fence: Fence, group: str, state: GroupState, version: Optional[int]) -> Optional[int]:
+    """Write the group state, fenced; return the zxid of the write (the state znode's mzxid
+    now) when ZooKeeper says it (an update does; a creation does not: None)."""
     t = fenced(client, fence)
     _write_state(t, group, state, version)
-    fenced_commit(t, fence)
-    return 0 if version is None else version + 1
+    written = fenced_commit(t, fence)[1]
+    return getattr(written, "mzxid", None)
 
 
 def write_commands(client, fence: Fence, snapshot: Snapshot, plan: Plan, generation: int,
                    stale: List[str], squatted=None) -> Dict[str, List[str]]:
-    """One fenced transaction: state Rebalancing, then stop-fetcher and start-fetcher for
-    every member (in that order, so each channel holds stop before start), and the removal
-    of ``stale`` command paths. Returns consumer id -> [stop path, start path]."""
+    """Fenced transactions: state Rebalancing, then stop-fetcher and start-fetcher for every
+    member (in that order, so each channel holds stop before start), and the removal of
+    ``stale`` command paths. Returns consumer id -> [stop path, start path].
+
+    Normally one transaction. One larger than ZooKeeper takes (:data:`MAX_REQUEST_BYTES`: a
+    group of hundreds of members on thousands of partitions) is split: the state and the stale
+    removals first, then the members' command pairs, as many per transaction as fit. Every
+    part checks the fence as its first operation, so a deposed node's part fails whole, and a
+    member's pair is never split. Parts written before a failure are harmless: the state
+    already names this generation, a later attempt writes a newer one, members apply only the
+    newest commands, and no partition can have two owners (owner nodes are exclusive)."""
     group = snapshot.group
     epoch = fence.epoch
-    t = fenced(client, fence)
     state = GroupState(generation, protocol.REBALANCING, list(plan.members), plan.assignment,
                        plan.strategy, problems(snapshot, plan, squatted), epoch)
+    order = sorted(plan.members)
+    shares = plan.shares()
+    pairs = []
+    for cid in order:
+        prefix = protocol.command_prefix(group, cid)
+        pairs.append((prefix, protocol.Command(protocol.STOP_FETCHER, generation, epoch, consumer_id=cid).encode(),
+                      protocol.Command(protocol.START_FETCHER, generation, epoch, shares[cid],
+                                       consumer_id=cid).encode()))
+    t = fenced(client, fence)
     _write_state(t, group, state, snapshot.state_version)
     for path in stale:
         t.delete(path)
-    order = sorted(plan.members)
-    shares = plan.shares()
-    for cid in order:
-        prefix = protocol.command_prefix(group, cid)
-        t.create(prefix, protocol.Command(protocol.STOP_FETCHER, generation, epoch, consumer_id=cid).encode(),
-                 sequence=True)
-        t.create(prefix, protocol.Command(protocol.START_FETCHER, generation, epoch, shares[cid],
-                                          consumer_id=cid).encode(), sequence=True)
-    results = fenced_commit(t, fence)
-    first = 2 + len(stale)
-    return {cid: results[first + 2 * i:first + 2 * i + 2] for i, cid in enumerate(order)}
+    parts, size = [t], transaction_bytes(t)
+    path_bytes = len(client.chroot or "") + COMMAND_OVERHEAD  # kazoo sends paths with the chroot in front
+    for prefix, stop, start in pairs:
+        pair_bytes = 2 * (len(prefix) + path_bytes) + len(stop) + len(start)
+        if size + pair_bytes > MAX_REQUEST_BYTES:
+            t = fenced(client, fence)
+            parts.append(t)
+            size = transaction_bytes(t)
+        t.create(prefix, stop, sequence=True)
+        t.create(prefix, start, sequence=True)
+        size += pair_bytes
+    created: List[str] = []
+    for i, part in enumerate(parts):
+        results = fenced_commit(part, fence)
+        created += results[1 + (1 + len(stale) if i == 0 else 0):]
+    return {cid: created[2 * i:2 * i + 2] for i, cid in enumerate(order)}
 
 
 def problems(snapshot: Snapshot, plan: Plan, squatted: Optional[Dict[Tuple[str, int], int]] = None) -> str:
@@ -274,8 +427,9 @@ def problems(snapshot: Snapshot, plan: Plan, squatted: Optional[Dict[Tuple[str, 
 def wait_for_acks(client, commands: Dict[str, List[str]], timeout: float,
                   abort: Callable[[], bool], changed: Callable[[], bool] = lambda: False) -> Set[str]:
     """Wait until every member deleted its start-fetcher command (its ack); return the members
-    to leave out of the next attempt. A watch per command reports its deletion; every 250 ms
-    all pending commands are checked again, in case a watch was lost to a reconnect.
+    to leave out of the next attempt. A watch per command reports its deletion; every
+    :data:`ACK_RECHECK_S` all pending commands are checked again, in case a watch was lost
+    to a reconnect; ``abort`` and ``changed`` are looked at every :data:`ACK_POLL_S`.
 
     A member that did not even ack its stop-fetcher is the one holding the group up; members
     that acked stop but not start are usually waiting for its owner nodes, so they are only
@@ -298,7 +452,7 @@ def wait_for_acks(client, commands: Dict[str, List[str]], timeout: float,
             raise Superseded("the group changed")
         now = time.monotonic()
         if now >= recheck:
-            recheck = now + 0.25
+            recheck = now + ACK_RECHECK_S
             checks = [(path, client.exists_async(path, watch=watch)) for path in pending]
             for path, a in checks:
                 if a.get() is None:
@@ -310,7 +464,7 @@ def wait_for_acks(client, commands: Dict[str, List[str]], timeout: float,
             remaining = deadline - time.monotonic()
             if not pending or remaining <= 0:
                 break
-            woken.wait(min(remaining, max(0.0, recheck - time.monotonic())))
+            woken.wait(min(remaining, ACK_POLL_S, max(0.0, recheck - time.monotonic())))
     if not pending:
         return set()
     late = set(pending.values())
@@ -360,6 +514,22 @@ class GroupRebalancer:
         self.squatted: Dict[str, Dict[Tuple[str, int], int]] = {}
         # Problems already logged, per group: each is logged once while it lasts.
         self._reported: Dict[str, Set[str]] = {}
+        # The last verified look of each group whose ownership was found right (see Fingerprint):
+        # a periodic check needs to run a group again only when it no longer matches.
+        self.verified: Dict[str, Fingerprint] = {}
+        # Groups whose next run reads their owner nodes whatever their state records (a full check).
+        self.must_read: Set[str] = set()
+
+    def forget(self, group: str) -> None:
+        """The group is gone: drop what is known of it."""
+        self.verified.pop(group, None)
+        self.must_read.discard(group)
+
+    def read_in_full(self, groups) -> None:
+        """The next run of each of ``groups`` reads every znode of it, owner nodes included."""
+        for group in groups:
+            self.verified.pop(group, None)
+            self.must_read.add(group)
 
     def run(self, group: str, topics: Dict[str, int], fence: Fence, abort: Callable[[], bool], observe=None,
             changed: Callable[[], bool] = lambda: False) -> Outcome:
@@ -369,6 +539,7 @@ class GroupRebalancer:
         changed since this run began (raises :class:`Superseded` while waiting for acks, rather
         than waiting out members that may be gone)."""
         started = time.monotonic()
+        self.verified.pop(group, None)  # recorded again only by a run that verifies it
         excluded: Set[str] = set()
         squatted = self._still_squatted(group)
         attempts = self.settings.max_rebalance_retries + 1
@@ -382,13 +553,23 @@ class GroupRebalancer:
                 if attempt + 1 < attempts:
                     _sleep(self.settings.rebalance_backoff_ms * (2 ** attempt) / 1000.0, abort)
                 continue
-            plan = compute_plan(snapshot, excluded, set(squatted))
+            plan = (not excluded and not squatted and recorded_plan(snapshot)) or \
+                compute_plan(snapshot, excluded, set(squatted))
             self._report(snapshot, plan, squatted)
             reasons = reasons_to_rebalance(snapshot, plan, None)
+            owner_pzxids: Optional[Dict[str, int]] = None
+            if not reasons and not squatted and group not in self.must_read:
+                owner_pzxids = still_as_verified(self.client, snapshot, plan)  # verified before, unchanged since
+            if not reasons and owner_pzxids is None:
+                owner_pzxids = {}
+                reasons = reasons_to_rebalance(snapshot, plan, read_owners(self.client, group, plan.assignment,
+                                                                           owner_pzxids))
+                self.must_read.discard(group)
             if not reasons:
-                reasons = reasons_to_rebalance(snapshot, plan, read_owners(self.client, group, plan.assignment))
-            if not reasons:
-                self._settle(snapshot, plan, squatted, fence)
+                record = verified_record(snapshot, plan, owner_pzxids) if not squatted else {}
+                self._settle(snapshot, plan, squatted, fence, record)
+                if not squatted:
+                    self.verified[group] = fingerprint(snapshot, plan, owner_pzxids)
                 return Outcome(group, "unchanged", snapshot.state.generation, duration_ms=_ms(started),
                                members=len(plan.members), unavailable=len(squatted))
             if abort():
@@ -401,10 +582,15 @@ class GroupRebalancer:
                                  changed)
             if not late:
                 state = protocol.STABLE if plan.members else protocol.EMPTY
-                write_state(self.client, fence, group,
-                            GroupState(generation, state, list(plan.members), plan.assignment, plan.strategy,
-                                       problems(snapshot, plan, squatted), fence.epoch),
-                            0 if snapshot.state_version is None else snapshot.state_version + 1)
+                owner_pzxids = owners_as_assigned(self.client, group, plan.assignment) if not squatted else None
+                record = verified_record(snapshot, plan, owner_pzxids) if owner_pzxids is not None else {}
+                snapshot.state_mzxid = write_state(
+                    self.client, fence, group,
+                    GroupState(generation, state, list(plan.members), plan.assignment, plan.strategy,
+                               problems(snapshot, plan, squatted), fence.epoch, verified=record),
+                    0 if snapshot.state_version is None else snapshot.state_version + 1)
+                if record and snapshot.state_mzxid is not None:
+                    self.verified[group] = fingerprint(snapshot, plan, owner_pzxids)
                 return Outcome(group, state, generation, reasons, _moved(snapshot.state.assignment, plan.assignment),
                                _ms(started), sorted(excluded), members=len(plan.members), unavailable=len(squatted))
             shares = plan.shares()
@@ -446,15 +632,17 @@ class GroupRebalancer:
             log.error("%s", line)
         self._reported[snapshot.group] = current
 
-    def _settle(self, snapshot: Snapshot, plan: Plan, squatted, fence: Fence) -> None:
-        """Ownership is already right: record it as Stable (no commands) if the state says otherwise."""
+    def _settle(self, snapshot: Snapshot, plan: Plan, squatted, fence: Fence, record: Dict) -> None:
+        """Ownership is already right: record it as Stable (no commands), with what was verified,
+        if the state says otherwise. ``snapshot.state_mzxid`` follows a write (it is fingerprinted)."""
         want = protocol.STABLE if plan.members else protocol.EMPTY
         error = problems(snapshot, plan, squatted)
-        if snapshot.state.state != want or snapshot.state.error != error:
-            s = snapshot.state
-            write_state(self.client, fence, snapshot.group,
-                        GroupState(s.generation, want, s.members, s.assignment, s.strategy, error, fence.epoch),
-                        snapshot.state_version)
+        s = snapshot.state
+        if s.state != want or s.error != error or s.verified != record:
+            snapshot.state_mzxid = write_state(
+                self.client, fence, snapshot.group,
+                GroupState(s.generation, want, s.members, s.assignment, s.strategy, error, fence.epoch,
+                           verified=record), snapshot.state_version)
 
     def _fail(self, snapshot: Snapshot, plan: Plan, error: str, fence: Fence) -> None:
         s = snapshot.state

@@ -1137,13 +1137,13 @@ def test_unknown_strategy_name():
 def test_registry():
     assert STRATEGIES == {"range": range_assignor.assign, "roundrobin": roundrobin_assignor.assign,
                           "sticky": sticky_assignor.assign}
-    assert DEFAULT_STRATEGY == "range"
+    assert DEFAULT_STRATEGY == "sticky"
 
 
 # ---------------------------------------------------------------- choose_strategy
 
 CHOOSE_CASES = [
-    ("no members: the default", {}, "range"),
+    ("no members: the default", {}, "sticky"),
     ("one member", {"a": ["roundrobin", "range"]}, "roundrobin"),
     ("everyone agrees", {"a": ["range"], "b": ["range"]}, "range"),
     ("everyone prefers roundrobin",

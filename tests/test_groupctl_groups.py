@@ -116,7 +116,7 @@ def test_list_and_describe_a_live_group(groupctl, cluster, zk, zk_connect, data_
                                        ["g", "t", "1", "20", "20", "0", cid, host, "zkgroups"],
                                        ["g", "t", "2", "0", "0", "0", cid, host, "zkgroups"]]
         assert table(ok(groupctl("groups", "describe", "g", "--state")), "GROUP") == \
-            [["g", "n", "range", "Stable", "1", str(state.generation)]]
+            [["g", "n", "sticky", "Stable", "1", str(state.generation)]]
         assert table(ok(groupctl("groups", "describe", "g", "--members")), "GROUP") == [["g", cid, host, "zkgroups", "3"]]
     finally:
         c.close()

@@ -359,7 +359,7 @@ def _subtree(zk, path: str) -> List[str]:
               help="TOML file of consumer settings ([consumer] table or top level; may set zk and data_dir).")
 @click.option("--consumer-id", help="This member's id (default: <group>_<host>-<ms>-<8 hex>).")
 @click.option("--strategy", "strategies", multiple=True, type=click.Choice(sorted(STRATEGIES)),
-              help="Assignment strategy this member supports; repeat in order of preference (default: range).")
+              help="Assignment strategy this member supports; repeat in order of preference (default: sticky, then range).")
 @click.option("--with-metadata", is_flag=True,
               help="Add to each line this member's id, its generation and when poll() returned the record "
                    "(wall clock, seconds).")

@@ -53,7 +53,7 @@ __all__ = ["Ownership", "Assignor", "STRATEGIES", "DEFAULT_STRATEGY", "assign", 
 # assign(members, partitions, previous=None) -> Ownership
 Assignor = Callable[[Mapping[str, Mapping[str, int]], Mapping[str, int], Optional[Ownership]], Ownership]
 
-DEFAULT_STRATEGY = range_assignor.NAME
+DEFAULT_STRATEGY = sticky_assignor.NAME
 
 STRATEGIES: Dict[str, Assignor] = {
     range_assignor.NAME: range_assignor.assign,

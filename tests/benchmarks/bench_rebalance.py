@@ -19,9 +19,14 @@ import sys
 import threading
 import time
 
+from kazoo.client import KazooClient
+from kazoo.handlers import utils as kazoo_utils
 from kazoo.recipe.watchers import DataWatch
 
-from coordinator import protocol
+from coordinator import protocol, read
+from coordinator.config import CoordinatorConfig
+from coordinator.coordinator import Coordinator
+from coordinator.testing.zkserver import die_with_parent
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 from consumer.member import GroupMember, MemberListener
@@ -66,7 +71,183 @@ def stable_with(n, after):
     return lambda s: s.state == protocol.STABLE and len(s.members) == n and s.generation > after
 
 
+class RoundTrips:
+    """Counts, per thread, the ZooKeeper requests sent and the sequential round trips: a thread
+    that sent requests and then waits for an answer makes one round trip, however many
+    requests it had pipelined (kazoo's sync calls are an async call and a wait)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.requests: dict = {}
+        self.trips: dict = {}
+        self._sent = threading.local()
+        call, get = KazooClient._call, kazoo_utils.AsyncResult.get
+        counter = self
+
+        def counted_call(client, request, async_object):
+            counter._sent.pending = True
+            with counter.lock:
+                name = threading.current_thread().name
+                counter.requests[name] = counter.requests.get(name, 0) + 1
+            return call(client, request, async_object)
+
+        def counted_get(result, *args, **kwargs):
+            if getattr(counter._sent, "pending", False):
+                counter._sent.pending = False
+                with counter.lock:
+                    name = threading.current_thread().name
+                    counter.trips[name] = counter.trips.get(name, 0) + 1
+            return get(result, *args, **kwargs)
+
+        KazooClient._call, kazoo_utils.AsyncResult.get = counted_call, counted_get
+        self._restore = lambda: (setattr(KazooClient, "_call", call), setattr(kazoo_utils.AsyncResult, "get", get))
+
+    def reset(self):
+        with self.lock:
+            self.requests.clear()
+            self.trips.clear()
+
+    def close(self):
+        self._restore()
+
+    def sides(self):
+        """{side: (round trips of its busiest thread, all round trips, requests)}: the
+        coordinator's event and handler threads, and the members' threads (the joiner's
+        registration runs on the benchmark's main thread)."""
+        with self.lock:
+            trips, requests = dict(self.trips), dict(self.requests)
+        out = {}
+        for side, prefixes in (("coordinator", ("groups-", "rebalance-")), ("members", ("member-", "MainThread"))):
+            names = [n for n in set(trips) | set(requests) if n.startswith(prefixes)]
+            busiest = max((trips.get(n, 0) for n in names), default=0)
+            out[side] = (busiest, sum(trips.get(n, 0) for n in names), sum(requests.get(n, 0) for n in names))
+        return out
+
+
+def count_round_trips(connect: str, n: int, p: int, strategy: str):
+    """One join and one leave with the coordinator and the members in this process, counted:
+    {"join"/"leave": RoundTrips.sides()}."""
+    counter = RoundTrips()
+    node = None
+    try:
+        node = Coordinator(connect, "rt", CoordinatorConfig()).start()
+        admin = start_client(connect)
+        TopicRegistry(admin).create("t", p)
+        clients = [start_client(connect) for _ in range(min(n + 1, 10))]
+        watch = StateWatch(admin, "g")
+        members = [GroupMember(clients[i % len(clients)], "g", {"t": 1}, strategies=(strategy,),
+                               listener=MemberListener()).start() for i in range(n)]
+        watch.wait(stable_with(n, 0))
+        time.sleep(0.5)  # let the first generation's last acks and watches settle
+        out = {}
+        counter.reset()
+        gen = watch.state.generation
+        extra = GroupMember(clients[n % len(clients)], "g", {"t": 1}, strategies=(strategy,),
+                            listener=MemberListener()).start()
+        watch.wait(stable_with(n + 1, gen))
+        time.sleep(0.3)
+        out["join"] = counter.sides()
+        counter.reset()
+        gen = watch.state.generation
+        extra.close()
+        watch.wait(stable_with(n, gen))
+        time.sleep(0.3)
+        out["leave"] = counter.sides()
+        for m in members:
+            m.close()
+        for c in clients + [admin]:
+            close_client(c)
+        return out
+    finally:
+        if node:
+            node.close()
+        counter.close()
+
+
+def member_process(connect: str, group: str, strategy: str) -> None:
+    """``--member``: a member in a process of its own, driven by lines on stdin: ``join``
+    (registers; answers ``joined``), ``leave`` (closes; answers ``left``), ``exit``."""
+    client = start_client(connect)
+    member = None
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "join":
+            member = GroupMember(client, group, {"t": 1}, strategies=(strategy,), listener=MemberListener()).start()
+            print("joined", flush=True)
+        elif command == "leave" and member:
+            member.close()
+            member = None
+            print("left", flush=True)
+        elif command == "exit":
+            break
+    if member:
+        member.close()
+    close_client(client)
+
+
+class MemberProcess:
+    def __init__(self, connect: str, strategy: str):
+        self.proc = subprocess.Popen([sys.executable, "-m", "tests.benchmarks.bench_rebalance", "--member", connect, "g",
+                                      strategy], cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, preexec_fn=die_with_parent)
+
+    def send(self, command: str, answer: str = "") -> None:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        if answer and self.proc.stdout.readline().strip() != answer:
+            raise RuntimeError(f"member process: no {answer!r} after {command!r}")
+
+    def close(self) -> None:
+        try:
+            self.send("exit")
+            self.proc.wait(30)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+
+
+def bench_zkgroups_processes(connect: str, n: int, p: int, reps: int, strategy: str):
+    """As :func:`bench_zkgroups`, every member a process of its own (the timer starts when the
+    joiner is told to register, and when the leaver is told to close)."""
+    admin = start_client(connect)
+    TopicRegistry(admin).create("t", p)
+    watch = StateWatch(admin, "g")
+    members = [MemberProcess(connect, strategy) for _ in range(n + 1)]
+    try:
+        for m in members[:n]:
+            m.send("join", "joined")
+        watch.wait(stable_with(n, 0))
+        extra = members[n]
+        joins, leaves = [], []
+        for _ in range(reps):
+            gen = watch.state.generation
+            t0 = time.perf_counter()
+            extra.send("join")
+            watch.wait(stable_with(n + 1, gen))
+            joins.append((time.perf_counter() - t0) * 1000)
+            extra.proc.stdout.readline()
+            gen = watch.state.generation
+            t0 = time.perf_counter()
+            extra.send("leave")
+            watch.wait(stable_with(n, gen))
+            leaves.append((time.perf_counter() - t0) * 1000)
+            extra.proc.stdout.readline()
+        return joins, leaves, []
+    finally:
+        for m in members:
+            m.close()
+        close_client(admin)
+
+
+def moved(before: protocol.GroupState, after: protocol.GroupState) -> int:
+    """Partitions whose owning member changed from one generation to the next."""
+    old = {(t, q): protocol.consumer_of_stream(s) for t, parts in before.assignment.items() for q, s in parts.items()}
+    return sum(1 for t, parts in after.assignment.items() for q, s in parts.items()
+               if old.get((t, q)) != protocol.consumer_of_stream(s))
+
+
 def bench_zkgroups(connect: str, n: int, p: int, reps: int, strategy: str):
+    """(join ms, leave ms, partitions moved per change) over ``reps`` joins and leaves."""
     admin = start_client(connect)
     TopicRegistry(admin).create("t", p)
     clients = [start_client(connect) for _ in range(min(n + 1, 10))]
@@ -77,23 +258,25 @@ def bench_zkgroups(connect: str, n: int, p: int, reps: int, strategy: str):
 
     members = [member(i) for i in range(n)]
     watch.wait(stable_with(n, 0))
-    joins, leaves = [], []
+    joins, leaves, moves = [], [], []
     for i in range(reps):
-        gen = watch.state.generation
+        before = watch.state
         t0 = time.perf_counter()
         extra = member(i)
-        watch.wait(stable_with(n + 1, gen))
+        watch.wait(stable_with(n + 1, before.generation))
         joins.append((time.perf_counter() - t0) * 1000)
-        gen = watch.state.generation
+        moves.append(moved(before, watch.state))
+        before = watch.state
         t0 = time.perf_counter()
         extra.close()
-        watch.wait(stable_with(n, gen))
+        watch.wait(stable_with(n, before.generation))
         leaves.append((time.perf_counter() - t0) * 1000)
+        moves.append(moved(before, watch.state))
     for m in members:
         m.close()
     for c in clients + [admin]:
         close_client(c)
-    return joins, leaves
+    return joins, leaves, moves
 
 
 def bench_set_partitioner(connect: str, n: int, p: int, reps: int, boundary: float):
@@ -183,11 +366,17 @@ def bench_failover(connect: str, groups: int, session_ms: int):
                 return False
         return True
 
-    wait(lambda: leader() is not None and leader().loaded and all_stable(), 120)
+    wait(lambda: leader() is not None and all_stable() and read.all_verified(admin), 120)
     first = leader()
     t0 = time.perf_counter()
     nodes[first.node_id].send_signal(signal.SIGKILL)
-    wait(lambda: (lambda i: i is not None and i.epoch > first.epoch and i.loaded)(leader()), 60)
+
+    def taken_over():
+        leaders = read.shard_leaders(admin)
+        return (bool(leaders) and all(node and node != first.node_id and verified
+                                      for node, _, verified in leaders.values()))
+
+    wait(taken_over, 60)
     took = (time.perf_counter() - t0) * 1000
     for m in members:
         m.close()
@@ -200,16 +389,19 @@ def bench_failover(connect: str, groups: int, session_ms: int):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    if len(sys.argv) > 1 and sys.argv[1] == "--member":
+        return member_process(*sys.argv[2:5])
+    ap = argparse.ArgumentParser(prog="bin/bench rebalance", description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--sizes", default="10x100,50x500", help="NxP pairs")
     ap.add_argument("--boundary", type=float, default=0.02,
                     help="SetPartitioner time_boundary (s); 0.01 and 0.05 measured no faster")
-    ap.add_argument("--strategies", default="range,sticky", help="assignment strategies to measure")
+    ap.add_argument("--strategies", default="sticky,range", help="assignment strategies to measure")
+    ap.add_argument("--processes", action="store_true", help="every member a process of its own")
     ap.add_argument("--groups", type=int, default=100)
     ap.add_argument("--session-ms", type=int, default=2000)
     args = ap.parse_args()
-    rows = []
+    rows, trips = [], []
     with zookeeper(fsync=True) as connect:
         for size in args.sizes.split(","):
             n, p = map(int, size.split("x"))
@@ -218,7 +410,8 @@ def main():
                 chroot = f"{connect}/bench-{n}x{p}-{strategy}"
                 node = coordinatord(chroot, "b1", 6000)
                 try:
-                    joins, leaves = bench_zkgroups(chroot, n, p, args.reps, strategy)
+                    run = bench_zkgroups_processes if args.processes else bench_zkgroups
+                    joins, leaves, moves = run(chroot, n, p, args.reps, strategy)
                 finally:
                     node.terminate()
                     node.wait()
@@ -227,10 +420,22 @@ def main():
                         mine, base = percentile(ours, q), percentile(theirs, q)
                         rows.append(Row(f"N={n} P={p} {strategy} {what} p{q}", mine, "ms", base / mine,
                                         f"SetPartitioner {base:.0f} ms (time_boundary {args.boundary}s)"))
+                if moves:
+                    rows.append(Row(f"N={n} P={p} {strategy} partitions moved per change (mean)",
+                                    sum(moves) / len(moves), "", note=f"at least {p / (n + 1):.1f}"))
+                counted = count_round_trips(f"{connect}/trips-{n}x{p}-{strategy}", n, p, strategy)
+                for what, sides in counted.items():
+                    for side, (busiest, total, requests) in sides.items():
+                        trips.append(Row(f"N={n} P={p} {strategy} {what}: {side}", busiest, "round trips",
+                                         note=f"{total} in all threads, {requests} requests"))
         took = bench_failover(f"{connect}/failover", args.groups, args.session_ms)
         rows.append(Row(f"leader SIGKILL, {args.groups} groups verified", took - args.session_ms, "ms",
                         note=f"beyond the {args.session_ms} ms session timeout"))
-    print_table(rows, "rebalance latency (ratio = SetPartitioner / zkgroups: how many times faster)")
+    mode = "members as processes" if args.processes else "members in this process"
+    print_table(rows, f"rebalance latency, {mode} (ratio = SetPartitioner / zkgroups: how many times faster)")
+    print_table(trips, "sequential ZooKeeper round trips of one join and one leave (coordinator: its busiest "
+                       "thread; members: the busiest member thread)")
+
 
 if __name__ == "__main__":
     main()
