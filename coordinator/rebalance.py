@@ -6,6 +6,11 @@
 ``wait_for_acks`` watches the commands disappear. :class:`GroupRebalancer` strings them
 together with bounded retries.
 
+Static members (:mod:`coordinator.static`): a static member whose registration is gone is held
+for its grace (counted in the assignment, sent no command; its departure writes only the
+state's ``away_since``); a returning one whose partitions are the only ones not owned gets
+stop-fetcher and start-fetcher alone, at the current generation; the others get nothing.
+
 One bad member never stops its group: a member whose registration is unreadable, that has no
 command channel, or that supports no strategy the group can use is left out of the
 assignment, named in one log line and in the group state's ``error``; the others are
@@ -23,11 +28,11 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from coordinator import assignors, protocol, read
+from coordinator import assignors, protocol, read, static
 from coordinator.config import CoordinatorConfig
 from coordinator.shards import Fence
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode
-from coordinator.protocol import GroupState, Ownership, Registration
+from coordinator.protocol import GroupState, Ownership, Registration, StaticMember
 from coordinator.zkclient import TransactionFailed, commit
 
 log = logging.getLogger(__name__)
@@ -139,10 +144,16 @@ def find_squatters(client, group: str, partitions) -> Dict[Tuple[str, int], int]
 
 @dataclass
 class Plan:
-    members: Dict[str, Dict[str, int]]     # consumer id -> {topic: streams}, resolved
+    members: Dict[str, Dict[str, int]]     # consumer id -> {topic: streams}, resolved (held ones included)
     strategy: str
     assignment: Ownership
     left_out: Dict[str, str] = field(default_factory=dict)   # consumer id -> why it cannot use the strategy
+    held: Set[str] = field(default_factory=set)               # away static members: no command for them
+    static: Dict[str, StaticMember] = field(default_factory=dict)   # the state's record of static members
+
+    def recipients(self) -> List[str]:
+        """The members commands go to (the held ones are away)."""
+        return sorted(set(self.members) - self.held)
 
     def shares(self) -> Dict[str, Ownership]:
         """Each member's part of the assignment (one pass over it)."""
@@ -153,16 +164,20 @@ class Plan:
         return out
 
 
-def compute_plan(snapshot: Snapshot, excluded=(), unavailable=frozenset()) -> Plan:
+def compute_plan(snapshot: Snapshot, excluded=(), unavailable=frozenset(), hold: Optional[static.Hold] = None) -> Plan:
     """The target assignment for the members not excluded (pure). Members that cannot use the
     group's strategy are left out (``Plan.left_out``); ``unavailable`` (topic, partition)
-    pairs (held by squatters) are left unassigned."""
+    pairs (held by squatters) are left unassigned. Static members ``hold`` keeps while they
+    are away count as members with the registration the state recorded for them."""
+    hold = hold or static.Hold()
     regs = {cid: r for cid, r in snapshot.members.items() if cid not in excluded}
+    regs.update({cid: hold.static[cid].registration() for cid in hold.held})
     if not regs:
         return Plan({}, "", {})
     strategy, left_out = assignors.settle_strategy({cid: r.strategies for cid, r in regs.items()},
                                                    snapshot.state.strategy)
     members = {cid: r.topics(snapshot.topics) for cid, r in regs.items() if cid not in left_out}
+    records = {cid: m for cid, m in hold.static.items() if cid in members}
     if not members:
         return Plan({}, "", {}, left_out)
     subscribed = {t for subs in members.values() for t in subs}
@@ -172,7 +187,7 @@ def compute_plan(snapshot: Snapshot, excluded=(), unavailable=frozenset()) -> Pl
     if unavailable:
         assignment = {t: {p: s for p, s in parts.items() if (t, p) not in unavailable}
                       for t, parts in assignment.items()}
-    return Plan(members, strategy, assignment, left_out)
+    return Plan(members, strategy, assignment, left_out, hold.held & set(members), records)
 
 
 def reasons_to_rebalance(snapshot: Snapshot, plan: Plan, owners: Optional[Ownership]) -> List[str]:
@@ -190,8 +205,11 @@ def reasons_to_rebalance(snapshot: Snapshot, plan: Plan, owners: Optional[Owners
         reasons.append("ownership differs from the computed assignment")
     if reasons or owners is None:
         return reasons
-    wanted = {(t, p): s for t, parts in plan.assignment.items() for p, s in parts.items()}
-    held = {(t, p): s for t, parts in owners.items() for p, s in parts.items()}
+    away = plan.held  # nobody owns an away member's partitions, and nobody should
+    wanted = {(t, p): s for t, parts in plan.assignment.items() for p, s in parts.items()
+              if protocol.consumer_of_stream(s) not in away}
+    held = {(t, p): s for t, parts in owners.items() for p, s in parts.items()
+            if protocol.consumer_of_stream(s) not in away}
     if any(tp not in held for tp in wanted):
         reasons.append("partitions not owned")
     if any(tp not in wanted for tp in held):
@@ -236,19 +254,20 @@ def write_state(client, fence: Fence, group: str, state: GroupState, version: Op
 
 
 def write_commands(client, fence: Fence, snapshot: Snapshot, plan: Plan, generation: int,
-                   stale: List[str], squatted=None) -> Dict[str, List[str]]:
+                   stale: List[str], squatted=None, recipients: Optional[List[str]] = None) -> Dict[str, List[str]]:
     """One fenced transaction: state Rebalancing, then stop-fetcher and start-fetcher for
-    every member (in that order, so each channel holds stop before start), and the removal
-    of ``stale`` command paths. Returns consumer id -> [stop path, start path]."""
+    every recipient (default: every member not held away; in that order, so each channel holds
+    stop before start), and the removal of ``stale`` command paths. Returns consumer id ->
+    [stop path, start path]."""
     group = snapshot.group
     epoch = fence.epoch
     t = fenced(client, fence)
     state = GroupState(generation, protocol.REBALANCING, list(plan.members), plan.assignment,
-                       plan.strategy, problems(snapshot, plan, squatted), epoch)
+                       plan.strategy, problems(snapshot, plan, squatted), epoch, static=plan.static)
     _write_state(t, group, state, snapshot.state_version)
     for path in stale:
         t.delete(path)
-    order = sorted(plan.members)
+    order = sorted(plan.recipients() if recipients is None else recipients)
     shares = plan.shares()
     for cid in order:
         prefix = protocol.command_prefix(group, cid)
@@ -338,6 +357,7 @@ class Outcome:
     error: str = ""
     members: int = 0
     unavailable: int = 0             # partitions left unassigned: held by squatters (check again later)
+    recheck_ms: Optional[int] = None  # a static member is held away: look again when its grace ends
 
 
 class GroupRebalancer:
@@ -382,31 +402,44 @@ class GroupRebalancer:
                 if attempt + 1 < attempts:
                     _sleep(self.settings.rebalance_backoff_ms * (2 ** attempt) / 1000.0, abort)
                 continue
-            plan = compute_plan(snapshot, excluded, set(squatted))
+            now = protocol.now_ms()
+            hold = static.hold_departed(snapshot.state.static, snapshot.state.members,
+                                        static.static_of(snapshot.members), snapshot.members, now)
+            recheck = None if hold.next_deadline_ms is None else max(0, hold.next_deadline_ms - now)
+            plan = compute_plan(snapshot, excluded, set(squatted), hold)
             self._report(snapshot, plan, squatted)
             reasons = reasons_to_rebalance(snapshot, plan, None)
+            restore: Set[str] = set()
             if not reasons:
-                reasons = reasons_to_rebalance(snapshot, plan, read_owners(self.client, group, plan.assignment))
+                owners = read_owners(self.client, group, plan.assignment)
+                reasons = reasons_to_rebalance(snapshot, plan, owners)
+                restore = self._restorable(snapshot, plan, owners) if reasons else set()
             if not reasons:
                 self._settle(snapshot, plan, squatted, fence)
                 return Outcome(group, "unchanged", snapshot.state.generation, duration_ms=_ms(started),
-                               unavailable=len(squatted))
+                               unavailable=len(squatted), recheck_ms=recheck)
             if abort():
                 raise Abandoned("leadership is ending")
-            generation = max(snapshot.state.generation, self.generations.get(group, 0)) + 1
-            self.generations[group] = generation
-            stale = stale_commands(self.client, group, excluded) if excluded else []
-            commands = write_commands(self.client, fence, snapshot, plan, generation, stale, squatted)
+            if restore:  # returning static members only: the others keep their generation, no command
+                generation, reasons = snapshot.state.generation, [f"static members {sorted(restore)} returned"]
+                stale = stale_commands(self.client, group, restore)
+            else:
+                generation = max(snapshot.state.generation, self.generations.get(group, 0)) + 1
+                self.generations[group] = generation
+                stale = stale_commands(self.client, group, excluded) if excluded else []
+            commands = write_commands(self.client, fence, snapshot, plan, generation, stale, squatted,
+                                      sorted(restore) if restore else None)
             late = wait_for_acks(self.client, commands, self.settings.rebalance_timeout_ms / 1000.0, abort,
                                  changed)
             if not late:
                 state = protocol.STABLE if plan.members else protocol.EMPTY
                 write_state(self.client, fence, group,
                             GroupState(generation, state, list(plan.members), plan.assignment, plan.strategy,
-                                       problems(snapshot, plan, squatted), fence.epoch),
+                                       problems(snapshot, plan, squatted), fence.epoch, static=plan.static),
                             0 if snapshot.state_version is None else snapshot.state_version + 1)
                 return Outcome(group, state, generation, reasons, _moved(snapshot.state.assignment, plan.assignment),
-                               _ms(started), sorted(excluded), members=len(plan.members), unavailable=len(squatted))
+                               _ms(started), sorted(excluded), members=len(plan.members), unavailable=len(squatted),
+                               recheck_ms=recheck)
             shares = plan.shares()
             blocked = find_squatters(self.client, group, [(t, p) for cid in late
                                                           for t, parts in shares.get(cid, {}).items() for p in parts])
@@ -423,6 +456,17 @@ class GroupRebalancer:
         snapshot = read_snapshot(self.client, group, topics)
         self._fail(snapshot, compute_plan(snapshot), error, fence)
         raise ConsumerRebalanceFailedException(f"group {group}: {error}")
+
+    @staticmethod
+    def _restorable(snapshot: Snapshot, plan: Plan, owners: Ownership) -> Set[str]:
+        """The returning static members to give their share back, if that is all the group
+        needs (the state is settled and every other partition is owned as assigned)."""
+        if snapshot.state.state != protocol.STABLE or plan.members.keys() != set(snapshot.state.members):
+            return set()
+        shares = {cid: share for cid, share in plan.shares().items() if cid not in plan.held}
+        present = set(plan.static) - plan.held
+        restore = static.members_to_restore(shares, owners, present)
+        return restore if static.only_restores(shares, owners, restore) else set()
 
     def _still_squatted(self, group: str) -> Dict[Tuple[str, int], int]:
         """The squatters found before that still hold their partitions (the others are forgotten)."""
@@ -450,17 +494,18 @@ class GroupRebalancer:
         """Ownership is already right: record it as Stable (no commands) if the state says otherwise."""
         want = protocol.STABLE if plan.members else protocol.EMPTY
         error = problems(snapshot, plan, squatted)
-        if snapshot.state.state != want or snapshot.state.error != error:
-            s = snapshot.state
+        s = snapshot.state
+        if s.state != want or s.error != error or s.static != plan.static:  # static: a member went away or came back
             write_state(self.client, fence, snapshot.group,
-                        GroupState(s.generation, want, s.members, s.assignment, s.strategy, error, fence.epoch),
+                        GroupState(s.generation, want, s.members, s.assignment, s.strategy, error, fence.epoch,
+                                   static=plan.static),
                         snapshot.state_version)
 
     def _fail(self, snapshot: Snapshot, plan: Plan, error: str, fence: Fence) -> None:
         s = snapshot.state
         write_state(self.client, fence, snapshot.group,
                     GroupState(s.generation, protocol.FAILED, list(plan.members), s.assignment, plan.strategy,
-                               error, fence.epoch), snapshot.state_version)
+                               error, fence.epoch, static=plan.static), snapshot.state_version)
 
 
 def _sleep(seconds: float, abort: Callable[[], bool]) -> None:
