@@ -460,8 +460,10 @@ class GroupRebalancer:
     @staticmethod
     def _restorable(snapshot: Snapshot, plan: Plan, owners: Ownership) -> Set[str]:
         """The returning static members to give their share back, if that is all the group
-        needs (the state is settled and every other partition is owned as assigned)."""
-        if snapshot.state.state != protocol.STABLE or plan.members.keys() != set(snapshot.state.members):
+        needs: the membership and the assignment are the state's, and every other partition is
+        owned as assigned (so whatever the state's generation asked of the others is done, even
+        if a superseded attempt left the state Rebalancing)."""
+        if plan.members.keys() != set(snapshot.state.members) or plan.assignment != snapshot.state.assignment:
             return set()
         shares = {cid: share for cid, share in plan.shares().items() if cid not in plan.held}
         present = set(plan.static) - plan.held

@@ -31,7 +31,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Dict, Iterable, Mapping, Optional, Set
 
-from coordinator import protocol
 from coordinator.protocol import Ownership, Registration, StaticMember
 
 
