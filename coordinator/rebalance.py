@@ -403,8 +403,7 @@ class GroupRebalancer:
                     _sleep(self.settings.rebalance_backoff_ms * (2 ** attempt) / 1000.0, abort)
                 continue
             now = protocol.now_ms()
-            hold = static.hold_departed(snapshot.state.static, snapshot.state.members,
-                                        static.static_of(snapshot.members), snapshot.members, now)
+            hold = _hold(snapshot, now)
             recheck = None if hold.next_deadline_ms is None else max(0, hold.next_deadline_ms - now)
             plan = compute_plan(snapshot, excluded, set(squatted), hold)
             self._report(snapshot, plan, squatted)
@@ -454,7 +453,7 @@ class GroupRebalancer:
                 _sleep(self.settings.rebalance_backoff_ms * (2 ** attempt) / 1000.0, abort)
         error = f"can't rebalance after {attempts} attempts: members {sorted(excluded)} did not ack"
         snapshot = read_snapshot(self.client, group, topics)
-        self._fail(snapshot, compute_plan(snapshot), error, fence)
+        self._fail(snapshot, compute_plan(snapshot, hold=_hold(snapshot, protocol.now_ms())), error, fence)
         raise ConsumerRebalanceFailedException(f"group {group}: {error}")
 
     @staticmethod
@@ -508,6 +507,12 @@ class GroupRebalancer:
         write_state(self.client, fence, snapshot.group,
                     GroupState(s.generation, protocol.FAILED, list(plan.members), s.assignment, plan.strategy,
                                error, fence.epoch, static=plan.static), snapshot.state_version)
+
+
+def _hold(snapshot: Snapshot, now_ms: int) -> static.Hold:
+    """The static members of the snapshot's group that are away and still held."""
+    return static.hold_departed(snapshot.state.static, snapshot.state.members, static.static_of(snapshot.members),
+                                snapshot.members, now_ms)
 
 
 def _sleep(seconds: float, abort: Callable[[], bool]) -> None:

@@ -172,21 +172,21 @@ def test_a_rolling_restart_moves_no_partition(cluster, zk, zk_connect, data_dir,
     cluster.node("n")
     TopicRegistry(zk).create("t", 8)
     producer = _Producer(data_dir, "t", 8)
-    config = _grace_config(tmp_path, 20000)
+    config = _grace_config(tmp_path, 60000)
     instances = [f"i{n}" for n in range(4)]
     procs = {i: _consume(zk_connect, data_dir, i, config, subprocess_env, tmp_path, 0) for i in instances}
     done = []
     try:
-        first = wait_stable(zk, "g", 4, timeout=30)
+        first = wait_stable(zk, "g", 4, timeout=90)
         assignment = {p: s for t, parts in first.assignment.items() for p, s in parts.items()}
-        wait_for(lambda: owner_nodes(zk, "g", "t") == assignment, 30, message="every partition owned")
+        wait_for(lambda: owner_nodes(zk, "g", "t") == assignment, 90, message="every partition owned")
         watcher = OwnershipWatcher(zk, "g", "t")
         for n, i in enumerate(instances):
             old = procs[i]
             assert old.stop() == 0, old.stderr()
             done.append(old)
             procs[i] = _consume(zk_connect, data_dir, i, config, subprocess_env, tmp_path, 1)
-            wait_for(lambda: owner_nodes(zk, "g", "t") == assignment, 30, message=f"{i}'s partitions owned again")
+            wait_for(lambda: owner_nodes(zk, "g", "t") == assignment, 90, message=f"{i}'s partitions owned again")
         seen = watcher.stop()
         moved = {(p, s) for p, s in seen if assignment[p] != s}
         assert moved == set(), f"partitions moved: {sorted(moved)}"
@@ -196,7 +196,7 @@ def test_a_rolling_restart_moves_no_partition(cluster, zk, zk_connect, data_dir,
 
         produced = producer.stop()
         everything = {(p, o) for p, end in produced.items() for o in range(end)}
-        wait_for(lambda: everything <= set().union(*(c.delivered() for c in [*done, *procs.values()])), 60,
+        wait_for(lambda: everything <= set().union(*(c.delivered() for c in [*done, *procs.values()])), 120,
                  message="every record delivered")
     finally:
         producer.stop()
@@ -211,22 +211,22 @@ def test_a_sigkilled_static_member_restarted_in_the_grace_gets_its_partitions_ba
     cluster.node("n")
     TopicRegistry(zk).create("t", 4)
     producer = _Producer(data_dir, "t", 4)
-    config = _grace_config(tmp_path, 20000)
+    config = _grace_config(tmp_path, 60000)
     a = _consume(zk_connect, data_dir, "a", config, subprocess_env, tmp_path, 0)
     b = _consume(zk_connect, data_dir, "b", config, subprocess_env, tmp_path, 0)
     b2 = None
     try:
-        first = wait_stable(zk, "g", 2, timeout=30)
+        first = wait_stable(zk, "g", 2, timeout=90)
         b_id = protocol.static_consumer_id("g", "b")
         b_parts = {p for _, p in share(first, b_id)}
-        wait_for(lambda: b_parts <= {p for p, _ in b.delivered()}, 30, message="b delivering its share")
+        wait_for(lambda: b_parts <= {p for p, _ in b.delivered()}, 90, message="b delivering its share")
         a_commands = channel_commands(zk, "g", protocol.static_consumer_id("g", "a"))
 
         b.proc.send_signal(signal.SIGKILL)
         b.proc.wait(10)
         at_kill = committed(zk, "g", "t", 4)   # nobody can commit b's partitions until it is back
         b2 = _consume(zk_connect, data_dir, "b", config, subprocess_env, tmp_path, 1)
-        wait_for(lambda: b_parts <= {p for p, _ in b2.delivered()}, 30, message="b's partitions back to b")
+        wait_for(lambda: b_parts <= {p for p, _ in b2.delivered()}, 90, message="b's partitions back to b")
         assert {p for p, _ in b2.delivered()} == b_parts
 
         last = read_state(zk, "g")
@@ -235,7 +235,7 @@ def test_a_sigkilled_static_member_restarted_in_the_grace_gets_its_partitions_ba
 
         produced = producer.stop()
         everything = {(p, o) for p, end in produced.items() for o in range(end)}
-        wait_for(lambda: everything <= a.delivered() | b.delivered() | b2.delivered(), 60,
+        wait_for(lambda: everything <= a.delivered() | b.delivered() | b2.delivered(), 120,
                  message="every record delivered")
         twice = (b.delivered() & b2.delivered()) | (a.delivered() & (b.delivered() | b2.delivered()))
         outside = {(p, o) for p, o in twice if p not in b_parts or o < (at_kill[p] or 0)}
