@@ -441,7 +441,8 @@ class GroupMember:
             self._register()
             return True
         except FencedInstanceIdError as e:
-            log.error("member %s: %s", self.consumer_id, e)
+            # The application hears of it from poll(); this line says when it happened.
+            log.warning("member %s: fenced: another live process holds its group instance id", self.consumer_id)
             self.fenced = e
             self._set_state(MemberState.FENCED)
             self.listener.fenced(e)

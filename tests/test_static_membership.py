@@ -13,6 +13,9 @@
 - A SIGKILLed static member started again at once waits for its old session to expire, then
   gets the same partitions; the only records delivered twice are ones its predecessor printed
   after its last commit (the at-least-once window).
+- A static member frozen (SIGSTOP) past its session, replaced meanwhile by a new process with
+  its instance id, is fenced when it wakes (one line, exit 1) and changes nothing: the
+  registration stays the new process's, which commits to the end.
 """
 from __future__ import annotations
 
@@ -244,5 +247,44 @@ def test_a_sigkilled_static_member_restarted_in_the_grace_gets_its_partitions_ba
     finally:
         producer.stop()
         for proc in (a, b, b2):
+            if proc is not None:
+                proc.stop()
+
+
+def test_a_frozen_static_member_replaced_meanwhile_is_fenced_when_it_wakes(
+        cluster, zk, zk_connect, data_dir, subprocess_env, tmp_path):
+    """SIGSTOPped past its session: its partitions are held for it; a new process with its
+    instance id takes them back; the old one, woken, is fenced (one line, exit 1), and its late
+    commit cannot land (the new process's claim moved the token)."""
+    cluster.node("n")
+    TopicRegistry(zk).create("t", 2)
+    producer = _Producer(data_dir, "t", 2)
+    config = _grace_config(tmp_path, 60000)
+    old = _consume(zk_connect, data_dir, "a", config, subprocess_env, tmp_path, 0)
+    new = None
+    a_id = protocol.static_consumer_id("g", "a")
+    try:
+        first = wait_stable(zk, "g", 1, timeout=90)
+        wait_for(lambda: {p for p, _ in old.delivered()} == {0, 1}, 90, message="the old process delivering")
+        old.proc.send_signal(signal.SIGSTOP)
+        wait_for(lambda: not zk.exists(protocol.ids_path("g", a_id)), 90, message="its session expired")
+        new = _consume(zk_connect, data_dir, "a", config, subprocess_env, tmp_path, 1)
+        wait_for(lambda: {p for p, _ in new.delivered()} == {0, 1}, 90, message="the new process delivering")
+
+        old.proc.send_signal(signal.SIGCONT)
+        assert old.proc.wait(90) == 1
+        lines = [line for line in old.stderr().splitlines() if line.startswith("error:")]
+        assert len(lines) == 1 and "in use by another live consumer" in lines[0], old.stderr()
+        assert "Traceback" not in old.stderr()
+
+        assert zk.exists(protocol.ids_path("g", a_id)) is not None, "the fenced process removed the registration"
+        last = read_state(zk, "g")
+        assert last.generation == first.generation and last.assignment == first.assignment
+        produced = producer.stop()
+        wait_for(lambda: committed(zk, "g", "t", 2) == produced, 120, message="the new process commits the end")
+        assert new.stop() == 0
+    finally:
+        producer.stop()
+        for proc in (old, new):
             if proc is not None:
                 proc.stop()
