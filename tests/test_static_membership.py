@@ -3,6 +3,8 @@
 - A static member closed and started again within its grace gets exactly its partitions back:
   the group's generation is unchanged, the others get no command, and nobody else owns its
   partitions meanwhile.
+- A static member whose session expires (for real) registers again and gets its partitions
+  back at the same generation; the others get no command.
 - A second live process with the same instance id is fenced: ``FencedInstanceIdError`` from
   the Consumer API, one line and exit 1 from ``groupctl consume``; the first keeps its partitions.
 - A rolling restart of 4 ``groupctl consume`` processes (each SIGTERMed, then started again)
@@ -30,8 +32,8 @@ from coordinator.errors import FencedInstanceIdError
 from coordinator.topics import TopicRegistry
 from consumer.consumer import Consumer
 from consumer.member import GroupMember
-from tests.groups import Recorder, command_count, read_state, wait_stable
-from tests.helpers import GROUPCTL, committed, wait_for
+from tests.groups import Recorder, command_count, expire_session, read_state, wait_stable
+from tests.helpers import GROUPCTL, assert_failed, committed, wait_for
 from tests.test_groupctl_consume import ConsumeProcess, _Producer
 
 SESSION_MS = 1500
@@ -113,6 +115,24 @@ def test_restart_within_the_grace_gets_the_same_partitions_without_a_rebalance(c
     assert owner_nodes(zk, "g", "t") == {p: s for t, parts in before.assignment.items() for p, s in parts.items()}
 
 
+def test_an_expired_session_of_a_static_member_costs_no_rebalance(cluster, zk, zk_connect):
+    """Its session expires (for real), it reports its partitions lost, registers again in a new
+    session and gets the same partitions back at the same generation; the other gets nothing."""
+    cluster.node("n")
+    TopicRegistry(zk).create("t", 4)
+    a, b = static_member(cluster, "g", "a"), static_member(cluster, "g", "b")
+    before = wait_stable(zk, "g", 2)
+    wait_for(lambda: len(a.recorder.owned) == 2 and len(b.recorder.owned) == 2, message="both own their share")
+    a_share, b_commands = set(a.recorder.owned), channel_commands(zk, "g", b.consumer_id)
+
+    expire_session(a.client, zk_connect)
+    wait_for(lambda: any(kind == "lost" for kind, _ in a.recorder.events), message="a reports its partitions lost")
+    wait_for(lambda: a.recorder.owned == a_share and a.registered, message="a's partitions back")
+    after = wait_stable(zk, "g", 2)
+    assert (after.generation, after.assignment) == (before.generation, before.assignment)
+    assert channel_commands(zk, "g", b.consumer_id) == b_commands
+
+
 def test_a_second_live_process_with_the_same_instance_id_is_fenced(cluster, zk, zk_connect, data_dir,
                                                                    subprocess_env):
     cluster.node("n")
@@ -138,6 +158,17 @@ def test_a_second_live_process_with_the_same_instance_id_is_fenced(cluster, zk, 
     now = read_state(zk, "g")
     assert (now.generation, now.assignment) == (state.generation, state.assignment)
     assert command_count(zk, "g") == commands
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--group-instance-id", "bad/id"], "group instance id name 'bad/id' is illegal"),
+    (["--group-instance-id", "x", "--consumer-id", "y"], "not both"),
+])
+def test_bad_instance_ids_are_one_line(groupctl, zk, args, match):
+    TopicRegistry(zk).create("t", 1)
+    result = groupctl("consume", "g", "t", *args)
+    assert_failed(result, match, exit_code=result.exit_code or 1)
+    assert result.exit_code != 0
 
 
 def test_past_the_grace_the_group_rebalances_as_usual(cluster, zk):
