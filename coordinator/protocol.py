@@ -25,7 +25,8 @@ Layout (documented in the README)::
     /consumers/groups/<group>/owners/<topic>/<partition>        ephemeral, data: stream id
     /consumers/groups/<group>/offsets/<topic>/<partition>       next offset, decimal (empty: none yet);
                                                     its znode version is the fencing token of claims
-    /consumers/groups/<group>/state                 GroupState, written by the leader
+    /consumers/groups/<group>/state                 GroupState, written by the leader (its optional
+                                                    ``static`` record keeps static members while away)
     /zkgroups-spark/stop/<run id>                   created to stop a streaming Spark job
 """
 from __future__ import annotations
