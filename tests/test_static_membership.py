@@ -3,6 +3,8 @@
 - A static member closed and started again within its grace gets exactly its partitions back:
   the group's generation is unchanged, the others get no command, and nobody else owns its
   partitions meanwhile.
+- A leader that takes over while a static member is away keeps holding it (the hold and its
+  start are in the group state), and the return is still a restore.
 - A static member whose session expires (for real) registers again and gets its partitions
   back at the same generation; the others get no command.
 - A second live process with the same instance id is fenced: ``FencedInstanceIdError`` from
@@ -27,7 +29,7 @@ import threading
 
 import pytest
 
-from coordinator import protocol
+from coordinator import protocol, read
 from coordinator.errors import FencedInstanceIdError
 from coordinator.topics import TopicRegistry
 from consumer.consumer import Consumer
@@ -113,6 +115,31 @@ def test_restart_within_the_grace_gets_the_same_partitions_without_a_rebalance(c
         assert (channel_commands(zk, "g", m.consumer_id), m.generation, m.rebalances) == others[m.consumer_id], \
             f"{m.consumer_id} was sent a command"
     assert owner_nodes(zk, "g", "t") == {p: s for t, parts in before.assignment.items() for p, s in parts.items()}
+
+
+def test_a_new_leader_keeps_holding_an_away_member(cluster, zk):
+    """The hold lives in the group state: a leader that takes over while a static member is
+    away neither rebalances nor restarts its grace, and its return is a restore."""
+    first_node = cluster.node("n1")
+    TopicRegistry(zk).create("t", 4)
+    a, b = static_member(cluster, "g", "a"), static_member(cluster, "g", "b")
+    before = wait_stable(zk, "g", 2)
+    b.close()
+    away = wait_for(lambda: (s := read_state(zk, "g")).static[b.consumer_id].away_since and s, message="b away")
+
+    cluster.node("n2")
+    first_node.close()
+    wait_for(lambda: read.all_verified(zk) and {n for n, _, _ in read.shard_leaders(zk).values()} == {"n2"},
+             20, message="n2 leads and verified every group")
+    held = read_state(zk, "g")
+    assert held.static[b.consumer_id].away_since == away.static[b.consumer_id].away_since
+    assert (held.generation, held.assignment) == (before.generation, before.assignment)
+
+    b2 = static_member(cluster, "g", "b")
+    wait_for(lambda: len(b2.recorder.owned) == 2, message="b's partitions back")
+    after = wait_stable(zk, "g", 2)
+    assert (after.generation, after.assignment) == (before.generation, before.assignment)
+    assert len(a.recorder.owned) == 2
 
 
 def test_an_expired_session_of_a_static_member_costs_no_rebalance(cluster, zk, zk_connect):
