@@ -190,6 +190,7 @@ def test_a_second_live_process_with_the_same_instance_id_is_fenced(cluster, zk, 
 @pytest.mark.parametrize("args,match", [
     (["--group-instance-id", "bad/id"], "group instance id name 'bad/id' is illegal"),
     (["--group-instance-id", "x", "--consumer-id", "y"], "not both"),
+    (["--static-grace-ms", "1000"], "needs --group-instance-id"),
 ])
 def test_bad_instance_ids_are_one_line(groupctl, zk, args, match):
     TopicRegistry(zk).create("t", 1)
@@ -218,8 +219,11 @@ def test_past_the_grace_the_group_rebalances_as_usual(cluster, zk):
 
 
 def _consume(zk_connect, data_dir, instance, config, env, tmp_path, n):
-    return ConsumeProcess(zk_connect, data_dir, ["g", "t", "--group-instance-id", instance, "--config", str(config),
-                                                  "--session-timeout-ms", str(SESSION_MS)],
+    """``groupctl consume`` as static member ``instance``: its grace from ``config`` (a TOML
+    file) or, given an int, from ``--static-grace-ms``."""
+    grace = ["--static-grace-ms", str(config)] if isinstance(config, int) else ["--config", str(config)]
+    return ConsumeProcess(zk_connect, data_dir, ["g", "t", "--group-instance-id", instance, *grace,
+                                                  "--from-beginning", "--session-timeout-ms", str(SESSION_MS)],
                           env, tmp_path / f"{instance}-{n}.log")
 
 
@@ -272,7 +276,7 @@ def test_a_sigkilled_static_member_restarted_in_the_grace_gets_its_partitions_ba
     cluster.node("n")
     TopicRegistry(zk).create("t", 4)
     producer = _Producer(data_dir, "t", 4)
-    config = _grace_config(tmp_path, 60000)
+    config = 60000   # --static-grace-ms
     a = _consume(zk_connect, data_dir, "a", config, subprocess_env, tmp_path, 0)
     b = _consume(zk_connect, data_dir, "b", config, subprocess_env, tmp_path, 0)
     b2 = None

@@ -8,7 +8,7 @@
               | --by-duration PnDTnHnMnS) [--export] [--execute]
     groupctl groups reset-offsets GROUP --from-file PLAN.csv [--export] [--execute]
     groupctl groups delete GROUP
-    groupctl consume GROUP TOPIC... [--pattern REGEX] [--max-records N] [--idle-exit SECONDS] [--group-instance-id ID]
+    groupctl consume GROUP TOPIC... [--pattern REGEX] [--max-records N] [--idle-exit SECONDS] [--group-instance-id ID [--static-grace-ms MS]]
                      [--kafka-commit-offsets] [--log-format json]
 
 ``describe`` and ``reset-offsets`` follow Kafka's ``kafka-consumer-groups.sh`` (their views and
@@ -360,6 +360,9 @@ def _subtree(zk, path: str) -> List[str]:
 @click.option("--group-instance-id",
               help="Be a static member with this instance id: restarted within the session timeout, it gets "
                    "its partitions back without a rebalance (consumer id <group>_static-<id>).")
+@click.option("--static-grace-ms", type=click.IntRange(min=1),
+              help="With --group-instance-id: how long its partitions wait for it once it is gone "
+                   "(default: the session timeout).")
 @click.option("--strategy", "strategies", multiple=True, type=click.Choice(sorted(STRATEGIES)),
               help="Assignment strategy this member supports; repeat in order of preference (default: range).")
 @click.option("--with-metadata", is_flag=True,
@@ -372,7 +375,8 @@ def _subtree(zk, path: str) -> List[str]:
 @pass_cli
 def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_records: Optional[int],
             idle_exit: Optional[float], from_beginning: bool, session_timeout_ms: int,
-            config_file: Optional[str], consumer_id: Optional[str], group_instance_id: Optional[str], strategies,
+            config_file: Optional[str], consumer_id: Optional[str], group_instance_id: Optional[str],
+            static_grace_ms: Optional[int], strategies,
             with_metadata: bool,
             kafka_commit_offsets: bool, log_format: Optional[str]) -> None:
     """Consume as a member of GROUP; print records as JSON lines and commit as it goes.
@@ -419,6 +423,10 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
     settings.setdefault("connect_timeout_s", cli.zk_timeout)
     if group_instance_id:
         settings["group_instance_id"] = group_instance_id
+    if static_grace_ms:
+        if not settings.get("group_instance_id"):
+            raise CliUsageError("--static-grace-ms needs --group-instance-id")
+        settings["static_grace_ms"] = static_grace_ms
     if strategies:
         settings["assignment_strategy"] = strategies
     checked = _config.build(ConsumerConfig, settings, config_file or "options")  # names the file; before connecting
