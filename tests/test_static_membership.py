@@ -227,6 +227,17 @@ def _consume(zk_connect, data_dir, instance, config, env, tmp_path, n):
                           env, tmp_path / f"{instance}-{n}.log")
 
 
+def _stop_all(procs) -> None:
+    """Stop every process, even when one of them is slow to go (it is killed then)."""
+    for proc in procs:
+        if proc is None:
+            continue
+        try:
+            proc.stop()
+        except subprocess.TimeoutExpired:
+            pass  # stop() killed it
+
+
 def _grace_config(tmp_path, grace_ms):
     config = tmp_path / "consumer.toml"
     config.write_text(f"[consumer]\nstatic_grace_ms = {grace_ms}\nauto_offset_reset = \"earliest\"\n")
@@ -265,8 +276,7 @@ def test_a_rolling_restart_moves_no_partition(cluster, zk, zk_connect, data_dir,
                  message="every record delivered")
     finally:
         producer.stop()
-        for proc in [*done, *procs.values()]:
-            proc.stop()
+        _stop_all([*done, *procs.values()])
     for proc in [*done, *procs.values()]:
         assert "Traceback" not in proc.stderr(), proc.stderr()
 
@@ -308,9 +318,7 @@ def test_a_sigkilled_static_member_restarted_in_the_grace_gets_its_partitions_ba
         assert a.stop() == 0 and b2.stop() == 0
     finally:
         producer.stop()
-        for proc in (a, b, b2):
-            if proc is not None:
-                proc.stop()
+        _stop_all([a, b, b2])
 
 
 def test_a_frozen_static_member_replaced_meanwhile_is_fenced_when_it_wakes(
@@ -347,6 +355,4 @@ def test_a_frozen_static_member_replaced_meanwhile_is_fenced_when_it_wakes(
         assert new.stop() == 0
     finally:
         producer.stop()
-        for proc in (old, new):
-            if proc is not None:
-                proc.stop()
+        _stop_all([old, new])
