@@ -77,6 +77,8 @@ class ConsumerConfig:
     bootstrap_servers: str = ""                # Kafka brokers; "" (and no KAFKA_BOOTSTRAP_SERVERS): the embedded log
     kafka_commit_offsets: bool = False         # also copy commits to Kafka (after ZooKeeper's) for Kafka's tools
     metrics_port: Optional[int] = None         # serve Prometheus metrics on this port (0: any free one); None: off
+    group_instance_id: str = ""                # a static member (Kafka's group.instance.id); "": dynamic
+    static_grace_ms: int = 0                   # how long a static member's partitions wait for it; 0: session_timeout_ms
 
     def validate(self) -> None:
         if self.auto_offset_reset not in ("earliest", "latest", "none"):
@@ -87,6 +89,10 @@ class ConsumerConfig:
                      "session_timeout_ms", "fetch_max_bytes", "max_partition_fetch_bytes")
         if self.metrics_port is not None:
             check_port(self.metrics_port, "metrics_port")
+        if self.group_instance_id:
+            protocol.validate_name(self.group_instance_id, "group instance id")
+        if self.static_grace_ms < 0:
+            raise InvalidConfig("static_grace_ms must not be negative (0: the session timeout)")
         if isinstance(self.assignment_strategy, str):
             self.assignment_strategy = (self.assignment_strategy,)
         self.assignment_strategy = tuple(self.assignment_strategy)
@@ -203,7 +209,11 @@ class Consumer:
     for the CLIs. With ``bootstrap_servers`` (or ``KAFKA_BOOTSTRAP_SERVERS``) records come from
     Kafka instead of the embedded log; ``kafka`` holds librdkafka properties (security, SASL,
     SSL, tuning). ``consumer_id`` overrides the generated ``<group>_<host>-<ms>-<8 hex>`` (it
-    must be unique in the group and a valid znode name).
+    must be unique in the group and a valid znode name). With ``group_instance_id`` the consumer
+    is a static member (as Kafka's KIP-345): restarted within ``static_grace_ms`` (default: its
+    ``session_timeout_ms``) of leaving, it gets its partitions back without a rebalance of the
+    others; while another live process holds the same instance id the constructor (or, after a
+    session loss, ``poll()``) raises FencedInstanceIdError.
 
     States (:class:`ConsumerState`), changed through ``_set_state`` under ``_state_lock``::
 
@@ -281,7 +291,9 @@ class Consumer:
             self._fetcher.start()
             self._member = GroupMember(self._client, group_id, subscription, kind, self.config.assignment_strategy,
                                        self.config.client_id, _Bridge(self), consumer_id,
-                                       session_timeout_ms=self.config.session_timeout_ms)
+                                       session_timeout_ms=self.config.session_timeout_ms,
+                                       group_instance_id=self.config.group_instance_id or None,
+                                       static_grace_ms=self.config.static_grace_ms or None)
             self._member.start()
         except BaseException:
             if self._metrics is not None:
@@ -361,6 +373,8 @@ class Consumer:
 
     def _poll(self, timeout_ms: int, max_records: Optional[int]) -> Dict[TopicPartition, List[ConsumerRecord]]:
         self._check_open()
+        if self._member.fenced is not None:
+            raise self._member.fenced
         deadline = time.monotonic() + timeout_ms / 1000.0
         self._last_poll = time.monotonic()
         self._in_poll = True

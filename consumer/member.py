@@ -4,11 +4,26 @@ States (:class:`MemberState`); only the member thread changes them, through ``_s
 
     NEW ──start()──▶ JOINED ──evict──▶ EVICTED ──rejoin──▶ JOINED
                      JOINED ──session lost──▶ SESSION_LOST ──connected──▶ JOINED
-    NEW, JOINED, EVICTED, SESSION_LOST ──leave──▶ CLOSED
+    EVICTED, SESSION_LOST ──another process holds the instance id──▶ FENCED
+    NEW, JOINED, EVICTED, SESSION_LOST, FENCED ──leave──▶ CLOSED
 
 JOINED: registered under ``ids/``, applying commands. EVICTED: left without committing
 (the application stopped polling); registers again only when asked. SESSION_LOST: the
 session expired; its partitions were reported lost; it registers again once connected.
+FENCED: a static member whose instance id another live process registered; it does nothing
+more (``start()`` raises :class:`FencedInstanceIdError` instead of entering it).
+
+Static membership
+-----------------
+With a ``group_instance_id`` the consumer id is ``<group>_static-<instance id>`` in every
+process that carries it (:mod:`coordinator.static` says what the coordinator keeps for it
+while it is away). Only one live session holds its registration: a process that finds the
+registration held by another session waits for that session to end — at most twice the
+holder's ``session_timeout_ms``, the longest a crashed process's session can outlive it —
+and raises :class:`FencedInstanceIdError` if it does not (the holder is alive). Its own dead
+session's registration (KAFKA-1387) is replaced at once. A static member starts every
+registration from nothing applied, so the start-fetcher the coordinator re-sends at the
+group's current generation applies; its channel is never touched by a fenced process.
 
 Threads and locks
 -----------------
@@ -47,6 +62,8 @@ Guarantees
   are released. Commands that do not apply are acked and change nothing.
 * After a session expiry the member reports its partitions lost and registers again, coping
   with its own registration still held by the dead session (KAFKA-1387).
+* Static: one live process per instance id (above); the others get
+  :class:`FencedInstanceIdError`, and what they own is nothing.
 * Calls that need ZooKeeper while it is unreachable raise :class:`ZooKeeperUnavailable`
   (within a session timeout), never anything else.
 
@@ -70,7 +87,8 @@ from kazoo.protocol.states import KazooState
 
 from coordinator import protocol
 from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
-from coordinator.errors import CommitFailedError, CorruptZnode, InvalidConfig, ZooKeeperUnavailable
+from coordinator.errors import (CommitFailedError, CorruptZnode, FencedInstanceIdError, InvalidConfig,
+                               ZooKeeperUnavailable)
 from coordinator.protocol import Command, Registration
 from coordinator.zkclient import UNREACHABLE, TransactionFailed, commit, session_id
 from consumer import commands as channel
@@ -106,20 +124,25 @@ class MemberListener:
     def lost(self, partitions: Set[TopicPartition]) -> None:
         """The partitions are gone without a chance to commit (session lost, eviction)."""
 
+    def fenced(self, error: FencedInstanceIdError) -> None:
+        """Another live process holds this static member's instance id: stop."""
+
 
 class MemberState(enum.Enum):
     NEW = "new"
     JOINED = "joined"
     EVICTED = "evicted"
     SESSION_LOST = "session lost"
+    FENCED = "fenced"
     CLOSED = "closed"
 
 
 _TRANSITIONS = {
     MemberState.NEW: {MemberState.JOINED, MemberState.CLOSED},
     MemberState.JOINED: {MemberState.EVICTED, MemberState.SESSION_LOST, MemberState.CLOSED},
-    MemberState.EVICTED: {MemberState.JOINED, MemberState.CLOSED},
-    MemberState.SESSION_LOST: {MemberState.JOINED, MemberState.CLOSED},
+    MemberState.EVICTED: {MemberState.JOINED, MemberState.FENCED, MemberState.CLOSED},
+    MemberState.SESSION_LOST: {MemberState.JOINED, MemberState.FENCED, MemberState.CLOSED},
+    MemberState.FENCED: {MemberState.CLOSED},
     MemberState.CLOSED: set(),
 }
 
@@ -159,17 +182,26 @@ class _Events:
 class GroupMember:
     def __init__(self, client, group: str, subscription: Dict[str, int], pattern: str = protocol.PATTERN_STATIC,
                  strategies: Iterable[str] = ("sticky", "range"), client_id: str = "", listener: Optional[MemberListener] = None,
-                 consumer_id: Optional[str] = None, session_timeout_ms: Optional[int] = None):
+                 consumer_id: Optional[str] = None, session_timeout_ms: Optional[int] = None,
+                 group_instance_id: Optional[str] = None, static_grace_ms: Optional[int] = None):
         protocol.validate_name(group, "group")
         self.client, self.group = client, group
-        self.registration = Registration(dict(subscription), pattern, list(strategies), socket.gethostname(), client_id)
+        timeout_ms = session_timeout_ms or getattr(client, "_session_timeout", DEFAULT_SESSION_TIMEOUT_MS)
+        if group_instance_id:
+            if consumer_id:
+                raise InvalidConfig("give consumer_id or group_instance_id, not both (a static member's consumer "
+                                    "id comes from its instance id)")
+            consumer_id = protocol.static_consumer_id(group, group_instance_id)
+        self.registration = Registration(dict(subscription), pattern, list(strategies), socket.gethostname(), client_id,
+                                         group_instance_id=group_instance_id or "",
+                                         session_timeout_ms=int(timeout_ms) if group_instance_id else 0,
+                                         static_grace_ms=int(static_grace_ms or timeout_ms) if group_instance_id else 0)
         try:  # validate early, with the coordinator's own rules
             Registration.decode(self.registration.encode(), "subscription")
         except CorruptZnode as e:
             raise InvalidConfig(f"subscription of group {group}: {e.problem}") from None
         self.consumer_id = consumer_id or new_consumer_id(group)
         self.listener = listener or MemberListener()
-        timeout_ms = session_timeout_ms or getattr(client, "_session_timeout", DEFAULT_SESSION_TIMEOUT_MS)
         self._session_timeout_s = timeout_ms / 1000.0
         self._lease_s = self._session_timeout_s * LEASE_FRACTION
         self._events = _Events()
@@ -193,6 +225,8 @@ class GroupMember:
         # nodes, may already be gone, so the consumer hands out no records until it is back.
         self._connected = threading.Event()
         self._connected.set()
+        self._registered_session: Optional[int] = None  # the session our registration was last created in
+        self.fenced: Optional[FencedInstanceIdError] = None
         self.generation = -1
         self.rebalances = 0
 
@@ -370,15 +404,14 @@ class GroupMember:
                 self._leave(commit_offsets=False)
                 self._set_state(MemberState.EVICTED)
         elif event is Event.REJOIN:
-            if state is MemberState.EVICTED:
-                self._register()
+            if state is MemberState.EVICTED and self._register_or_fence():
                 self._process_channel()  # also re-arms the channel watch
         elif event is Event.LOST:
             if state is MemberState.JOINED:
                 self._on_lost()
         elif event is Event.CONNECTED:
-            if state is MemberState.SESSION_LOST:
-                self._register()
+            if state is MemberState.SESSION_LOST and not self._register_or_fence():
+                return
             self._process_channel()
         elif event is Event.CHANNEL:
             self._process_channel()
@@ -403,24 +436,74 @@ class GroupMember:
             raise ConnectionLoss("not connected to ZooKeeper")
         return sid
 
+    def _register_or_fence(self) -> bool:
+        """Register again; False (now FENCED, the listener told) if another live process holds
+        this static member's instance id."""
+        try:
+            self._register()
+            return True
+        except FencedInstanceIdError as e:
+            # The application hears of it from poll(); this line says when it happened.
+            log.warning("member %s: fenced: another live process holds its group instance id", self.consumer_id)
+            self.fenced = e
+            self._set_state(MemberState.FENCED)
+            self.listener.fenced(e)
+            return False
+
     def _register(self) -> None:
         path = protocol.ids_path(self.group, self.consumer_id)
         data = self.registration.encode()
         session = self._session()
-        try:
-            self.client.create(path, data, ephemeral=True)
-        except NodeExistsError:
-            _, stat = self.client.get(path)
-            if stat.ephemeralOwner != session:
-                # Our own registration, still held by our dead session (KAFKA-1387): replace it.
-                log.info("member %s: replacing registration left by an expired session", self.consumer_id)
-                try:
-                    self.client.delete(path, version=stat.version)
-                except NoNodeError:
-                    pass
+        static = bool(self.registration.group_instance_id)
+        while True:
+            try:
                 self.client.create(path, data, ephemeral=True)
+                break
+            except NodeExistsError:
+                try:
+                    raw, stat = self.client.get(path)
+                except NoNodeError:
+                    continue  # it just went: create again
+            if stat.ephemeralOwner == session:
+                break  # ours already (a create whose answer was lost)
+            if static and stat.ephemeralOwner != self._registered_session:
+                if self._wait_for_holder(path, raw, stat.ephemeralOwner):
+                    continue
+            # Our own registration, still held by our dead session (KAFKA-1387): replace it.
+            log.info("member %s: replacing registration left by an expired session", self.consumer_id)
+            try:
+                self.client.delete(path, version=stat.version)
+            except NoNodeError:
+                pass
+        self._registered_session = session
+        if static:  # the coordinator re-sends the current generation's start-fetcher to a returning member
+            self._applied = channel.NOTHING_APPLIED
         self._joined_at = time.monotonic()
         self._set_state(MemberState.JOINED)
+
+    def _wait_for_holder(self, path: str, raw: bytes, holder: int) -> bool:
+        """Another session holds this static member's registration: wait for it to end (True),
+        at most twice the holder's session timeout; FencedInstanceIdError if it does not."""
+        try:
+            held = Registration.decode(raw, path)
+            timeout_s, host = (held.session_timeout_ms / 1000.0) or self._session_timeout_s, held.host
+        except CorruptZnode:
+            timeout_s, host = self._session_timeout_s, "?"
+        deadline = time.monotonic() + 2 * timeout_s
+        log.info("member %s: instance id %s is registered by session 0x%x (host %s); waiting up to %.1f s for it "
+                 "to end", self.consumer_id, self.registration.group_instance_id, holder, host, 2 * timeout_s)
+        gone = threading.Event()
+        while True:
+            gone.clear()
+            stat = self.client.exists(path, watch=lambda _event: gone.set())  # kazoo thread: record only
+            if stat is None or stat.ephemeralOwner != holder:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closed.is_set():
+                raise FencedInstanceIdError(
+                    f"group instance id {self.registration.group_instance_id!r} of group {self.group} is in use "
+                    f"by another live consumer (host {host}, ZooKeeper session 0x{holder:x}); this one is fenced")
+            gone.wait(min(remaining, 0.5))
 
     def _on_lost(self) -> None:
         lost = set(self.owned())
@@ -443,7 +526,8 @@ class GroupMember:
         offsets = self.listener.revoke(set(owned)) if (owned and commit_offsets) else None
         if owned and not commit_offsets:
             self.listener.lost(set(owned))
-        leaving = self._channel_commands()
+        # A fenced member's channel is the live holder's: leave it alone.
+        leaving = self._channel_commands() if self._state is not MemberState.FENCED else []
         if self._state is MemberState.JOINED:
             leaving.append(protocol.ids_path(self.group, self.consumer_id))
         try:

@@ -821,6 +821,8 @@ class GroupCoordinator:
                 log.error("group %s: %s", group, outcome.error, extra={**fields, "reason": outcome.error})
             if outcome.unavailable:  # look again for the squatted partitions later
                 self._retry_later(group, self.config.failed_retry_interval_ms)
+            if outcome.recheck_ms is not None:  # a static member is away: look again when its grace ends
+                self._retry_later(group, outcome.recheck_ms)
             self._verified(group)
         except ConsumerRebalanceFailedException as e:
             log.error("ConsumerRebalanceFailedException: %s; retrying in %d ms", e,

@@ -101,6 +101,11 @@ class CommitFailedError(ZkGroupsError):
     """The offset commit was refused: this member no longer owns the partition."""
 
 
+class FencedInstanceIdError(ZkGroupsError):
+    """Another live process holds this consumer's ``group_instance_id`` (as Kafka's
+    FENCED_INSTANCE_ID): fatal for this consumer; close it."""
+
+
 class NoOffsetForPartition(ZkGroupsError):
     """No committed offset and auto_offset_reset is 'none'."""
 

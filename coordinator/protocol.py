@@ -19,12 +19,14 @@ Layout (documented in the README)::
     /consumers/coordinator/shards/<shard>/epoch     its znode version is the shard's epoch (every write
                                                     of the shard's groups checks it)
     /consumers/coordinator/mirror-refresh           written to ask the controller's topic mirror to look now
-    /consumers/groups/<group>/ids/<consumer-id>     ephemeral Registration
+    /consumers/groups/<group>/ids/<consumer-id>     ephemeral Registration (version 2: a static member,
+                                                    consumer id <group>_static-<group instance id>)
     /consumers/groups/<group>/channel/<consumer-id>/cmd-<seq>   persistent sequential Command
     /consumers/groups/<group>/owners/<topic>/<partition>        ephemeral, data: stream id
     /consumers/groups/<group>/offsets/<topic>/<partition>       next offset, decimal (empty: none yet);
                                                     its znode version is the fencing token of claims
-    /consumers/groups/<group>/state                 GroupState, written by the leader
+    /consumers/groups/<group>/state                 GroupState, written by the leader (its optional
+                                                    ``static`` record keeps static members while away)
     /zkgroups-spark/stop/<run id>                   created to stop a streaming Spark job
 """
 from __future__ import annotations
@@ -115,6 +117,14 @@ def topic_matcher(regex: str):
     except re2.error as e:
         message = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
         raise ValueError(f"regex {regex!r} cannot be evaluated safely: {message}") from None
+
+
+def static_consumer_id(group: str, instance_id: str) -> str:
+    """The consumer id of the static member ``instance_id`` of ``group``: the same in every
+    process that carries that instance id, so its stream ids, command channel and share of
+    the group's assignment outlive a restart."""
+    validate_name(instance_id, "group instance id")
+    return validate_name(f"{group}_static-{instance_id}", "consumer id")
 
 
 def stream_id(consumer_id: str, n: int) -> str:
@@ -290,23 +300,37 @@ def decode_topic(raw: bytes, path: str) -> int:
 
 @dataclass
 class Registration:
-    """ids/<consumer-id>: what a member subscribes to and which strategies it supports."""
+    """ids/<consumer-id>: what a member subscribes to and which strategies it supports.
+
+    Version 1 is a dynamic member. Version 2 (written only when ``group_instance_id`` is set)
+    is a static member: it adds ``group_instance_id``, the member's ``session_timeout_ms`` (how
+    long a newcomer with the same instance id waits for a crashed holder's session to expire)
+    and ``static_grace_ms`` (how long the coordinator holds its partitions once this
+    registration is gone). A reader that knows only version 1 refuses version 2 (the member is
+    left out with one error line) rather than treating a static member as a dynamic one."""
     subscription: Dict[str, int]
     pattern: str = PATTERN_STATIC
     strategies: List[str] = field(default_factory=lambda: ["range"])
     host: str = ""
     client_id: str = ""
     timestamp: int = 0
+    group_instance_id: str = ""      # "" = a dynamic member
+    session_timeout_ms: int = 0
+    static_grace_ms: int = 0
 
     def encode(self) -> bytes:
-        return _dump({"version": 1, "subscription": self.subscription, "pattern": self.pattern,
-                      "strategies": self.strategies, "host": self.host,
-                      "client_id": self.client_id, "timestamp": self.timestamp or now_ms()})
+        obj = {"version": 1, "subscription": self.subscription, "pattern": self.pattern,
+               "strategies": self.strategies, "host": self.host,
+               "client_id": self.client_id, "timestamp": self.timestamp or now_ms()}
+        if self.group_instance_id:
+            obj.update(version=2, group_instance_id=self.group_instance_id,
+                       session_timeout_ms=self.session_timeout_ms, static_grace_ms=self.static_grace_ms)
+        return _dump(obj)
 
     @classmethod
     def decode(cls, raw: bytes, path: str) -> "Registration":
         obj = _load(raw, path, "registration")
-        _check_version(obj, path, "registration")
+        _check_version(obj, path, "registration", supported=(1, 2))
         sub, pattern, strategies = obj.get("subscription"), obj.get("pattern"), obj.get("strategies")
         _require(isinstance(sub, dict) and sub, path, "registration has no subscription")
         _require(all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 1
@@ -326,9 +350,18 @@ class Registration:
                     raise CorruptZnode(path, str(e)) from None
         _require(isinstance(strategies, list) and strategies and all(isinstance(s, str) for s in strategies),
                  path, "registration must list at least one assignment strategy")
+        static = {}
+        if obj["version"] == 2:
+            instance = obj.get("group_instance_id")
+            _require(isinstance(instance, str) and bool(_LEGAL_NAME.match(instance)), path,
+                     "a version 2 registration needs a valid group_instance_id")
+            for key in ("session_timeout_ms", "static_grace_ms"):
+                _require(_is_int(obj.get(key)) and obj[key] > 0, path, f"registration's {key} must be positive")
+            static = {"group_instance_id": instance, "session_timeout_ms": obj["session_timeout_ms"],
+                      "static_grace_ms": obj["static_grace_ms"]}
         return cls(subscription=dict(sub), pattern=pattern, strategies=list(strategies),
                    host=str(obj.get("host", "")), client_id=str(obj.get("client_id", "")),
-                   timestamp=int(obj.get("timestamp", 0)))
+                   timestamp=int(obj.get("timestamp", 0)), **static)
 
     def topics(self, all_topics) -> Dict[str, int]:
         """Resolve the subscription against existing topics: {topic: streams}."""
@@ -384,8 +417,46 @@ class Command:
 # ---------------------------------------------------------------- group state
 
 @dataclass
+class StaticMember:
+    """A static member as the group state records it (``state.static[consumer id]``): its
+    instance id, its grace, since when its registration is gone (None: registered), and what
+    it registered with, so that while it is away the assignment is computed as if it were there."""
+    instance_id: str
+    grace_ms: int
+    subscription: Dict[str, int]
+    pattern: str = PATTERN_STATIC
+    strategies: List[str] = field(default_factory=lambda: ["range"])
+    away_since: Optional[int] = None   # wall-clock ms when the leader found its registration gone
+
+    @classmethod
+    def of(cls, registration: Registration) -> "StaticMember":
+        r = registration
+        return cls(r.group_instance_id, r.static_grace_ms, dict(r.subscription), r.pattern, list(r.strategies))
+
+    def registration(self) -> Registration:
+        return Registration(dict(self.subscription), self.pattern, list(self.strategies),
+                            group_instance_id=self.instance_id, static_grace_ms=self.grace_ms)
+
+    def encode(self) -> dict:
+        obj = {"instance_id": self.instance_id, "grace_ms": self.grace_ms, "subscription": self.subscription,
+               "pattern": self.pattern, "strategies": self.strategies}
+        if self.away_since is not None:
+            obj["away_since"] = self.away_since
+        return obj
+
+    @classmethod
+    def decode(cls, obj: dict) -> "StaticMember":
+        away = obj.get("away_since")
+        return cls(str(obj["instance_id"]), int(obj["grace_ms"]),
+                   {str(t): int(n) for t, n in obj["subscription"].items()}, str(obj["pattern"]),
+                   [str(x) for x in obj["strategies"]], None if away is None else int(away))
+
+
+@dataclass
 class GroupState:
-    """state: the leader's last decision for a group."""
+    """state: the leader's last decision for a group. ``static`` (an optional key of version 1:
+    a reader that predates it ignores it and treats every member as dynamic) records the
+    static members among ``members``, present or held while away."""
     generation: int = 0
     state: str = EMPTY
     members: List[str] = field(default_factory=list)
@@ -400,6 +471,7 @@ class GroupState:
     # "topics": {topic: n}}. While they are unchanged, so is what was verified (a coordinator
     # taking the group over need neither compute the assignment nor read the owner nodes again).
     verified: Dict[str, Any] = field(default_factory=dict)
+    static: Dict[str, StaticMember] = field(default_factory=dict)
 
     def encode(self) -> bytes:
         obj = {"version": 1, "generation": self.generation, "state": self.state,
@@ -408,6 +480,8 @@ class GroupState:
                "error": self.error, "epoch": self.epoch, "updated": self.updated or now_ms()}
         if self.verified:
             obj["verified"] = self.verified
+        if self.static:
+            obj["static"] = {cid: m.encode() for cid, m in sorted(self.static.items())}
         return _dump(obj)
 
     @classmethod
@@ -421,12 +495,13 @@ class GroupState:
         try:
             assignment = {t: {int(p): str(s) for p, s in parts.items()}
                           for t, parts in obj.get("assignment", {}).items()}
+            static = {str(cid): StaticMember.decode(m) for cid, m in obj.get("static", {}).items()}
             return cls(generation=int(obj.get("generation", 0)), state=obj["state"],
                        members=list(obj.get("members", [])), assignment=assignment,
                        strategy=str(obj.get("strategy", "")), error=str(obj.get("error", "")),
                        epoch=int(obj.get("epoch", 0)), updated=int(obj.get("updated", 0)),
-                       verified=_verified(obj.get("verified")))
-        except (AttributeError, TypeError, ValueError) as e:
+                       verified=_verified(obj.get("verified")), static=static)
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
             raise CorruptZnode(path, f"group state is malformed ({e})") from None
 
 

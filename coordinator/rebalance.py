@@ -16,6 +16,11 @@ reading every owner node. Every change to members, channels, owner nodes, the st
 topics' partition counts changes a zxid or a count; an owner node rewritten in place (which
 no member does) is caught by the periodic full check.
 
+Static members (:mod:`coordinator.static`): a static member whose registration is gone is held
+for its grace (counted in the assignment, sent no command; its departure writes only the
+state's ``away_since``); a returning one whose partitions are the only ones not owned gets
+stop-fetcher and start-fetcher alone, at the current generation; the others get nothing.
+
 One bad member never stops its group: a member whose registration is unreadable, that has no
 command channel, or that supports no strategy the group can use is left out of the
 assignment, named in one log line and in the group state's ``error``; the others are
@@ -33,11 +38,11 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from coordinator import assignors, protocol, read
+from coordinator import assignors, protocol, read, static
 from coordinator.config import CoordinatorConfig
 from coordinator.shards import Fence
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode
-from coordinator.protocol import GroupState, Ownership, Registration
+from coordinator.protocol import GroupState, Ownership, Registration, StaticMember
 from coordinator.zkclient import MAX_REQUEST_BYTES, TransactionFailed, commit, transaction_bytes
 
 log = logging.getLogger(__name__)
@@ -270,10 +275,16 @@ def find_squatters(client, group: str, partitions) -> Dict[Tuple[str, int], int]
 
 @dataclass
 class Plan:
-    members: Dict[str, Dict[str, int]]     # consumer id -> {topic: streams}, resolved
+    members: Dict[str, Dict[str, int]]     # consumer id -> {topic: streams}, resolved (held ones included)
     strategy: str
     assignment: Ownership
     left_out: Dict[str, str] = field(default_factory=dict)   # consumer id -> why it cannot use the strategy
+    held: Set[str] = field(default_factory=set)               # away static members: no command for them
+    static: Dict[str, StaticMember] = field(default_factory=dict)   # the state's record of static members
+
+    def recipients(self) -> List[str]:
+        """The members commands go to (the held ones are away)."""
+        return sorted(set(self.members) - self.held)
 
     def shares(self) -> Dict[str, Ownership]:
         """Each member's part of the assignment (one pass over it)."""
@@ -284,16 +295,20 @@ class Plan:
         return out
 
 
-def compute_plan(snapshot: Snapshot, excluded=(), unavailable=frozenset()) -> Plan:
+def compute_plan(snapshot: Snapshot, excluded=(), unavailable=frozenset(), hold: Optional[static.Hold] = None) -> Plan:
     """The target assignment for the members not excluded (pure). Members that cannot use the
     group's strategy are left out (``Plan.left_out``); ``unavailable`` (topic, partition)
-    pairs (held by squatters) are left unassigned."""
+    pairs (held by squatters) are left unassigned. Static members ``hold`` keeps while they
+    are away count as members with the registration the state recorded for them."""
+    hold = hold or static.Hold()
     regs = {cid: r for cid, r in snapshot.members.items() if cid not in excluded}
+    regs.update({cid: hold.static[cid].registration() for cid in hold.held})
     if not regs:
         return Plan({}, "", {})
     strategy, left_out = assignors.settle_strategy({cid: r.strategies for cid, r in regs.items()},
                                                    snapshot.state.strategy)
     members = {cid: r.topics(snapshot.topics) for cid, r in regs.items() if cid not in left_out}
+    records = {cid: m for cid, m in hold.static.items() if cid in members}
     if not members:
         return Plan({}, "", {}, left_out)
     subscribed = {t for subs in members.values() for t in subs}
@@ -303,7 +318,7 @@ def compute_plan(snapshot: Snapshot, excluded=(), unavailable=frozenset()) -> Pl
     if unavailable:
         assignment = {t: {p: s for p, s in parts.items() if (t, p) not in unavailable}
                       for t, parts in assignment.items()}
-    return Plan(members, strategy, assignment, left_out)
+    return Plan(members, strategy, assignment, left_out, hold.held & set(members), records)
 
 
 def reasons_to_rebalance(snapshot: Snapshot, plan: Plan, owners: Optional[Ownership]) -> List[str]:
@@ -321,8 +336,11 @@ def reasons_to_rebalance(snapshot: Snapshot, plan: Plan, owners: Optional[Owners
         reasons.append("ownership differs from the computed assignment")
     if reasons or owners is None:
         return reasons
-    wanted = {(t, p): s for t, parts in plan.assignment.items() for p, s in parts.items()}
-    held = {(t, p): s for t, parts in owners.items() for p, s in parts.items()}
+    away = plan.held  # nobody owns an away member's partitions, and nobody should
+    wanted = {(t, p): s for t, parts in plan.assignment.items() for p, s in parts.items()
+              if protocol.consumer_of_stream(s) not in away}
+    held = {(t, p): s for t, parts in owners.items() for p, s in parts.items()
+            if protocol.consumer_of_stream(s) not in away}
     if any(tp not in held for tp in wanted):
         reasons.append("partitions not owned")
     if any(tp not in wanted for tp in held):
@@ -368,10 +386,11 @@ def write_state(client, fence: Fence, group: str, state: GroupState, version: Op
 
 
 def write_commands(client, fence: Fence, snapshot: Snapshot, plan: Plan, generation: int,
-                   stale: List[str], squatted=None) -> Dict[str, List[str]]:
+                   stale: List[str], squatted=None, recipients: Optional[List[str]] = None) -> Dict[str, List[str]]:
     """Fenced transactions: state Rebalancing, then stop-fetcher and start-fetcher for every
-    member (in that order, so each channel holds stop before start), and the removal of
-    ``stale`` command paths. Returns consumer id -> [stop path, start path].
+    recipient (default: every member not held away; in that order, so each channel holds stop
+    before start), and the removal of ``stale`` command paths. Returns consumer id -> [stop
+    path, start path].
 
     Normally one transaction. One larger than ZooKeeper takes (:data:`MAX_REQUEST_BYTES`: a
     group of hundreds of members on thousands of partitions) is split: the state and the stale
@@ -383,8 +402,8 @@ def write_commands(client, fence: Fence, snapshot: Snapshot, plan: Plan, generat
     group = snapshot.group
     epoch = fence.epoch
     state = GroupState(generation, protocol.REBALANCING, list(plan.members), plan.assignment,
-                       plan.strategy, problems(snapshot, plan, squatted), epoch)
-    order = sorted(plan.members)
+                       plan.strategy, problems(snapshot, plan, squatted), epoch, static=plan.static)
+    order = sorted(plan.recipients() if recipients is None else recipients)
     shares = plan.shares()
     pairs = []
     for cid in order:
@@ -492,6 +511,7 @@ class Outcome:
     error: str = ""
     members: int = 0
     unavailable: int = 0             # partitions left unassigned: held by squatters (check again later)
+    recheck_ms: Optional[int] = None  # a static member is held away: look again when its grace ends
 
 
 class GroupRebalancer:
@@ -553,46 +573,60 @@ class GroupRebalancer:
                 if attempt + 1 < attempts:
                     _sleep(self.settings.rebalance_backoff_ms * (2 ** attempt) / 1000.0, abort)
                 continue
-            plan = (not excluded and not squatted and recorded_plan(snapshot)) or \
-                compute_plan(snapshot, excluded, set(squatted))
+            now = protocol.now_ms()
+            hold = _hold(snapshot, now)
+            recheck = None if hold.next_deadline_ms is None else max(0, hold.next_deadline_ms - now)
+            # The state's plan is trusted only for groups without static members (their records
+            # and holds are computed each time).
+            plan = (not excluded and not squatted and not hold.static and recorded_plan(snapshot)) or \
+                compute_plan(snapshot, excluded, set(squatted), hold)
+            verifiable = not squatted and not plan.held  # every assigned partition should be owned
             self._report(snapshot, plan, squatted)
             reasons = reasons_to_rebalance(snapshot, plan, None)
+            restore: Set[str] = set()
             owner_pzxids: Optional[Dict[str, int]] = None
-            if not reasons and not squatted and group not in self.must_read:
+            if not reasons and verifiable and group not in self.must_read:
                 owner_pzxids = still_as_verified(self.client, snapshot, plan)  # verified before, unchanged since
             if not reasons and owner_pzxids is None:
                 owner_pzxids = {}
-                reasons = reasons_to_rebalance(snapshot, plan, read_owners(self.client, group, plan.assignment,
-                                                                           owner_pzxids))
+                owners = read_owners(self.client, group, plan.assignment, owner_pzxids)
+                reasons = reasons_to_rebalance(snapshot, plan, owners)
+                restore = self._restorable(snapshot, plan, owners) if reasons else set()
                 self.must_read.discard(group)
             if not reasons:
-                record = verified_record(snapshot, plan, owner_pzxids) if not squatted else {}
+                record = verified_record(snapshot, plan, owner_pzxids) if verifiable else {}
                 self._settle(snapshot, plan, squatted, fence, record)
-                if not squatted:
+                if verifiable:
                     self.verified[group] = fingerprint(snapshot, plan, owner_pzxids)
                 return Outcome(group, "unchanged", snapshot.state.generation, duration_ms=_ms(started),
-                               members=len(plan.members), unavailable=len(squatted))
+                               members=len(plan.members), unavailable=len(squatted), recheck_ms=recheck)
             if abort():
                 raise Abandoned("leadership is ending")
-            generation = max(snapshot.state.generation, self.generations.get(group, 0)) + 1
-            self.generations[group] = generation
-            stale = stale_commands(self.client, group, excluded) if excluded else []
-            commands = write_commands(self.client, fence, snapshot, plan, generation, stale, squatted)
+            if restore:  # returning static members only: the others keep their generation, no command
+                generation, reasons = snapshot.state.generation, [f"static members {sorted(restore)} returned"]
+                stale = stale_commands(self.client, group, restore)
+            else:
+                generation = max(snapshot.state.generation, self.generations.get(group, 0)) + 1
+                self.generations[group] = generation
+                stale = stale_commands(self.client, group, excluded) if excluded else []
+            commands = write_commands(self.client, fence, snapshot, plan, generation, stale, squatted,
+                                      sorted(restore) if restore else None)
             late = wait_for_acks(self.client, commands, self.settings.rebalance_timeout_ms / 1000.0, abort,
                                  changed)
             if not late:
                 state = protocol.STABLE if plan.members else protocol.EMPTY
-                owner_pzxids = owners_as_assigned(self.client, group, plan.assignment) if not squatted else None
+                owner_pzxids = owners_as_assigned(self.client, group, plan.assignment) if verifiable else None
                 record = verified_record(snapshot, plan, owner_pzxids) if owner_pzxids is not None else {}
                 snapshot.state_mzxid = write_state(
                     self.client, fence, group,
                     GroupState(generation, state, list(plan.members), plan.assignment, plan.strategy,
-                               problems(snapshot, plan, squatted), fence.epoch, verified=record),
+                               problems(snapshot, plan, squatted), fence.epoch, verified=record, static=plan.static),
                     0 if snapshot.state_version is None else snapshot.state_version + 1)
                 if record and snapshot.state_mzxid is not None:
                     self.verified[group] = fingerprint(snapshot, plan, owner_pzxids)
                 return Outcome(group, state, generation, reasons, _moved(snapshot.state.assignment, plan.assignment),
-                               _ms(started), sorted(excluded), members=len(plan.members), unavailable=len(squatted))
+                               _ms(started), sorted(excluded), members=len(plan.members), unavailable=len(squatted),
+                               recheck_ms=recheck)
             shares = plan.shares()
             blocked = find_squatters(self.client, group, [(t, p) for cid in late
                                                           for t, parts in shares.get(cid, {}).items() for p in parts])
@@ -607,8 +641,21 @@ class GroupRebalancer:
                 _sleep(self.settings.rebalance_backoff_ms * (2 ** attempt) / 1000.0, abort)
         error = f"can't rebalance after {attempts} attempts: members {sorted(excluded)} did not ack"
         snapshot = read_snapshot(self.client, group, topics)
-        self._fail(snapshot, compute_plan(snapshot), error, fence)
+        self._fail(snapshot, compute_plan(snapshot, hold=_hold(snapshot, protocol.now_ms())), error, fence)
         raise ConsumerRebalanceFailedException(f"group {group}: {error}")
+
+    @staticmethod
+    def _restorable(snapshot: Snapshot, plan: Plan, owners: Ownership) -> Set[str]:
+        """The returning static members to give their share back, if that is all the group
+        needs: the membership and the assignment are the state's, and every other partition is
+        owned as assigned (so whatever the state's generation asked of the others is done, even
+        if a superseded attempt left the state Rebalancing)."""
+        if plan.members.keys() != set(snapshot.state.members) or plan.assignment != snapshot.state.assignment:
+            return set()
+        shares = {cid: share for cid, share in plan.shares().items() if cid not in plan.held}
+        present = set(plan.static) - plan.held
+        restore = static.members_to_restore(shares, owners, present)
+        return restore if static.only_restores(shares, owners, restore) else set()
 
     def _still_squatted(self, group: str) -> Dict[Tuple[str, int], int]:
         """The squatters found before that still hold their partitions (the others are forgotten)."""
@@ -638,17 +685,24 @@ class GroupRebalancer:
         want = protocol.STABLE if plan.members else protocol.EMPTY
         error = problems(snapshot, plan, squatted)
         s = snapshot.state
-        if s.state != want or s.error != error or s.verified != record:
+        # static: a member went away or came back
+        if s.state != want or s.error != error or s.verified != record or s.static != plan.static:
             snapshot.state_mzxid = write_state(
                 self.client, fence, snapshot.group,
                 GroupState(s.generation, want, s.members, s.assignment, s.strategy, error, fence.epoch,
-                           verified=record), snapshot.state_version)
+                           verified=record, static=plan.static), snapshot.state_version)
 
     def _fail(self, snapshot: Snapshot, plan: Plan, error: str, fence: Fence) -> None:
         s = snapshot.state
         write_state(self.client, fence, snapshot.group,
                     GroupState(s.generation, protocol.FAILED, list(plan.members), s.assignment, plan.strategy,
-                               error, fence.epoch), snapshot.state_version)
+                               error, fence.epoch, static=plan.static), snapshot.state_version)
+
+
+def _hold(snapshot: Snapshot, now_ms: int) -> static.Hold:
+    """The static members of the snapshot's group that are away and still held."""
+    return static.hold_departed(snapshot.state.static, snapshot.state.members, static.static_of(snapshot.members),
+                                snapshot.members, now_ms)
 
 
 def _sleep(seconds: float, abort: Callable[[], bool]) -> None:

@@ -36,7 +36,7 @@ def test_round_trips():
 BAD = [
     ("registration", Registration.decode, b"\xff\xfe", "not JSON"),
     ("registration", Registration.decode, b"[]", "not a JSON object"),
-    ("registration", Registration.decode, dump({"version": 2, "subscription": {"t": 1}}), "unsupported version"),
+    ("registration", Registration.decode, dump({"version": 3, "subscription": {"t": 1}}), "unsupported version"),
     ("registration", Registration.decode, dump({"version": 1, "subscription": {}}), "no subscription"),
     ("registration", Registration.decode, dump({"version": 1, "subscription": {"t": 0}, "pattern": "static",
                                                 "strategies": ["range"]}), "streams >= 1"),

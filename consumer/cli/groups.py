@@ -8,7 +8,7 @@
               | --by-duration PnDTnHnMnS) [--export] [--execute]
     groupctl groups reset-offsets GROUP --from-file PLAN.csv [--export] [--execute]
     groupctl groups delete GROUP
-    groupctl consume GROUP TOPIC... [--pattern REGEX] [--max-records N] [--idle-exit SECONDS]
+    groupctl consume GROUP TOPIC... [--pattern REGEX] [--max-records N] [--idle-exit SECONDS] [--group-instance-id ID [--static-grace-ms MS]]
                      [--kafka-commit-offsets] [--log-format json]
 
 ``describe`` and ``reset-offsets`` follow Kafka's ``kafka-consumer-groups.sh`` (their views and
@@ -358,6 +358,12 @@ def _subtree(zk, path: str) -> List[str]:
 @click.option("--config", "config_file", type=click.Path(),
               help="TOML file of consumer settings ([consumer] table or top level; may set zk and data_dir).")
 @click.option("--consumer-id", help="This member's id (default: <group>_<host>-<ms>-<8 hex>).")
+@click.option("--group-instance-id",
+              help="Be a static member with this instance id: restarted within the session timeout, it gets "
+                   "its partitions back without a rebalance (consumer id <group>_static-<id>).")
+@click.option("--static-grace-ms", type=click.IntRange(min=1),
+              help="With --group-instance-id: how long its partitions wait for it once it is gone "
+                   "(default: the session timeout).")
 @click.option("--strategy", "strategies", multiple=True, type=click.Choice(sorted(STRATEGIES)),
               help="Assignment strategy this member supports; repeat in order of preference (default: sticky, then range).")
 @click.option("--with-metadata", is_flag=True,
@@ -372,7 +378,8 @@ def _subtree(zk, path: str) -> List[str]:
 @pass_cli
 def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_records: Optional[int],
             idle_exit: Optional[float], from_beginning: bool, session_timeout_ms: int,
-            config_file: Optional[str], consumer_id: Optional[str], strategies, with_metadata: bool,
+            config_file: Optional[str], consumer_id: Optional[str], group_instance_id: Optional[str],
+            static_grace_ms: Optional[int], strategies, with_metadata: bool,
             kafka_commit_offsets: bool, log_format: Optional[str], metrics_port: Optional[int]) -> None:
     """Consume as a member of GROUP; print records as JSON lines and commit as it goes.
 
@@ -396,6 +403,10 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
             raise CliUsageError(f"--pattern {pattern!r} is not a regular expression: {e}") from None
     if consumer_id:
         protocol.validate_name(consumer_id, "consumer id")
+    if group_instance_id:
+        if consumer_id:
+            raise CliUsageError("give --consumer-id or --group-instance-id, not both")
+        protocol.static_consumer_id(group, group_instance_id)  # a valid name, before connecting
     zk_connect, data_dir, settings = _consumer_settings(cli, config_file)
     if kafka_commit_offsets:
         settings["kafka_commit_offsets"] = True
@@ -412,6 +423,12 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
     settings.setdefault("session_timeout_ms", session_timeout_ms)
     settings.setdefault("enable_auto_commit", False)
     settings.setdefault("connect_timeout_s", cli.zk_timeout)
+    if group_instance_id:
+        settings["group_instance_id"] = group_instance_id
+    if static_grace_ms:
+        if not settings.get("group_instance_id"):
+            raise CliUsageError("--static-grace-ms needs --group-instance-id")
+        settings["static_grace_ms"] = static_grace_ms
     if strategies:
         settings["assignment_strategy"] = strategies
     if metrics_port is not None:
