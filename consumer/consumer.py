@@ -26,7 +26,7 @@ import queue
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field as dataclass_field
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Union
 
 from kazoo.client import KazooClient
@@ -36,6 +36,7 @@ from coordinator import protocol
 from coordinator.assignors import STRATEGIES
 from coordinator.errors import (FetchFailed, IllegalStateError, InvalidConfig, NoOffsetForPartition,
                                 OffsetOutOfRange, ZkGroupsError)
+from coordinator.acl import parse_auth
 from coordinator.zkclient import close_client, start_client
 from consumer.dataplane import DataPlane, open_data_plane
 from consumer.member import GroupMember, MemberListener
@@ -74,8 +75,10 @@ class ConsumerConfig:
     connect_timeout_s: float = 10.0
     bootstrap_servers: str = ""                # Kafka brokers; "" (and no KAFKA_BOOTSTRAP_SERVERS): the embedded log
     kafka_commit_offsets: bool = False         # also copy commits to Kafka (after ZooKeeper's) for Kafka's tools
+    zk_auth: Any = dataclass_field(default=None, repr=False)  # the group's ZooKeeper identity: user:password or @file
 
     def validate(self) -> None:
+        self.zk_auth = parse_auth(self.zk_auth, "zk_auth")  # a file reference is read now; errors never show it
         if self.auto_offset_reset not in ("earliest", "latest", "none"):
             raise InvalidConfig(f"auto_offset_reset must be earliest, latest or none, not {self.auto_offset_reset!r}")
         if self.start_position not in START_POSITIONS:
@@ -258,7 +261,8 @@ class Consumer:
         self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000.0
         self._streams: Optional[Streams] = None
         self._own_client = isinstance(zk, str)
-        self._client = start_client(zk, self.config.session_timeout_ms, self.config.connect_timeout_s) \
+        self._client = start_client(zk, self.config.session_timeout_ms, self.config.connect_timeout_s,
+                                    auth=self.config.zk_auth) \
             if self._own_client else zk
         try:
             self._plane: DataPlane = open_data_plane(

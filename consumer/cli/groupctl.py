@@ -39,7 +39,7 @@ from click.core import ParameterSource
 
 from consumer.log import FSYNC_POLICIES
 from consumer.producer import Producer
-from consumer.cli import groups
+from consumer.cli import acls, groups
 from consumer.cli.context import CliContext, global_options, pass_cli
 from consumer.records import TopicPartition
 from coordinator import protocol
@@ -293,6 +293,7 @@ def _send_with_progress(producer: Producer, topic: str, partition: Optional[int]
 
 
 groups.register(main)  # coordinator, groups ..., consume
+acls.register(main)    # acl apply, acl check
 
 if __name__ == "__main__":
     main(prog_name="groupctl")

@@ -409,6 +409,8 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
     settings.setdefault("session_timeout_ms", session_timeout_ms)
     settings.setdefault("enable_auto_commit", False)
     settings.setdefault("connect_timeout_s", cli.zk_timeout)
+    if cli.zk_auth is not None:
+        settings["zk_auth"] = cli.zk_auth
     if strategies:
         settings["assignment_strategy"] = strategies
     checked = _config.build(ConsumerConfig, settings, config_file or "options")  # names the file; before connecting

@@ -1,0 +1,209 @@
+"""ZooKeeper ACLs: the policy table (pure), an installation run with identities end to end,
+the attacks a group member and a stranger can try (each refused, the system keeps working),
+``groupctl acl apply / check`` on an open installation, and bad credentials."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from kazoo.exceptions import NoAuthError
+from kazoo.security import ACL, Id
+
+from consumer.consumer import Consumer
+from coordinator import acl, protocol
+from coordinator.acl import ALL, C, D, R, W
+from coordinator.coordinator import Coordinator
+from coordinator.errors import AuthFailed, InvalidConfig
+from coordinator.zkclient import close_client, start_client
+from tests.groups import FAST, wait_stable
+from tests.helpers import GROUPCTL, assert_one_line_error, fill, ok, wait_for
+
+ADMIN, COORD, GROUP_A, GROUP_B, STRANGER = ("admin:s3cret-admin", "coord:s3cret-coord", "alpha:s3cret-alpha",
+                                            "beta:s3cret-beta", "eve:guess")
+
+
+def _id(cred: str) -> str:
+    return acl.parse_auth(cred).digest_id
+
+
+POLICY = protocol.AclPolicy(coordinator=_id(COORD), admin=_id(ADMIN),
+                            groups={"ga": _id(GROUP_A), "gb": _id(GROUP_B)})
+
+
+def _perms(policy, path):
+    """{user (or world): permissions} of the ACL ``path`` gets."""
+    return {(a.id.id.split(":")[0] if a.id.scheme == "digest" else a.id.id): a.perms
+            for a in acl.acl_for(policy, path)}
+
+
+# ---------------------------------------------------------------- the table (pure)
+
+@pytest.mark.parametrize("path, expected", [
+    # coordinators: their own znodes, every group's state and command channels
+    (protocol.LEADER, {"admin": ALL, "coord": R | W | C | D, "anyone": R}),
+    (protocol.EPOCH, {"admin": ALL, "coord": R | W | C | D, "anyone": R}),
+    (protocol.ELECTION, {"admin": ALL, "coord": R | W | C | D, "anyone": R}),
+    (protocol.shard_epoch_path(3), {"admin": ALL, "coord": R | W | C | D, "anyone": R}),
+    (protocol.state_path("ga"), {"admin": ALL, "coord": R | W | C | D, "anyone": R}),
+    # a channel: coordinators create and remove commands, the group's members delete them (acks)
+    (protocol.channel_path("ga", "m1"), {"admin": ALL, "coord": R | C | D, "alpha": R | D, "anyone": R}),
+    (protocol.command_prefix("ga", "m1"), {"admin": ALL, "coord": R | W | C | D, "anyone": R}),
+    (protocol.channel_path("ga"), {"admin": ALL, "alpha": R | C, "anyone": R}),
+    # the group's members: registrations, owners, offsets of their own group only
+    (protocol.ids_path("ga"), {"admin": ALL, "alpha": R | C | D, "anyone": R}),
+    (protocol.ids_path("ga", "m1"), {"admin": ALL, "alpha": R | W | C | D, "anyone": R}),
+    (protocol.owners_path("gb", "t"), {"admin": ALL, "beta": R | C | D, "anyone": R}),
+    (protocol.owners_path("gb", "t", 0), {"admin": ALL, "beta": R | W | C | D, "anyone": R}),
+    (protocol.offsets_path("ga", "t", 0), {"admin": ALL, "alpha": R | W | C | D, "anyone": R}),
+    (protocol.group_path("ga"), {"admin": ALL, "coord": R | C, "alpha": R | C, "anyone": R}),
+    # admins: topics, the policy; the mirror (a coordinator) keeps /brokers/topics
+    (protocol.topic_path("t"), {"admin": ALL, "coord": R | W, "anyone": R}),
+    (protocol.BROKER_TOPICS, {"admin": ALL, "coord": R | C | D, "anyone": R}),
+    (protocol.ACL_POLICY, {"admin": ALL, "anyone": R}),
+    # a group nobody is bound to: no member may write there
+    (protocol.offsets_path("unbound", "t", 0), {"admin": ALL, "anyone": R}),
+    (protocol.state_path("unbound"), {"admin": ALL, "coord": R | W | C | D, "anyone": R}),
+])
+def test_policy_table(path, expected):
+    assert _perms(POLICY, path) == expected
+
+
+def test_no_world_read_names_every_reader_and_grants_nobody_else():
+    closed = protocol.AclPolicy(POLICY.coordinator, POLICY.admin, POLICY.groups, world_read=False)
+    perms = _perms(closed, protocol.topic_path("t"))
+    assert "anyone" not in perms
+    assert perms == {"admin": ALL, "coord": R | W, "alpha": R, "beta": R}
+
+
+def test_no_group_writes_outside_its_own_group():
+    paths = [protocol.ids_path("gb", "m"), protocol.channel_path("gb", "m"), protocol.command_prefix("gb", "m"),
+             protocol.owners_path("gb", "t", 0), protocol.offsets_path("gb", "t", 0), protocol.state_path("gb"),
+             protocol.LEADER, protocol.EPOCH, protocol.topic_path("t"), protocol.BROKER_TOPICS, protocol.ACL_POLICY,
+             protocol.shard_path(0), protocol.node_path("n")]
+    for path in paths:
+        assert _perms(POLICY, path).get("alpha", 0) & ~R == 0, path
+
+
+def test_credentials_never_show_the_password(tmp_path):
+    cred = acl.parse_auth("user:hunter2")
+    assert "hunter2" not in repr(cred) + str(cred)
+    secret = tmp_path / "secret"
+    secret.write_text("user:hunter2\n")
+    assert acl.parse_auth(f"@{secret}") == cred
+    for bad, match in [("nocolon", "malformed"), (":pw", "malformed"), ("user:", "malformed"),
+                       (f"@{tmp_path}/missing", "does not exist"), ("@", "file name"), (f"@{tmp_path}", "directory")]:
+        with pytest.raises(InvalidConfig, match=match) as e:
+            acl.parse_auth(bad)
+        assert "hunter2" not in str(e.value)
+    assert acl.digest_id("user", "hunter2") == "user:" + __import__("base64").b64encode(
+        __import__("hashlib").sha1(b"user:hunter2").digest()).decode()
+
+
+def test_policy_znode_round_trips_and_rejects_junk():
+    assert protocol.AclPolicy.decode(POLICY.encode(), "/p") == POLICY
+    from coordinator.errors import CorruptZnode
+    with pytest.raises(CorruptZnode):
+        protocol.AclPolicy.decode(b'{"version":1,"coordinator":"x","admin":"y"}', "/p")
+
+
+# ---------------------------------------------------------------- a secured installation
+
+def _groupctl(zk_connect, data_dir, *args, env=None, auth=ADMIN):
+    from click.testing import CliRunner
+    from consumer.cli.groupctl import main
+    base = ["--zk", zk_connect, "--data-dir", data_dir] + (["--zk-auth", auth] if auth else [])
+    return CliRunner().invoke(main, base + list(args))
+
+
+@pytest.fixture
+def secured(zk_connect, data_dir):
+    """An installation with a policy: admin, coordinators, groups ga and gb, topic t (4 partitions)."""
+    result = _groupctl(zk_connect, data_dir, "acl", "apply", "--coordinator", COORD,
+                       "--group", f"ga={GROUP_A}", "--group", f"gb=digest:{_id(GROUP_B)}")
+    ok(result)
+    ok(_groupctl(zk_connect, data_dir, "topics", "create", "t", "--partitions", "4"))
+    return zk_connect
+
+
+def _client(connect, cred, **kw):
+    return start_client(connect, 4000, auth=cred, **kw)
+
+
+def test_secured_installation_works_and_refuses_every_attack(secured, data_dir):
+    connect = secured
+    fill(data_dir, "t", [5, 5, 5, 5])
+    node = Coordinator(connect, "n1", protocol_config(zk_auth=COORD)).start()
+    consumers = []
+    member_a = stranger = None
+    try:
+        wait_for(lambda: node.is_leader, 15, message="the coordinator leads")
+        consumers = [Consumer(g, ["t"], zk=connect, data_dir=data_dir, zk_auth=cred, auto_offset_reset="earliest",
+                              session_timeout_ms=2000)
+                     for g, cred in (("ga", GROUP_A), ("ga", GROUP_A), ("gb", GROUP_B))]
+        got = {c: 0 for c in consumers}
+
+        def drained():
+            for c in consumers:
+                got[c] += sum(len(rs) for rs in c.poll(timeout_ms=50).values())
+            return got[consumers[0]] + got[consumers[1]] == 20 and got[consumers[2]] == 20
+        wait_for(drained, 30, message="both groups consume every record")
+        for c in consumers:
+            c.commit()
+
+        admin = _client(connect, ADMIN)
+        state_b = wait_stable(admin, "gb", 1)
+        member_b = state_b.members[0]
+        member_a = _client(connect, GROUP_A)
+        stranger = start_client(connect, 4000)  # no identity at all
+        attacks = _attacks(member_b)
+        for who, client in (("member of ga", member_a), ("stranger", stranger)):
+            for name, attack in attacks:
+                with pytest.raises(NoAuthError):
+                    attack(client)
+                    pytest.fail(f"{who} could {name}")
+        # ... and the system keeps working: a new record reaches group b
+        fill(data_dir, "t", [1], zk=None)
+        wait_for(lambda: sum(len(rs) for rs in consumers[2].poll(timeout_ms=50).values()) > 0, 15,
+                 message="group b consumes after the attacks")
+        assert wait_stable(admin, "gb", 1).state == protocol.STABLE
+        close_client(admin)
+    finally:
+        for c in consumers:
+            c.close()
+        node.close()
+        for c in (member_a, stranger):
+            if c is not None:
+                close_client(c)
+
+
+def protocol_config(**kw):
+    from coordinator.coordinator import CoordinatorConfig
+    return CoordinatorConfig(**{**FAST, "session_timeout_ms": 2000, **kw})
+
+
+def _attacks(member_b: str):
+    """What a member of another group, or a stranger, must not be able to do."""
+    forged = protocol.Command(protocol.START_FETCHER, 99, 99, {"t": {0: member_b + "-0"}},
+                              consumer_id=member_b).encode()
+
+    return [
+        ("set group b's offsets", lambda c: c.set(protocol.offsets_path("gb", "t", 0), b"0")),
+        ("forge a start command", lambda c: c.create(protocol.command_prefix("gb", member_b), forged, sequence=True)),
+        ("delete (ack) group b's commands",
+         lambda c: c.delete(protocol.command_prefix("gb", member_b) + "0000000000")),
+        ("delete group b's command channel",
+         lambda c: c.delete(protocol.channel_path("gb", member_b), recursive=True)),
+        ("delete group b's owner node", lambda c: c.delete(protocol.owners_path("gb", "t", 0))),
+        ("claim group b's partition", lambda c: c.create(protocol.owners_path("gb", "t", 9), b"x", ephemeral=True)),
+        ("rewrite the epoch", lambda c: c.set(protocol.EPOCH, b"1")),
+        ("rewrite the leader", lambda c: c.set(protocol.LEADER, b"{}")),
+        ("rewrite group b's state", lambda c: c.set(protocol.state_path("gb"), b"{}")),
+        ("register in group b", lambda c: c.create(protocol.ids_path("gb", "gb_intruder"), b"{}", ephemeral=True)),
+        ("create a topic", lambda c: c.create(protocol.topic_path("evil"), protocol.encode_topic(1))),
+        ("resize a topic", lambda c: c.set(protocol.topic_path("t"), protocol.encode_topic(8))),
+        ("rewrite the policy", lambda c: c.set(protocol.ACL_POLICY, b"{}")),
+        ("change an ACL", lambda c: c.set_acls(protocol.state_path("gb"), acl.open_acl())),
+    ]
