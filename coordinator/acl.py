@@ -215,13 +215,28 @@ def policy_acl(policy: Policy) -> List[ACL]:
     return acl_for(policy, protocol.ACL_POLICY)
 
 
+def _key(ident: Id, redacted: bool) -> Tuple[str, str]:
+    """How an ACL entry is matched. ZooKeeper shows a digest's hash only to a client with ADMIN
+    on the znode (others see ``user:x``); those are matched by user name."""
+    if redacted and ident.scheme == "digest":
+        return ident.scheme, ident.id.split(":", 1)[0]
+    return ident.scheme, ident.id
+
+
+def _is_redacted(acls: List[ACL]) -> bool:
+    return any(a.id.scheme == "digest" and a.id.id.endswith(":x") for a in acls)
+
+
 def weaker(actual: List[ACL], expected: List[ACL]) -> List[str]:
-    """What ``actual`` grants beyond ``expected``, as ``scheme:id has PERMS`` lines (empty:
-    ``actual`` is at least as strict)."""
-    allowed = {(a.id.scheme, a.id.id): a.perms for a in expected}
+    """What ``actual`` grants beyond ``expected``, as ``scheme:id may PERMS`` (empty: ``actual``
+    is at least as strict). Digest ids ZooKeeper redacted are compared by user name."""
+    redacted = _is_redacted(actual)
+    allowed: Dict[Tuple[str, str], int] = {}
+    for e in expected:
+        allowed[_key(e.id, redacted)] = allowed.get(_key(e.id, redacted), 0) | e.perms
     out = []
     for a in actual:
-        extra = a.perms & ~allowed.get((a.id.scheme, a.id.id), 0)
+        extra = a.perms & ~allowed.get(_key(a.id, redacted), 0)
         if extra:
             out.append(f"{a.id.scheme}:{a.id.id.split(':', 1)[0] if a.id.scheme == 'digest' else a.id.id} "
                        f"may {perms_text(extra)}")
@@ -230,8 +245,11 @@ def weaker(actual: List[ACL], expected: List[ACL]) -> List[str]:
 
 def missing(actual: List[ACL], expected: List[ACL]) -> bool:
     """Whether ``actual`` lacks a permission ``expected`` grants (a role would be refused)."""
-    have = {(a.id.scheme, a.id.id): a.perms for a in actual}
-    return any(e.perms & ~have.get((e.id.scheme, e.id.id), 0) for e in expected)
+    redacted = _is_redacted(actual)
+    have: Dict[Tuple[str, str], int] = {}
+    for a in actual:
+        have[_key(a.id, redacted)] = have.get(_key(a.id, redacted), 0) | a.perms
+    return any(e.perms & ~have.get(_key(e.id, redacted), 0) for e in expected)
 
 
 _PERM_NAMES = ((R, "read"), (W, "write"), (C, "create"), (D, "delete"), (A, "admin"))

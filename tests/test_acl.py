@@ -170,6 +170,10 @@ def test_secured_installation_works_and_refuses_every_attack(secured, data_dir):
                  message="group b consumes after the attacks")
         assert wait_stable(admin, "gb", 1).state == protocol.STABLE
         close_client(admin)
+        # every znode the running system created (members' ensure_path parents included) has its policy ACL
+        check = _groupctl(connect, data_dir, "acl", "check", auth=None)
+        assert check.exit_code == 0, check.output
+        assert "0 not as the policy says" in check.stdout
     finally:
         for c in consumers:
             c.close()
@@ -207,3 +211,68 @@ def _attacks(member_b: str):
         ("rewrite the policy", lambda c: c.set(protocol.ACL_POLICY, b"{}")),
         ("change an ACL", lambda c: c.set_acls(protocol.state_path("gb"), acl.open_acl())),
     ]
+
+
+# ---------------------------------------------------------------- upgrading an open installation
+
+def test_check_reports_an_open_installation_and_apply_fixes_it_once(cluster, data_dir):
+    connect = cluster.connect
+    fill(data_dir, "t", [3, 3], zk=cluster.client())
+    cluster.node("n1")
+    member = cluster.member("ga", ["t"])
+    wait_stable(cluster.client(), "ga", 1)
+    member.close(timeout=5)
+    cluster.members.remove(member)
+
+    check = _groupctl(connect, data_dir, "acl", "check", auth=None)
+    assert check.exit_code == 1
+    assert "open installation" in check.stdout
+    assert f"{protocol.state_path('ga')}: world:anyone may write,create,delete,admin" in check.stdout
+    assert_one_line_error(check.exit_code, "", check.stderr, "do not match the ACL policy")
+
+    refused = _groupctl(connect, data_dir, "acl", "apply", "--coordinator", COORD)
+    assert refused.exit_code == 1 and "groups without an identity: ga" in refused.stderr
+    assert "open installation" in _groupctl(connect, data_dir, "acl", "check", auth=None).stdout  # nothing changed
+
+    first = ok(_groupctl(connect, data_dir, "acl", "apply", "--coordinator", COORD, "--group", f"ga={GROUP_A}"))
+    assert " 0 znodes changed" not in first
+    check = _groupctl(connect, data_dir, "acl", "check", auth=None)
+    assert check.exit_code == 0, check.output
+    assert "ACL policy applied: 0 znodes changed" in ok(_groupctl(connect, data_dir, "acl", "apply"))
+
+    # the running open coordinator may no longer write; one started with its identity leads the group
+    for node in cluster.nodes:
+        node.close()
+    cluster.nodes.clear()
+    cluster.config.zk_auth = acl.parse_auth(COORD)
+    cluster.node("n2")
+    with Consumer("ga", ["t"], zk=connect, data_dir=data_dir, zk_auth=GROUP_A, auto_offset_reset="earliest",
+                  session_timeout_ms=2000) as c:
+        got = []
+        wait_for(lambda: got.extend(r for rs in c.poll(timeout_ms=50).values() for r in rs) or len(got) >= 6, 30,
+                 message="the upgraded group consumes")
+    assert _groupctl(connect, data_dir, "acl", "check", auth=None).exit_code == 0
+
+
+# ---------------------------------------------------------------- bad identities
+
+def test_bad_identities_are_one_line_in_bounded_time(secured, data_dir, tmp_path, subprocess_env):
+    wrong = tmp_path / "wrong"
+    wrong.write_text("alpha:not-the-password\n")
+    cases = [
+        (["--zk-auth", "no-colon-here"], "malformed"),
+        (["--zk-auth", f"@{tmp_path}/missing"], "does not exist"),
+        (["--zk-auth", f"@{wrong}"], "wrong password for ZooKeeper identity 'alpha'"),
+        (["--zk-auth", STRANGER], "identity 'eve' is not in this installation's ACL policy"),
+    ]
+    for auth, match in cases:
+        for tool in (GROUPCTL + ["--zk", secured, *auth, "groups", "list"],
+                     [sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", secured, "--zk-timeout", "5",
+                      *auth],
+                     GROUPCTL + ["--zk", secured, "--data-dir", data_dir, *auth, "consume", "ga", "t",
+                                 "--max-records", "1"]):
+            started = time.monotonic()
+            proc = subprocess.run(tool, capture_output=True, text=True, env=subprocess_env, timeout=60)
+            assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, match)
+            assert "not-the-password" not in proc.stdout + proc.stderr and "guess" not in proc.stderr
+            assert time.monotonic() - started < 30

@@ -151,7 +151,7 @@ def acl_check(cli: CliContext) -> None:
         click.echo(f"open installation: no ACL policy at {protocol.ACL_POLICY} (create it with 'groupctl acl apply')")
     for line in problems:
         click.echo(line)
-    click.echo(f"{len(paths)} znodes checked, {len(problems)} weaker than the policy" if policy is not None
+    click.echo(f"{len(paths)} znodes checked, {len(problems)} not as the policy says" if policy is not None
                else f"{len(paths)} znodes checked, {len(problems)} writable by anyone")
     if problems:
-        raise CliError(f"{len(problems)} znode{'s' * (len(problems) != 1)} do not match the ACL policy")
+        raise CliError(f"{len(problems)} of {len(paths)} znodes do not match the ACL policy")
