@@ -136,6 +136,21 @@ def riding_out_failover(deadline_s: float = 15.0):
         reraise=True)
 
 
+class _RedactAuth(logging.Filter):
+    """kazoo logs every request it sends at debug level, the credential's ``Auth`` packet
+    included: show it without its secret."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from kazoo.protocol.serialization import Auth
+        if isinstance(record.args, tuple) and any(isinstance(a, Auth) for a in record.args):
+            record.args = tuple(Auth(a.auth_type, a.scheme, "<redacted>") if isinstance(a, Auth) else a
+                                for a in record.args)
+        return True
+
+
+logging.getLogger("kazoo.client").addFilter(_RedactAuth())  # the logger kazoo's connection writes to
+
+
 class _PolicyTransaction(TransactionRequest):
     def create(self, path, value=b"", acl=None, ephemeral=False, sequence=False):
         if acl is None and self.client.acl_policy is not None:

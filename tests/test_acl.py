@@ -276,3 +276,41 @@ def test_bad_identities_are_one_line_in_bounded_time(secured, data_dir, tmp_path
             assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, match)
             assert "not-the-password" not in proc.stdout + proc.stderr and "guess" not in proc.stderr
             assert time.monotonic() - started < 30
+
+
+# ---------------------------------------------------------------- secrets stay secret
+
+def test_secrets_appear_in_no_process_listing_output_or_log(secured, data_dir, tmp_path, subprocess_env):
+    password = COORD.split(":", 1)[1]
+    secret = tmp_path / "coord.secret"
+    secret.write_text(COORD + "\n")
+    secret.chmod(0o600)
+    node = subprocess.Popen([sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", secured,
+                             "--zk-auth", f"@{secret}", "--log-level", "DEBUG", "--node-id", "n-secret"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env)
+    admin = _client(secured, ADMIN)
+    try:
+        wait_for(lambda: admin.exists(protocol.LEADER), 20, message="the node leads")
+        with open(f"/proc/{node.pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+        assert str(secret).encode() in cmdline and password.encode() not in cmdline
+        consume_env = {**subprocess_env, "ZK_AUTH": f"@{tmp_path / 'alpha.secret'}"}
+        (tmp_path / "alpha.secret").write_text(GROUP_A)
+        fill(data_dir, "t", [1, 1, 1, 1])
+        consume = subprocess.run(GROUPCTL + ["--zk", secured, "--data-dir", data_dir, "-vv", "consume", "ga", "t",
+                                             "--from-beginning", "--max-records", "4"],
+                                 capture_output=True, text=True, env=consume_env, timeout=60)
+        assert consume.returncode == 0, consume.stderr
+        assert GROUP_A.split(":", 1)[1] not in consume.stdout + consume.stderr
+        helped = subprocess.run(GROUPCTL + ["--help"], capture_output=True, text=True, timeout=60,
+                                env={**subprocess_env, "ZK_AUTH": COORD})
+        assert "--zk-auth" in helped.stdout and password not in helped.stdout
+        from coordinator.config import CoordinatorConfig
+        from consumer.consumer import ConsumerConfig
+        assert password not in repr(CoordinatorConfig(zk_auth=COORD)) + repr(ConsumerConfig(zk_auth=COORD))
+    finally:
+        node.terminate()
+        out, err = node.communicate(timeout=30)
+        close_client(admin)
+    assert "leads" in err or "elected" in err or "started" in err, err[-2000:]
+    assert password not in out + err
