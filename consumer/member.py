@@ -64,13 +64,13 @@ import time
 from collections import deque
 from typing import Deque, Dict, Iterable, List, Optional, Set, Tuple
 
-from kazoo.exceptions import (ConnectionClosedError, ConnectionLoss, KazooException, NodeExistsError,
+from kazoo.exceptions import (ConnectionClosedError, ConnectionLoss, KazooException, NoAuthError, NodeExistsError,
                               NoNodeError)
 from kazoo.protocol.states import KazooState
 
 from coordinator import protocol
 from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
-from coordinator.errors import CommitFailedError, CorruptZnode, InvalidConfig, ZooKeeperUnavailable
+from coordinator.errors import AuthFailed, CommitFailedError, CorruptZnode, InvalidConfig, ZooKeeperUnavailable
 from coordinator.protocol import Command, Registration
 from coordinator.zkclient import UNREACHABLE, TransactionFailed, commit, session_id
 from consumer import commands as channel
@@ -209,6 +209,9 @@ class GroupMember:
             c.ensure_path(protocol.owners_path(g))
             c.ensure_path(protocol.offsets_path(g))
             self._register()
+        except NoAuthError:
+            raise AuthFailed(f"cannot join group {g}: ZooKeeper refused this identity (the group is bound to "
+                             "another one, or none was given)") from None
         except KazooException as e:
             raise ZooKeeperUnavailable(f"cannot join group {g}: {type(e).__name__}") from None
         c.add_listener(self._on_connection_state)

@@ -314,3 +314,12 @@ def test_secrets_appear_in_no_process_listing_output_or_log(secured, data_dir, t
         close_client(admin)
     assert "leads" in err or "elected" in err or "started" in err, err[-2000:]
     assert password not in out + err
+
+
+def test_joining_a_group_of_another_identity_is_one_line(secured, data_dir, subprocess_env, tmp_path):
+    for auth in (["--zk-auth", GROUP_A], []):
+        proc = subprocess.run(GROUPCTL + ["--zk", secured, "--data-dir", data_dir, *auth, "consume", "gb", "t",
+                                          "--max-records", "1"],
+                              capture_output=True, text=True, env=subprocess_env, timeout=60)
+        assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "cannot join group gb: ZooKeeper refused")
+        assert proc.returncode == 1
