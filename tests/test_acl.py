@@ -323,3 +323,28 @@ def test_joining_a_group_of_another_identity_is_one_line(secured, data_dir, subp
                               capture_output=True, text=True, env=subprocess_env, timeout=60)
         assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "cannot join group gb: ZooKeeper refused")
         assert proc.returncode == 1
+
+
+def test_without_world_read_strangers_read_nothing_and_groups_still_work(zk_connect, data_dir):
+    ok(_groupctl(zk_connect, data_dir, "acl", "apply", "--coordinator", COORD, "--group", f"ga={GROUP_A}",
+                 "--no-world-read"))
+    ok(_groupctl(zk_connect, data_dir, "topics", "create", "t", "--partitions", "2"))
+    fill(data_dir, "t", [2, 2])
+    node = Coordinator(zk_connect, "n1", protocol_config(zk_auth=COORD)).start()
+    stranger = start_client(zk_connect, 4000)
+    try:
+        with Consumer("ga", ["t"], zk=zk_connect, data_dir=data_dir, zk_auth=GROUP_A, auto_offset_reset="earliest",
+                      session_timeout_ms=2000) as c:
+            got = []
+            wait_for(lambda: got.extend(r for rs in c.poll(timeout_ms=50).values() for r in rs) or len(got) >= 4,
+                     30, message="the group consumes")
+        for path in (protocol.state_path("ga"), protocol.topic_path("t"), protocol.EPOCH, protocol.ACL_POLICY):
+            with pytest.raises(NoAuthError):
+                stranger.get(path)
+        with pytest.raises(AuthFailed, match="may not read the ACL policy"):
+            start_client(zk_connect, 4000, auth=STRANGER)
+    finally:
+        close_client(stranger)
+        node.close()
+    check = _groupctl(zk_connect, data_dir, "acl", "check")
+    assert check.exit_code == 0, check.output
