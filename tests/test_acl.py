@@ -348,3 +348,45 @@ def test_without_world_read_strangers_read_nothing_and_groups_still_work(zk_conn
         node.close()
     check = _groupctl(zk_connect, data_dir, "acl", "check")
     assert check.exit_code == 0, check.output
+
+
+def test_weaker_and_missing_match_redacted_digests_by_user():
+    expected = acl.acl_for(POLICY, protocol.state_path("ga"))
+    redacted = [ACL(a.perms, Id(a.id.scheme, a.id.id.split(":")[0] + ":x") if a.id.scheme == "digest" else a.id)
+                for a in expected]
+    assert acl.weaker(redacted, expected) == [] and not acl.missing(redacted, expected)
+    wider = redacted + [ACL(W, Id("digest", "alpha:x"))]
+    assert acl.weaker(wider, expected) == ["digest:alpha may write"]
+    assert acl.missing([a for a in redacted if a.id.id.split(":")[0] != "coord"], expected)
+    assert acl.weaker(acl.open_acl(), expected) == ["world:anyone may write,create,delete,admin"]
+
+
+def test_producer_with_an_admin_identity_creates_topics_a_group_cannot(secured, data_dir):
+    from consumer.producer import Producer
+    with Producer(secured, data_dir=data_dir, zk_auth=ADMIN, auto_create_topics=True) as p:
+        p.send("made-by-admin", b"v").get(timeout=10)
+    admin = _client(secured, ADMIN)
+    try:
+        assert acl.same_acl(admin.get_acls(protocol.topic_path("made-by-admin"))[0],
+                            acl.acl_for(POLICY, protocol.topic_path("made-by-admin")))
+    finally:
+        close_client(admin)
+    with Producer(secured, data_dir=data_dir, zk_auth=GROUP_A, auto_create_topics=True) as p:
+        with pytest.raises(Exception) as refused:
+            p.send("made-by-member", b"v").get(timeout=10)
+    assert "NoAuth" in type(refused.value).__name__ + str(refused.value)
+
+
+def test_zk_auth_in_toml_files(tmp_path, subprocess_env):
+    config = tmp_path / "coordinator.toml"
+    config.write_text(f'zk = "127.0.0.1:1"\nzk_auth = "@{tmp_path}/missing"\n')
+    proc = subprocess.run([sys.executable, "-m", "coordinator.cli.coordinatord", "--config", str(config)],
+                          capture_output=True, text=True, env=subprocess_env, timeout=60)
+    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, f"zk_auth file {tmp_path}/missing does not exist")
+    config.write_text('zk_auth = 5\n')
+    with pytest.raises(InvalidConfig, match="zk_auth must be text"):
+        from coordinator.config import build, load_toml, CoordinatorConfig
+        build(CoordinatorConfig, load_toml(str(config), "coordinator"))
+    from consumer.consumer import ConsumerConfig
+    from coordinator.config import build
+    assert build(ConsumerConfig, {"zk-auth": GROUP_A}).zk_auth.user == "alpha"
