@@ -213,7 +213,8 @@ class Coordinator:
             if self._started or self._closing.is_set():
                 return self
             self._started = True
-        self.client = start_client(self.connect, self.config.session_timeout_ms, auth=self.config.zk_auth)
+        self.client = start_client(self.connect, self.config.session_timeout_ms, auth=self.config.zk_auth,
+                                   roles=("coordinator", "admin"))
         self.client.add_listener(self._on_connection_state)
         self.groups = GroupCoordinator(self).start()
         self._thread = threading.Thread(target=self._contend, name=f"election-{self.node_id}", daemon=True)

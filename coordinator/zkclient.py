@@ -199,14 +199,16 @@ def make_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAUL
 
 
 def start_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
-                 connect_timeout: float = 10.0, auth=None, require_policy: bool = True) -> KazooClient:
+                 connect_timeout: float = 10.0, auth=None, require_policy: bool = True,
+                 roles: Optional[tuple] = None) -> KazooClient:
     """Connect, or raise :class:`ZooKeeperUnavailable` after ``connect_timeout`` seconds
     (:class:`InvalidConfig` for a bad connect string, :class:`ZkGroupsError` for a chroot
     that cannot be created).
 
     ``auth`` (a :class:`coordinator.acl.Credential` or its text, ``user:password`` or ``@file``):
     authenticate, read the ACL policy and create znodes by it; :class:`AuthFailed` when the
-    policy does not know the credential, or (``require_policy``) when there is no policy."""
+    policy does not know the credential, or gives it none of ``roles`` (None: any), or
+    (``require_policy``) when there is no policy."""
     parsed = parse_connect(connect)
     auth = acl.parse_auth(auth)
     if parsed.chroot:
@@ -219,7 +221,7 @@ def start_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAU
     client = _start(make_client(str(parsed), session_timeout_ms, auth=auth), str(parsed), connect_timeout)
     if auth is not None:
         try:
-            _follow_policy(client, auth, parsed, connect_timeout, require_policy)
+            _follow_policy(client, auth, parsed, connect_timeout, require_policy, roles)
         except BaseException:
             close_client(client)
             raise
@@ -227,7 +229,7 @@ def start_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAU
 
 
 def _follow_policy(client: PolicyClient, auth: "acl.Credential", parsed: ConnectString, timeout: float,
-                   require_policy: bool) -> None:
+                   require_policy: bool, roles: Optional[tuple]) -> None:
     """Check the credential against the installation's policy and keep the client's copy of
     the policy current (a data watch: the kazoo thread only decodes and swaps a reference)."""
     from kazoo.exceptions import NoAuthError, NoNodeError
@@ -250,6 +252,11 @@ def _follow_policy(client: PolicyClient, auth: "acl.Credential", parsed: Connect
             raise AuthFailed(f"wrong password for ZooKeeper identity {auth.user!r}")
         raise AuthFailed(f"ZooKeeper identity {auth.user!r} is not in this installation's ACL policy "
                          "(an admin adds it with 'groupctl acl apply')")
+    role = policy.role_of(auth.digest_id)
+    if roles and role not in roles:
+        owner = "a group" if role == "group" else f"the {role}s"
+        raise AuthFailed(f"ZooKeeper identity {auth.user!r} belongs to {owner} here, not to the "
+                         f"{' or '.join(r + 's' for r in roles)}")
     client.acl_policy = policy
 
     def changed(data, _stat):

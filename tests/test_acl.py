@@ -265,6 +265,10 @@ def test_bad_identities_are_one_line_in_bounded_time(secured, data_dir, tmp_path
         (["--zk-auth", f"@{wrong}"], "wrong password for ZooKeeper identity 'alpha'"),
         (["--zk-auth", STRANGER], "identity 'eve' is not in this installation's ACL policy"),
     ]
+    proc = subprocess.run([sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", secured, "--zk-auth", GROUP_A],
+                          capture_output=True, text=True, env=subprocess_env, timeout=60)
+    assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "identity 'alpha' belongs to a group here, "
+                          "not to the coordinators or admins")
     for auth, match in cases:
         for tool in (GROUPCTL + ["--zk", secured, *auth, "groups", "list"],
                      [sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", secured, "--zk-timeout", "5",
