@@ -164,6 +164,11 @@ def test_secured_installation_works_and_refuses_every_attack(secured, data_dir):
                 with pytest.raises(NoAuthError):
                     attack(client)
                     pytest.fail(f"{who} could {name}")
+        # within group a too, one member cannot forge commands for another (only coordinators create there)
+        state_a = wait_stable(admin, "ga", 2)
+        with pytest.raises(NoAuthError):
+            member_a.create(protocol.command_prefix("ga", state_a.members[1]), forged_for(state_a.members[1]),
+                            sequence=True)
         # ... and the system keeps working: a new record reaches group b
         fill(data_dir, "t", [1], zk=None)
         wait_for(lambda: sum(len(rs) for rs in consumers[2].poll(timeout_ms=50).values()) > 0, 15,
@@ -188,10 +193,13 @@ def protocol_config(**kw):
     return CoordinatorConfig(**{**FAST, "session_timeout_ms": 2000, **kw})
 
 
+def forged_for(member: str) -> bytes:
+    return protocol.Command(protocol.START_FETCHER, 99, 99, {"t": {0: member + "-0"}}, consumer_id=member).encode()
+
+
 def _attacks(member_b: str):
     """What a member of another group, or a stranger, must not be able to do."""
-    forged = protocol.Command(protocol.START_FETCHER, 99, 99, {"t": {0: member_b + "-0"}},
-                              consumer_id=member_b).encode()
+    forged = forged_for(member_b)
 
     return [
         ("set group b's offsets", lambda c: c.set(protocol.offsets_path("gb", "t", 0), b"0")),
@@ -394,3 +402,19 @@ def test_zk_auth_in_toml_files(tmp_path, subprocess_env):
     from consumer.consumer import ConsumerConfig
     from coordinator.config import build
     assert build(ConsumerConfig, {"zk-auth": GROUP_A}).zk_auth.user == "alpha"
+
+
+def test_parents_made_by_ensure_path_and_makepath_get_their_own_acls(secured):
+    admin = _client(secured, ADMIN)
+    try:
+        admin.ensure_path(protocol.offsets_path("gnew", "t"))
+        admin.create(protocol.spark_stop_path("run1"), b"", makepath=True)
+        for path in (protocol.group_path("gnew"), protocol.offsets_path("gnew"), protocol.offsets_path("gnew", "t"),
+                     "/zkgroups-spark", protocol.SPARK_STOP, protocol.spark_stop_path("run1")):
+            assert acl.same_acl(admin.get_acls(path)[0], acl.acl_for(POLICY, path)), path
+        # the parents differ from their leaf: kazoo alone would have given them the leaf's ACL
+        assert not acl.same_acl(acl.acl_for(POLICY, protocol.SPARK_STOP), acl.acl_for(POLICY, protocol.spark_stop_path("r")))
+        assert not acl.same_acl(acl.acl_for(POLICY, protocol.group_path("gnew")),
+                                acl.acl_for(POLICY, protocol.offsets_path("gnew", "t")))
+    finally:
+        close_client(admin)
