@@ -140,53 +140,66 @@ def _merge(entries: List[Tuple[Id, int]]) -> List[ACL]:
     return [ACL(p, ident) for ident, p in sorted(perms.items(), key=lambda kv: (kv[0].scheme, kv[0].id))]
 
 
-def _group_of(parts: List[str]) -> Optional[str]:
-    return parts[2] if len(parts) >= 3 and parts[:2] == ["consumers", "groups"] else None
+def _below(path: str, base: str) -> Optional[List[str]]:
+    """The components of ``path`` below ``base`` ([] for ``base`` itself), or None when
+    ``path`` is not ``base`` or under it."""
+    if path == base:
+        return []
+    if path.startswith(base + "/"):
+        return path[len(base) + 1:].split("/")
+    return None
+
+
+def _parent(path: str) -> str:
+    return path.rsplit("/", 1)[0]
 
 
 def writers(policy: Policy, path: str) -> Dict[str, int]:
     """The pure table: digest id -> permissions beyond READ for the znode at ``path`` (the
     admins, who have every permission everywhere, are not listed). Paths zkgroups does not
-    create get nothing: only admins write them."""
-    parts = [p for p in path.split("/") if p]
+    create get nothing: only admins write them (the policy znode among them)."""
     coord = policy.coordinator
-    group = _group_of(parts)
-    member = policy.groups.get(group) if group else None
-    n = len(parts)
-    top = parts[0] if parts else ""
-    if top == "brokers":
-        if n == 1:
-            return {coord: C}                      # /brokers/topics
-        if parts[1] == "topics":
-            return {coord: C | D} if n == 2 else ({coord: W} if n == 3 else {})  # the mirror
-        return {}
-    if top == "zkgroups-spark":                    # a Spark group job's driver: a group's identity
-        return {ident: (C | D if n <= 2 else RWCD) for ident in set(policy.groups.values())}
-    if top != "consumers":
-        return {}
-    if n == 1:
+    group_ids = set(policy.groups.values())
+    if path in (_parent(protocol.BROKER_TOPICS), _parent(protocol.GROUPS)):     # /brokers, /consumers
         return {coord: C}
-    if parts[1] == "coordinator":                  # election, leader, epoch, nodes, shards: the coordinators'
+    rest = _below(path, protocol.BROKER_TOPICS)
+    if rest is not None:                           # topics: admins; the coordinators' mirror creates, grows, removes
+        return {coord: C | D} if not rest else ({coord: W} if len(rest) == 1 else {})
+    if _below(path, protocol.COORDINATOR) is not None:   # election, leader, epoch, nodes, shards
         return {coord: RWCD}
-    if parts[1] != "groups":
-        return {}                                  # /consumers/acl (the policy): admins only
-    if n == 2:                                     # a group node is made by its first member (or the coordinator)
-        return {coord: C, **{ident: C for ident in set(policy.groups.values())}}
-    if member is None:                             # a group bound to no identity: coordinators and admins only
-        return {coord: C} if n == 3 else ({coord: RWCD} if parts[3] in ("state", "channel") else {})
-    if n == 3:                                     # /consumers/groups/<g>: state by coordinators, the rest by members
-        return {coord: C, member: C} if coord != member else {coord: C}
-    kind = parts[3]
-    if kind == "state":
+    rest = _below(path, protocol.SPARK_STOP)
+    if rest is not None or path == _parent(protocol.SPARK_STOP):   # a Spark job's driver runs as a group
+        return {ident: (RWCD if rest else C | D) for ident in group_ids}
+    rest = _below(path, protocol.GROUPS)
+    if rest is None:
+        return {}
+    if not rest:                                   # a group's node is made by its first member
+        return {coord: C, **{ident: C for ident in group_ids}}
+    return _group_writers(coord, policy.groups.get(rest[0]), rest[0], path)
+
+
+def _group_writers(coord: str, member: Optional[str], group: str, path: str) -> Dict[str, int]:
+    """Within /consumers/groups/<group>; ``member``: the group's identity (None: unbound)."""
+    if path == protocol.group_path(group):         # state by coordinators, the rest by members
+        return _union({coord: C}, {member: C} if member else {})
+    if path == protocol.state_path(group):
         return {coord: RWCD}
-    if kind == "channel":
-        if n == 4:
+    channel = _below(path, protocol.channel_path(group))
+    if member is None:                             # unbound: no member writes; coordinators keep state and channels
+        return {coord: RWCD} if channel is not None else {}
+    if channel is not None:
+        if not channel:
             return {member: C}                     # each member makes its own channel
-        if n == 5:                                 # commands: written by coordinators, acked (deleted) by members
+        if len(channel) == 1:                      # commands: created and removed by coordinators, acked by members
             return _union({coord: C | D}, {member: D})
         return {coord: RWCD}                       # a command
-    if kind in ("ids", "owners", "offsets"):
-        return {member: C | D} if n < (6 if kind != "ids" else 5) else {member: RWCD}
+    rest = _below(path, protocol.ids_path(group))
+    if rest is not None:                           # registrations: made, replaced and removed by members
+        return {member: C | D} if not rest else {member: RWCD}
+    for base in (protocol.owners_path(group), protocol.offsets_path(group)):
+        rest = _below(path, base)                  # <base>/<topic>/<partition>
+        if rest is not None:
+            return {member: C | D} if len(rest) < 2 else {member: RWCD}
     return {}
 
 
