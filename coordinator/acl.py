@@ -125,9 +125,6 @@ def identity_id(spec: str, source: str) -> str:
 
 # ---------------------------------------------------------------- the policy
 
-Policy = protocol.AclPolicy
-
-
 def _digest(ident: str) -> Id:
     return Id("digest", ident)
 
@@ -154,7 +151,7 @@ def _parent(path: str) -> str:
     return path.rsplit("/", 1)[0]
 
 
-def writers(policy: Policy, path: str) -> Dict[str, int]:
+def writers(policy: protocol.AclPolicy, path: str) -> Dict[str, int]:
     """The pure table: digest id -> permissions beyond READ for the znode at ``path`` (the
     admins, who have every permission everywhere, are not listed). Paths zkgroups does not
     create get nothing: only admins write them (the policy znode among them)."""
@@ -211,7 +208,7 @@ def _union(*tables: Dict[str, int]) -> Dict[str, int]:
     return out
 
 
-def acl_for(policy: Policy, path: str) -> List[ACL]:
+def acl_for(policy: protocol.AclPolicy, path: str) -> List[ACL]:
     """The ACL the znode at ``path`` (a path as the client sees it, under its chroot) must have."""
     entries = [(_digest(policy.admin), ALL)]
     entries += [(_digest(ident), p | R) for ident, p in writers(policy, path).items()]
@@ -221,11 +218,6 @@ def acl_for(policy: Policy, path: str) -> List[ACL]:
         for ident in {policy.coordinator, *policy.groups.values()}:
             entries.append((_digest(ident), R))
     return _merge(entries)
-
-
-def policy_acl(policy: Policy) -> List[ACL]:
-    """The ACL of the policy znode itself."""
-    return acl_for(policy, protocol.ACL_POLICY)
 
 
 def _key(ident: Id, redacted: bool) -> Tuple[str, str]:

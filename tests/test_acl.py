@@ -3,7 +3,6 @@ the attacks a group member and a stranger can try (each refused, the system keep
 ``groupctl acl apply / check`` on an open installation, and bad credentials."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
