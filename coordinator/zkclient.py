@@ -364,11 +364,14 @@ def commit(transaction, timeout: Optional[float] = None) -> list:
     kazoo returns failures as exception objects in the result list instead of raising; the
     operation that failed carries a real error, the others ``RolledBackError``. With
     ``timeout``, waiting for the answer is bounded (``KazooTimeoutError``; the transaction may
-    still apply later).
+    still apply later). An operation the znodes' ACLs refuse raises kazoo's ``NoAuthError``.
     """
-    from kazoo.exceptions import RolledBackError, RuntimeInconsistency
+    from kazoo.exceptions import NoAuthError, RolledBackError, RuntimeInconsistency
 
     results = transaction.commit_async().get(timeout=timeout)
+    for result in results:
+        if isinstance(result, NoAuthError):
+            raise result  # not a conflict with another writer: this identity may not do that (ACLs)
     for i, result in enumerate(results):
         if isinstance(result, Exception) and not isinstance(result, (RolledBackError, RuntimeInconsistency)):
             raise TransactionFailed(i, result)

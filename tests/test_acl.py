@@ -185,6 +185,15 @@ def test_secured_installation_works_and_refuses_every_attack(secured, data_dir):
         for c in (member_a, stranger):
             if c is not None:
                 close_client(c)
+    # the admin's commands: resets and deletes; another group's identity may do neither (a group's own
+    # identity may write its own offsets: the residual risk the README names)
+    refused = _groupctl(connect, data_dir, "groups", "delete", "gb", auth=GROUP_B)
+    assert refused.exit_code == 1 and "NoAuthError" in refused.stderr, refused.output
+    refused = _groupctl(connect, data_dir, "groups", "reset-offsets", "gb", "--topic", "t", "--to-earliest",
+                        "--execute", auth=GROUP_A)
+    assert refused.exit_code == 1 and "NoAuthError" in refused.stderr, refused.output
+    ok(_groupctl(connect, data_dir, "groups", "reset-offsets", "gb", "--topic", "t", "--to-earliest", "--execute"))
+    ok(_groupctl(connect, data_dir, "groups", "delete", "ga"))
 
 
 def protocol_config(**kw):
