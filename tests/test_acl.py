@@ -290,7 +290,9 @@ def test_bad_identities_are_one_line_in_bounded_time(secured, data_dir, tmp_path
                      [sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", secured, "--zk-timeout", "5",
                       *auth],
                      GROUPCTL + ["--zk", secured, "--data-dir", data_dir, *auth, "consume", "ga", "t",
-                                 "--max-records", "1"]):
+                                 "--max-records", "1"],
+                     [sys.executable, "-m", "consumer.cli.pipeline", "--zk", secured, "--data-dir", data_dir, *auth,
+                      "--group", "ga", "--topic", "t", "--out", str(tmp_path / "out")]):
             started = time.monotonic()
             proc = subprocess.run(tool, capture_output=True, text=True, env=subprocess_env, timeout=60)
             assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, match)
