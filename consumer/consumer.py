@@ -26,7 +26,7 @@ import queue
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field as dataclass_field
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Union
 
 from kazoo.client import KazooClient
@@ -36,6 +36,7 @@ from coordinator import protocol
 from coordinator.assignors import STRATEGIES
 from coordinator.errors import (FetchFailed, IllegalStateError, InvalidConfig, NoOffsetForPartition,
                                 OffsetOutOfRange, ZkGroupsError)
+from coordinator.acl import parse_auth
 from coordinator.metrics import check_port
 from coordinator.zkclient import close_client, start_client
 from consumer.dataplane import DataPlane, open_data_plane
@@ -79,8 +80,10 @@ class ConsumerConfig:
     metrics_port: Optional[int] = None         # serve Prometheus metrics on this port (0: any free one); None: off
     group_instance_id: str = ""                # a static member (Kafka's group.instance.id); "": dynamic
     static_grace_ms: int = 0                   # how long a static member's partitions wait for it; 0: session_timeout_ms
+    zk_auth: Any = dataclass_field(default=None, repr=False)  # the group's ZooKeeper identity: user:password or @file
 
     def validate(self) -> None:
+        self.zk_auth = parse_auth(self.zk_auth, "zk_auth")  # a file reference is read now; errors never show it
         if self.auto_offset_reset not in ("earliest", "latest", "none"):
             raise InvalidConfig(f"auto_offset_reset must be earliest, latest or none, not {self.auto_offset_reset!r}")
         if self.start_position not in START_POSITIONS:
@@ -274,7 +277,8 @@ class Consumer:
         self._streams: Optional[Streams] = None
         self._metrics: Optional[ConsumerMetrics] = None  # with metrics_port: counted per poll and commit
         self._own_client = isinstance(zk, str)
-        self._client = start_client(zk, self.config.session_timeout_ms, self.config.connect_timeout_s) \
+        self._client = start_client(zk, self.config.session_timeout_ms, self.config.connect_timeout_s,
+                                    auth=self.config.zk_auth) \
             if self._own_client else zk
         try:
             if self.config.metrics_port is not None:  # first: a port in use fails before joining the group

@@ -81,13 +81,13 @@ import time
 from collections import deque
 from typing import Deque, Dict, Iterable, List, Optional, Set, Tuple
 
-from kazoo.exceptions import (ConnectionClosedError, ConnectionLoss, KazooException, NodeExistsError,
+from kazoo.exceptions import (ConnectionClosedError, ConnectionLoss, KazooException, NoAuthError, NodeExistsError,
                               NoNodeError)
 from kazoo.protocol.states import KazooState
 
 from coordinator import protocol
 from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
-from coordinator.errors import (CommitFailedError, CorruptZnode, FencedInstanceIdError, InvalidConfig,
+from coordinator.errors import (AuthFailed, CommitFailedError, CorruptZnode, FencedInstanceIdError, InvalidConfig,
                                ZooKeeperUnavailable)
 from coordinator.protocol import Command, Registration
 from coordinator.zkclient import UNREACHABLE, TransactionFailed, commit, session_id
@@ -245,6 +245,9 @@ class GroupMember:
                                 protocol.offsets_path(g)])
             self._learn_epoch_path(shards)
             self._register()
+        except NoAuthError:
+            raise AuthFailed(f"cannot join group {g}: ZooKeeper refused this identity (the group is bound to "
+                             "another one, or none was given)") from None
         except KazooException as e:
             raise ZooKeeperUnavailable(f"cannot join group {g}: {type(e).__name__}") from None
         c.add_listener(self._on_connection_state)

@@ -367,7 +367,7 @@ class _LogProducer(Producer):
     def __init__(self, zk=None, data_dir: Optional[str] = None, *, bootstrap_servers: Optional[str] = None,
                  kafka=None, linger_ms: Optional[int] = None, batch_size: Optional[int] = None,
                  auto_create_topics: bool = False, auto_create_partitions: int = 1,
-                 metadata_max_age_ms: int = 5000, log: Optional[Log] = None, **log_options):
+                 metadata_max_age_ms: int = 5000, log: Optional[Log] = None, zk_auth=None, **log_options):
         linger_ms = 5 if linger_ms is None else linger_ms
         batch_size = 16384 if batch_size is None else batch_size
         _whole_numbers(linger_ms=(linger_ms, 0), batch_size=(batch_size, 1),
@@ -381,7 +381,7 @@ class _LogProducer(Producer):
         self._log = log if log is not None else Log(data_dir, **log_options)
         self._owns_log = log is None
         try:
-            self._client = start_client(zk) if self._own_client else zk
+            self._client = start_client(zk, auth=zk_auth) if self._own_client else zk
         except BaseException:
             if self._owns_log:
                 self._log.close()
@@ -544,7 +544,7 @@ class _KafkaProducer(Producer):
                  kafka=None, linger_ms: Optional[int] = None, batch_size: Optional[int] = None,
                  auto_create_topics: bool = False, auto_create_partitions: int = 1,
                  metadata_max_age_ms: int = 5000, max_block_ms: int = 60_000, request_timeout_ms: int = 10_000,
-                 log: Optional[Log] = None, **log_options):
+                 log: Optional[Log] = None, zk_auth=None, **log_options):  # zk_auth: unused, Kafka needs no ZooKeeper
         from consumer.dataplane.kafka import KafkaDataPlane
         from coordinator.kafka import confluent_kafka
         if log_options:

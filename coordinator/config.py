@@ -80,22 +80,29 @@ def build(cls: Type[T], values: Mapping[str, Any], source: str = "config") -> T:
     return obj
 
 
+def read_small_file(path: str, what: str, limit: int) -> bytes:
+    """The bytes of a file of at most ``limit`` bytes; every problem is one InvalidConfig line
+    naming ``what`` and the path (never the content)."""
+    if os.path.isdir(path):
+        raise InvalidConfig(f"{what} {path} is a directory")
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(limit + 1)
+    except FileNotFoundError:
+        raise InvalidConfig(f"{what} {path} does not exist") from None
+    except PermissionError:
+        raise InvalidConfig(f"{what} {path} is not readable (permission denied)") from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
+        raise InvalidConfig(f"{what} {path} cannot be read: {getattr(e, 'strerror', None) or e}") from None
+    if len(raw) > limit:
+        raise InvalidConfig(f"{what} {path} is larger than {limit // 1024 or limit} {'KiB' if limit >= 1024 else 'bytes'}")
+    return raw
+
+
 def load_toml(path: str, table: str = "") -> dict:
     """Read a TOML file: its ``[table]`` if it has one, else the whole file (the one rule for
     every tool and the library: settings at the top level, or in the tool's own table)."""
-    if os.path.isdir(path):
-        raise InvalidConfig(f"config file {path} is a directory")
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        raise InvalidConfig(f"config file {path} does not exist") from None
-    except PermissionError:
-        raise InvalidConfig(f"config file {path} is not readable (permission denied)") from None
-    except (OSError, ValueError) as e:  # ValueError: a NUL in the path
-        raise InvalidConfig(f"config file {path} cannot be read: {getattr(e, 'strerror', None) or e}") from None
-    if len(raw) > MAX_CONFIG_BYTES:
-        raise InvalidConfig(f"config file {path} is larger than {MAX_CONFIG_BYTES // 1024} KiB")
+    raw = read_small_file(path, "config file", MAX_CONFIG_BYTES)
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -154,6 +161,7 @@ class CoordinatorConfig:
     bootstrap_servers: str = ""             # the Kafka cluster whose topics the leader mirrors; "": none
     kafka: dict = dataclasses.field(default_factory=dict, repr=False)  # librdkafka properties (secrets: never shown)
     mirror_interval_ms: int = 10000         # refresh interval (also refreshed at once on demand)
+    zk_auth: Any = dataclasses.field(default=None, repr=False)  # the coordinators' ZooKeeper identity (coordinator/acl.py)
 
     def validate(self):
         positive(self, "session_timeout_ms", "rebalance_timeout_ms", "failed_retry_interval_ms",
@@ -165,6 +173,8 @@ class CoordinatorConfig:
         if not 1 <= self.shards <= MAX_SHARD_COUNT:
             raise InvalidConfig(f"shards must be in 1..{MAX_SHARD_COUNT}, got {self.shards}")
         self.kafka = check_kafka_properties(self.kafka, "kafka")
+        from coordinator.acl import parse_auth  # here: acl imports protocol, which imports this module
+        self.zk_auth = parse_auth(self.zk_auth, "zk_auth")
         if self.bootstrap_servers:
             self.bootstrap_servers = check_bootstrap_servers(self.bootstrap_servers)
         elif self.kafka:

@@ -219,7 +219,8 @@ class Coordinator:
             if self._started or self._closing.is_set():
                 return self
             self._started = True
-        self.client = start_client(self.connect, self.config.session_timeout_ms)
+        self.client = start_client(self.connect, self.config.session_timeout_ms, auth=self.config.zk_auth,
+                                   roles=("coordinator", "admin"))
         self.metrics.count_requests(self.client)
         self.client.add_listener(self._on_connection_state)
         self.groups = GroupCoordinator(self).start()

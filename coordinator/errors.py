@@ -27,6 +27,11 @@ class InvalidConfig(ZkGroupsError, ValueError):
     """Unknown configuration key or a value out of range."""
 
 
+class AuthFailed(ZkGroupsError):
+    """A ZooKeeper credential this installation does not accept (wrong password, unknown
+    identity), or a write its ACLs refuse."""
+
+
 class CorruptZnode(ZkGroupsError):
     """A znode holds data that is not what this protocol writes there."""
 

@@ -28,6 +28,7 @@ Layout (documented in the README)::
     /consumers/groups/<group>/state                 GroupState, written by the leader (its optional
                                                     ``static`` record keeps static members while away)
     /zkgroups-spark/stop/<run id>                   created to stop a streaming Spark job
+    /consumers/acl                                  AclPolicy: the identities ACLs name (absent: open installation)
 """
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ NODES = COORDINATOR + "/nodes"
 SHARDS = COORDINATOR + "/shards"
 MIRROR_REFRESH = COORDINATOR + "/mirror-refresh"   # any node writes it to ask the controller's topic mirror to look now
 GROUPS = "/consumers/groups"
+ACL_POLICY = "/consumers/acl"   # who is who for ZooKeeper ACLs (coordinator/acl.py); written by admins
 SPARK_STOP = "/zkgroups-spark/stop"   # <run id>: created to stop a streaming Spark group job
 
 COMMAND_PREFIX = "cmd-"
@@ -617,6 +619,50 @@ class LeaderInfo:
 
 
 # ---------------------------------------------------------------- offsets
+
+# ---------------------------------------------------------------- the ACL policy
+
+_DIGEST_ID = re.compile(r"^[^:\s]+:[A-Za-z0-9+/=]{28}$")
+
+
+@dataclass(frozen=True)
+class AclPolicy:
+    """acl: digest ids (``user:base64(sha1(user:password))``, no secrets) of the coordinators'
+    and the admins' identities, each group's identity, and whether anyone else may read."""
+    coordinator: str
+    admin: str
+    groups: Dict[str, str] = field(default_factory=dict)
+    world_read: bool = True
+
+    def role_of(self, ident: str) -> Optional[str]:
+        """"admin", "coordinator", "group" or None, for a digest id."""
+        if ident == self.admin:
+            return "admin"
+        if ident == self.coordinator:
+            return "coordinator"
+        return "group" if ident in self.groups.values() else None
+
+    def user_known(self, user: str) -> bool:
+        return any(i.split(":", 1)[0] == user for i in (self.coordinator, self.admin, *self.groups.values()))
+
+    def encode(self) -> bytes:
+        return _dump({"version": 1, "coordinator": self.coordinator, "admin": self.admin,
+                      "groups": dict(sorted(self.groups.items())), "world_read": self.world_read})
+
+    @classmethod
+    def decode(cls, raw: bytes, path: str) -> "AclPolicy":
+        obj = _load(raw, path, "ACL policy")
+        _check_version(obj, path, "ACL policy")
+        groups = obj.get("groups", {})
+        _require(isinstance(groups, dict), path, "ACL policy groups must map group -> digest id")
+        for ident in (obj.get("coordinator"), obj.get("admin"), *groups.values()):
+            _require(isinstance(ident, str) and bool(_DIGEST_ID.match(ident)), path,
+                     f"ACL policy names {str(ident)[:60]!r}, which is not a digest id (user:base64 sha1)")
+        for group in groups:
+            validate_name(group, "group")
+        _require(isinstance(obj.get("world_read", True), bool), path, "ACL policy world_read must be true or false")
+        return cls(obj["coordinator"], obj["admin"], dict(groups), obj.get("world_read", True))
+
 
 NO_OFFSET = b""  # an offsets znode created by a claim before anything was committed (the fence exists)
 

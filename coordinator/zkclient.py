@@ -10,6 +10,10 @@ the CLIs' ``--zk``): ``host:port[,host:port...][/chroot]``, ports 1-65535, a chr
 valid ZooKeeper path (no empty, ``.`` or ``..`` component, no trailing ``/``). A bad one is an
 :class:`InvalidConfig` with one line; kazoo would raise a bare ValueError or quietly use a
 chroot ZooKeeper cannot create. The chroot is created if missing.
+
+With a credential (``auth``), the client authenticates with it, reads the installation's ACL
+policy and creates every znode with the ACL :func:`coordinator.acl.acl_for` gives its path
+(:class:`PolicyClient`); a credential the policy does not know is an :class:`AuthFailed`.
 """
 from __future__ import annotations
 
@@ -23,14 +27,15 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import tenacity
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import ConnectionLoss, KazooException, OperationTimeoutError
 from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 from kazoo.handlers.utils import selector_select
 from kazoo.retry import KazooRetry
 
 from coordinator.config import DEFAULT_CONNECT, DEFAULT_SESSION_TIMEOUT_MS
-from coordinator.errors import InvalidConfig, ZkGroupsError, ZooKeeperUnavailable
+from coordinator import acl, protocol
+from coordinator.errors import AuthFailed, InvalidConfig, ZkGroupsError, ZooKeeperUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -131,10 +136,59 @@ def riding_out_failover(deadline_s: float = 15.0):
         reraise=True)
 
 
+class _RedactAuth(logging.Filter):
+    """kazoo logs every request it sends at debug level, the credential's ``Auth`` packet
+    included: show it without its secret."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from kazoo.protocol.serialization import Auth
+        if isinstance(record.args, tuple) and any(isinstance(a, Auth) for a in record.args):
+            record.args = tuple(Auth(a.auth_type, a.scheme, "<redacted>") if isinstance(a, Auth) else a
+                                for a in record.args)
+        return True
+
+
+logging.getLogger("kazoo.client").addFilter(_RedactAuth())  # the logger kazoo's connection writes to
+
+
+class _PolicyTransaction(TransactionRequest):
+    def create(self, path, value=b"", acl=None, ephemeral=False, sequence=False):
+        if acl is None and self.client.acl_policy is not None:
+            acl = _acl_of(self.client.acl_policy, path)
+        return super().create(path, value, acl, ephemeral, sequence)
+
+
+def _acl_of(policy: "protocol.AclPolicy", path: str):
+    return acl.acl_for(policy, path.rstrip("/") if path != "/" else path)
+
+
+class PolicyClient(KazooClient):
+    """A KazooClient whose creates without an explicit ACL (``create``, ``ensure_path`` and its
+    intermediate nodes, ``makepath``, transactions, kazoo's recipes) get the ACL the
+    installation's policy gives their path. ``acl_policy`` None: open ACLs, as kazoo does.
+    The policy is replaced as a whole (one reference) when its znode changes."""
+
+    acl_policy: Optional["protocol.AclPolicy"] = None
+
+    def create_async(self, path, value=b"", acl=None, ephemeral=False, sequence=False, makepath=False,
+                     include_data=False):
+        if acl is None and self.acl_policy is not None and isinstance(path, str):
+            acl = _acl_of(self.acl_policy, path)
+            if makepath:  # kazoo would give missing parents this node's ACL: make them first, each its own
+                parent = path.rsplit("/", 1)[0]
+                if parent:
+                    self.ensure_path(parent)
+        return super().create_async(path, value, acl, ephemeral, sequence, makepath, include_data)
+
+    def transaction(self):
+        return _PolicyTransaction(self)
+
+
 def make_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
-                read_only: bool = False) -> KazooClient:
+                read_only: bool = False, auth: Optional["acl.Credential"] = None) -> KazooClient:
     """A started-later client with bounded retries (call :func:`start_client`)."""
-    return KazooClient(
+    return PolicyClient(
+        auth_data=auth.auth_data() if auth else None,
         hosts=str(parse_connect(connect)),
         timeout=session_timeout_ms / 1000.0,
         connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
@@ -145,11 +199,18 @@ def make_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAUL
 
 
 def start_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
-                 connect_timeout: float = 10.0) -> KazooClient:
+                 connect_timeout: float = 10.0, auth=None, require_policy: bool = True,
+                 roles: Optional[tuple] = None) -> KazooClient:
     """Connect, or raise :class:`ZooKeeperUnavailable` after ``connect_timeout`` seconds
     (:class:`InvalidConfig` for a bad connect string, :class:`ZkGroupsError` for a chroot
-    that cannot be created)."""
+    that cannot be created).
+
+    ``auth`` (a :class:`coordinator.acl.Credential` or its text, ``user:password`` or ``@file``):
+    authenticate, read the ACL policy and create znodes by it; :class:`AuthFailed` when the
+    policy does not know the credential, or gives it none of ``roles`` (None: any), or
+    (``require_policy``) when there is no policy."""
     parsed = parse_connect(connect)
+    auth = acl.parse_auth(auth)
     if parsed.chroot:
         # kazoo does not create a chroot itself; create it through an unrooted client first.
         root = _start(make_client(parsed.hosts), parsed.hosts, connect_timeout)
@@ -157,7 +218,54 @@ def start_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAU
             ensure_chroot(root, parsed)
         finally:
             close_client(root)
-    return _start(make_client(str(parsed), session_timeout_ms), str(parsed), connect_timeout)
+    client = _start(make_client(str(parsed), session_timeout_ms, auth=auth), str(parsed), connect_timeout)
+    if auth is not None:
+        try:
+            _follow_policy(client, auth, parsed, connect_timeout, require_policy, roles)
+        except BaseException:
+            close_client(client)
+            raise
+    return client
+
+
+def _follow_policy(client: PolicyClient, auth: "acl.Credential", parsed: ConnectString, timeout: float,
+                   require_policy: bool, roles: Optional[tuple]) -> None:
+    """Check the credential against the installation's policy and keep the client's copy of
+    the policy current (a data watch: the kazoo thread only decodes and swaps a reference)."""
+    from kazoo.exceptions import NoAuthError, NoNodeError
+    from kazoo.recipe.watchers import DataWatch
+    try:
+        raw, _ = client.get_async(protocol.ACL_POLICY).get(timeout=timeout)
+    except NoNodeError:
+        if require_policy:
+            raise AuthFailed(f"ZooKeeper at {parsed} has no ACL policy ({protocol.ACL_POLICY}) for identity "
+                             f"{auth.user!r}: an admin creates it with 'groupctl acl apply'") from None
+        return
+    except NoAuthError:
+        raise AuthFailed(f"identity {auth.user!r} may not read the ACL policy at ZooKeeper {parsed}: wrong "
+                         "password, or an identity this installation does not know") from None
+    except KazooTimeoutError:
+        raise ZooKeeperUnavailable(f"ZooKeeper at {parsed} did not answer within {timeout:g}s") from None
+    policy = protocol.AclPolicy.decode(raw, protocol.ACL_POLICY)
+    if policy.role_of(auth.digest_id) is None:
+        if policy.user_known(auth.user):
+            raise AuthFailed(f"wrong password for ZooKeeper identity {auth.user!r}")
+        raise AuthFailed(f"ZooKeeper identity {auth.user!r} is not in this installation's ACL policy "
+                         "(an admin adds it with 'groupctl acl apply')")
+    role = policy.role_of(auth.digest_id)
+    if roles and role not in roles:
+        owner = "a group" if role == "group" else f"the {role}s"
+        raise AuthFailed(f"ZooKeeper identity {auth.user!r} belongs to {owner} here, not to the "
+                         f"{' or '.join(r + 's' for r in roles)}")
+    client.acl_policy = policy
+
+    def changed(data, _stat):
+        if data:
+            try:
+                client.acl_policy = protocol.AclPolicy.decode(data, protocol.ACL_POLICY)
+            except ZkGroupsError as e:
+                log.error("ignoring an unreadable ACL policy: %s", e)
+    DataWatch(client, protocol.ACL_POLICY, changed)
 
 
 def ensure_chroot(root: KazooClient, parsed: ConnectString) -> None:
@@ -256,11 +364,14 @@ def commit(transaction, timeout: Optional[float] = None) -> list:
     kazoo returns failures as exception objects in the result list instead of raising; the
     operation that failed carries a real error, the others ``RolledBackError``. With
     ``timeout``, waiting for the answer is bounded (``KazooTimeoutError``; the transaction may
-    still apply later).
+    still apply later). An operation the znodes' ACLs refuse raises kazoo's ``NoAuthError``.
     """
-    from kazoo.exceptions import RolledBackError, RuntimeInconsistency
+    from kazoo.exceptions import NoAuthError, RolledBackError, RuntimeInconsistency
 
     results = transaction.commit_async().get(timeout=timeout)
+    for result in results:
+        if isinstance(result, NoAuthError):
+            raise result  # not a conflict with another writer: this identity may not do that (ACLs)
     for i, result in enumerate(results):
         if isinstance(result, Exception) and not isinstance(result, (RolledBackError, RuntimeInconsistency)):
             raise TransactionFailed(i, result)

@@ -37,6 +37,7 @@ from coordinator.config import DEFAULT_CONNECT, DEFAULT_DATA_DIR, ENV_DATA_DIR, 
 from coordinator.errors import InvalidConfig, UnknownTopic
 from coordinator.kafka import check_bootstrap_servers
 from coordinator.topics import TopicRegistry
+from coordinator.acl import ENV_ZK_AUTH, parse_auth
 from coordinator.zkclient import close_client, start_client
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,9 @@ class CliContext:
     def __init__(self, zk_connect: str = DEFAULT_CONNECT, data_dir: str = DEFAULT_DATA_DIR,
                  zk_timeout: float = DEFAULT_ZK_TIMEOUT, given: Iterable[str] = (),
                  bootstrap_servers: str = "", kafka: Optional[Dict[str, object]] = None,
-                 verbose: int = 0, log_format: str = "text"):
+                 verbose: int = 0, log_format: str = "text", zk_auth=None):
         self.zk_connect, self.data_dir, self.zk_timeout = zk_connect, data_dir, zk_timeout
+        self.zk_auth = parse_auth(zk_auth)  # a Credential (never shown) or None
         self.verbose, self.log_format = verbose, log_format
         self.given = frozenset(given)
         self.bootstrap_servers = bootstrap_servers
@@ -69,7 +71,9 @@ class CliContext:
     def zk(self):
         """A started kazoo client; raises ZooKeeperUnavailable after ``zk_timeout`` seconds."""
         if self._zk is None:
-            self._zk = start_client(self.zk_connect, connect_timeout=self.zk_timeout)
+            # No policy yet is fine here: an admin creates it with `groupctl acl apply`.
+            self._zk = start_client(self.zk_connect, connect_timeout=self.zk_timeout, auth=self.zk_auth,
+                                    require_policy=False)
         return self._zk
 
     @property
@@ -196,6 +200,9 @@ def kafka_properties(raw: dict, path: str) -> Dict[str, object]:
 _GLOBAL_OPTIONS = (
     click.option("--zk", envvar=ENV_ZK_CONNECT, default=DEFAULT_CONNECT, show_default=True, show_envvar=True,
                  type=ZK_CONNECT, help="ZooKeeper connect string, optionally with a chroot (host:port,host:port/app)."),
+    click.option("--zk-auth", envvar=ENV_ZK_AUTH, show_envvar=True, metavar="USER:PASSWORD|@FILE",
+                 help="ZooKeeper digest identity (an admin's, or a group's for consume), or @FILE holding it "
+                      "(keeps it out of ps). Without it znodes are created open."),
     click.option("--data-dir", envvar=ENV_DATA_DIR, default=DEFAULT_DATA_DIR, show_default=True,
                  show_envvar=True, type=click.Path(file_okay=False), help="Where the embedded log's data lives."),
     click.option("--bootstrap-servers", envvar=ENV_BOOTSTRAP_SERVERS, show_envvar=True, type=BOOTSTRAP_SERVERS,
@@ -216,7 +223,7 @@ def global_options(f):
 
     @functools.wraps(f)
     def callback(*args, zk: str, data_dir: str, bootstrap_servers: Optional[str], kafka_config: Optional[str],
-                 zk_timeout: float, verbose: int, log_format: str, **kwargs):
+                 zk_timeout: float, verbose: int, log_format: str, zk_auth: Optional[str], **kwargs):
         setup_logging(verbose, log_format)
         # librdkafka's own lines (connection retries, ...) are detail: the tools say what failed.
         logging.getLogger("zkgroups.kafka").setLevel(logging.CRITICAL if verbose <= 0 else logging.NOTSET)
@@ -233,7 +240,8 @@ def global_options(f):
         if kafka_config and not bootstrap_servers:
             raise CliUsageError("--kafka-config needs Kafka's brokers: --bootstrap-servers, KAFKA_BOOTSTRAP_SERVERS "
                                 "or bootstrap.servers in the file")
-        ctx.obj = CliContext(zk, data_dir, zk_timeout, given, bootstrap_servers or "", kafka, verbose, log_format)
+        ctx.obj = CliContext(zk, data_dir, zk_timeout, given, bootstrap_servers or "", kafka, verbose, log_format,
+                             zk_auth)
         ctx.call_on_close(ctx.obj.close)
         return f(*args, **kwargs)
 

@@ -6,8 +6,10 @@
     groupctl topics add-partitions NAME --to N
     groupctl produce TOPIC [-f FILE] [--key K | --key-separator SEP] [--partition P]
     groupctl produce TOPIC --generate N [--size B]
+    groupctl acl apply [--coordinator IDENTITY] [--group GROUP=IDENTITY ...] [--world-read/--no-world-read]
+    groupctl acl check
 
-Global options (``--zk``, ``--data-dir``, ``--bootstrap-servers``, ``--kafka-config``,
+Global options (``--zk``, ``--zk-auth``, ``--data-dir``, ``--bootstrap-servers``, ``--kafka-config``,
 ``--zk-timeout``, ``-v``, ``--log-format``) come from :mod:`consumer.cli.context`; the error handling from
 :mod:`coordinator.cli.common`: every failure is one line on stderr, ``error: ...``, exit status
 1 (2 for usage errors, 75 for one that may go away by itself: ZooKeeper or Kafka unreachable).
@@ -39,7 +41,7 @@ from click.core import ParameterSource
 
 from consumer.log import FSYNC_POLICIES
 from consumer.producer import Producer
-from consumer.cli import groups
+from consumer.cli import acls, groups
 from consumer.cli.context import CliContext, global_options, pass_cli
 from consumer.records import TopicPartition
 from coordinator import protocol
@@ -293,6 +295,7 @@ def _send_with_progress(producer: Producer, topic: str, partition: Optional[int]
 
 
 groups.register(main)  # coordinator, groups ..., consume
+acls.register(main)    # acl apply, acl check
 
 if __name__ == "__main__":
     main(prog_name="groupctl")

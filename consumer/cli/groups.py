@@ -429,6 +429,8 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
         if not settings.get("group_instance_id"):
             raise CliUsageError("--static-grace-ms needs --group-instance-id")
         settings["static_grace_ms"] = static_grace_ms
+    if cli.zk_auth is not None:
+        settings["zk_auth"] = cli.zk_auth
     if strategies:
         settings["assignment_strategy"] = strategies
     if metrics_port is not None:

@@ -34,6 +34,7 @@ from typing import Dict, Optional, Tuple
 import click
 
 from coordinator import protocol
+from coordinator.acl import parse_auth
 from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, MAX_MS, ZK_CONNECT, CliCommand, CliError, CliUsageError,
                                     Limited, Seconds)
 from coordinator.config import DEFAULT_CONNECT, DEFAULT_DATA_DIR, DEFAULT_SESSION_TIMEOUT_MS, ENV_DATA_DIR, ENV_ZK_CONNECT
@@ -91,6 +92,9 @@ def _fail(message: str, code: int = 1):
 @click.option("--kafka-config", type=click.Path(dir_okay=False), metavar="FILE",
               help="TOML file of librdkafka properties ([kafka] table or top level: security.protocol, sasl.*, "
                    "ssl.*, ...); never shown.")
+@click.option("--zk-auth", envvar="ZK_AUTH", show_envvar=True, metavar="USER:PASSWORD|@FILE",
+              help="The group's ZooKeeper digest identity, or @FILE holding it (keeps it out of ps and out of "
+                   "the pickled job: executors read the file).")
 @click.option("--group", default="pipeline", show_default=True, help="Consumer group id.")
 @click.option("--topic", required=True, help="Topic to read.")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False),
@@ -112,7 +116,7 @@ def _fail(message: str, code: int = 1):
               help=f"Workers' ZooKeeper session timeout [{DEFAULT_SESSION_TIMEOUT_MS}].")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--verbose", is_flag=True, help="Show Spark's own log on stderr (default: <out>/_spark.log).")
-def main(zk, zk_timeout, data_dir, bootstrap_servers, kafka_config, group, topic, out, workers, mode, duration,
+def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, group, topic, out, workers, mode, duration,
          batch_size, master, confs, stop_file, session_timeout_ms, as_json, verbose):
     """Read TOPIC through a consumer group on Spark; write the records and per-key counts as Parquet."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
@@ -126,14 +130,18 @@ def main(zk, zk_timeout, data_dir, bootstrap_servers, kafka_config, group, topic
     bootstrap_servers, kafka = _kafka_settings(bootstrap_servers, kafka_config)
     conf = _parse_conf(confs)
     check_spark_conf(conf)  # before paying for a JVM
-    _preflight(zk, zk_timeout, data_dir, bootstrap_servers, kafka, topic)
+    parse_auth(zk_auth)  # a malformed value or a missing file: one line, before anything starts
+    _preflight(zk, zk_timeout, data_dir, bootstrap_servers, kafka, topic, zk_auth)
     if importlib.util.find_spec("pyspark") is None:
         _fail("pyspark is not installed (pip install 'zkgroups[spark]')")
     os.makedirs(out, exist_ok=True)
     conf.setdefault("spark.task.maxFailures", "4")
     conf.setdefault("spark.sql.shuffle.partitions", str(max(2, workers)))
     spark = _start_spark(master or f"local[{workers},4]", conf, None if verbose else os.path.join(out, "_spark.log"))
-    consumer_config = {"session_timeout_ms": session_timeout_ms} if session_timeout_ms else None
+    consumer_config = {"session_timeout_ms": session_timeout_ms} if session_timeout_ms else {}
+    if zk_auth:
+        consumer_config["zk_auth"] = zk_auth
+    consumer_config = consumer_config or None
     stop = threading.Event()
 
     def wire(job):
@@ -191,7 +199,7 @@ def _kafka_settings(bootstrap_servers: Optional[str], kafka_config: Optional[str
 
 
 def _preflight(zk: str, zk_timeout: float, data_dir: str, bootstrap_servers: str, kafka: Dict[str, object],
-               topic: str) -> None:
+               topic: str, zk_auth: Optional[str] = None) -> None:
     """Fail fast, before Spark starts: ZooKeeper reachable, a coordinator running, the topic
     there (in ZooKeeper's registry for the embedded log, on Kafka — answering within
     ``zk_timeout`` — for Kafka)."""
@@ -201,7 +209,7 @@ def _preflight(zk: str, zk_timeout: float, data_dir: str, bootstrap_servers: str
 
     if not bootstrap_servers and not os.path.isdir(data_dir):
         raise ZkGroupsError(f"data directory {data_dir} does not exist")
-    client = start_client(zk, connect_timeout=zk_timeout)
+    client = start_client(zk, connect_timeout=zk_timeout, auth=zk_auth)
     try:
         with open_data_plane(data_dir=data_dir, bootstrap_servers=bootstrap_servers, kafka=kafka, zk=client,
                              timeout_s=zk_timeout) as plane:

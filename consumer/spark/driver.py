@@ -238,7 +238,8 @@ class GroupJob:
         if self.workers > sc.defaultParallelism:
             log.warning("%d workers but only %d task slots: the extra workers start when others finish",
                         self.workers, sc.defaultParallelism)
-        client = start_client(self.zk, self.consumer_config.get("session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS))
+        client = start_client(self.zk, self.consumer_config.get("session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS),
+                              auth=self.consumer_config.get("zk_auth"))
         run_id = uuid.uuid4().hex[:8]
         try:
             if self.require_coordinator and client.exists(protocol.LEADER) is None:

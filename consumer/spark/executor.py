@@ -203,7 +203,8 @@ class _Worker:
 
         logging.getLogger("kazoo").setLevel(logging.ERROR)
         spec, started = self.spec, time.time()
-        client = self.client = start_client(spec.zk, spec.consumer_config.get("session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS))
+        client = self.client = start_client(spec.zk, spec.consumer_config.get("session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS),
+                                            auth=spec.consumer_config.get("zk_auth"))
         reason = None
         try:
             DataWatch(client, protocol.spark_stop_path(spec.run_id), self._on_stop_node)

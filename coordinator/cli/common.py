@@ -34,7 +34,7 @@ import traceback
 from typing import Any, Dict, Iterable, Optional, Sequence
 
 import click
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NoAuthError
 
 from coordinator import config as _config
 from coordinator.errors import EXIT_RETRIABLE, InvalidConfig, ZkGroupsError
@@ -82,6 +82,8 @@ class CliUsageError(click.UsageError):
 
 
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, NoAuthError):
+        return "ZooKeeper refused: this identity may not do that here (NoAuthError; see --zk-auth)"
     if isinstance(exc, KazooException):
         detail = str(exc)
         return f"ZooKeeper request failed: {type(exc).__name__}" + (f" ({detail})" if detail else "")
@@ -104,7 +106,7 @@ def _convert(exc: BaseException) -> Optional[click.ClickException]:
         return None  # click handles a closed stdout (e.g. piped into head) quietly
     if isinstance(exc, (ZkGroupsError, KazooException, OSError)):
         converted = CliError(_describe(exc))
-        if getattr(exc, "retriable", False) or isinstance(exc, KazooException):
+        if getattr(exc, "retriable", False) or (isinstance(exc, KazooException) and not isinstance(exc, NoAuthError)):
             converted.exit_code = EXIT_RETRIABLE  # the same command may succeed later, as is
         return converted
     return None

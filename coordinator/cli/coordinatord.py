@@ -43,6 +43,7 @@ from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, LOG_FORMAT_OPTION, MAX_M
 from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.config import MAX_SHARD_COUNT
 from coordinator.errors import InvalidConfig
+from coordinator.acl import ENV_ZK_AUTH
 from coordinator.metrics import CoordinatorMetrics, MetricsServer, check_port
 from coordinator.mirror import check_mirror_config
 from coordinator.zkclient import wait_for_zookeeper
@@ -62,6 +63,9 @@ _DEFAULTS = CoordinatorConfig()  # the help shows the dataclass's defaults
 @click.command(cls=CliCommand)
 @click.option("--zk", envvar=cfg.ENV_ZK_CONNECT, default=cfg.DEFAULT_CONNECT, show_default=True, type=ZK_CONNECT,
               help="ZooKeeper connect string, optionally with a chroot (host:port,host:port/app).")
+@click.option("--zk-auth", envvar=ENV_ZK_AUTH, metavar="USER:PASSWORD|@FILE",
+              help="The coordinators' ZooKeeper digest identity, or @FILE holding it (keeps it out of ps); "
+                   f"env {ENV_ZK_AUTH}. Without it znodes are created open.")
 @click.option("--node-id", default=None, help="This node's id (default: host-pid).")
 @click.option("--session-timeout-ms", type=int, help=f"ZooKeeper session timeout [{_DEFAULTS.session_timeout_ms}].")
 @click.option("--rebalance-timeout-ms", type=int, help=f"How long to wait for members' acks [{_DEFAULTS.rebalance_timeout_ms}].")
