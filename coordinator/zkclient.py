@@ -199,7 +199,7 @@ def make_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAUL
 
 
 def start_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
-                 connect_timeout: float = 10.0, auth=None, require_policy: bool = True,
+                 connect_timeout: float = 10.0, auth: "acl.Credential | str | None" = None, require_policy: bool = True,
                  roles: Optional[tuple] = None) -> KazooClient:
     """Connect, or raise :class:`ZooKeeperUnavailable` after ``connect_timeout`` seconds
     (:class:`InvalidConfig` for a bad connect string, :class:`ZkGroupsError` for a chroot
