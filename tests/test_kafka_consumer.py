@@ -230,11 +230,11 @@ def test_every_record_consumed_on_kafka_through_joins_kills_and_leader_failover(
 
     def coordinator(name):
         start(name, "coordinator.cli.coordinatord", "--zk", zk_connect, "--node-id", name,
-              "--session-timeout-ms", "1000", "--rebalance-timeout-ms", "3000")
+              "--session-timeout-ms", "2000", "--rebalance-timeout-ms", "3000")
 
-    def consumer(name):
+    def consumer(name):  # sessions of 2 s: short for the test, long enough for a loaded machine
         start(name, *GROUPCTL[2:], "--zk", zk_connect, "consume", "g", topic, "--consumer-id", f"g_{name}",
-              "--session-timeout-ms", "1000", "--with-metadata")
+              "--session-timeout-ms", "2000", "--with-metadata")
 
     def members():
         return set(read.children(zk, protocol.ids_path("g")))
@@ -270,7 +270,7 @@ def test_every_record_consumed_on_kafka_through_joins_kills_and_leader_failover(
         writer.start()
         consumer("a")
         consumer("b")
-        wait_for(lambda: stable_with(2) and printed("a") and printed("b"), 30, message="a and b consuming")
+        wait_for(lambda: stable_with(2) and printed("a") and printed("b"), 60, message="a and b consuming")
         consumer("c")
         wait_for(lambda: stable_with(3) and printed("c"), 30, message="c joined and consuming")
         state = read_state(zk, "g")
