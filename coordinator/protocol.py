@@ -26,6 +26,10 @@ Layout (documented in the README)::
                                                     its znode version is the fencing token of claims
     /consumers/groups/<group>/state                 GroupState, written by the leader
     /zkgroups-spark/stop/<run id>                   created to stop a streaming Spark job
+    /zkgroups-spark/runs/<run id>/workers/<consumer-id>   ephemeral: a Spark worker of the run is up
+    /zkgroups-spark/runs/<run id>/flushed/<consumer-id>   ephemeral: it stopped, processed and committed
+                                                    what it had (the stop barrier: members leave
+                                                    once every live worker has flushed)
 """
 from __future__ import annotations
 
@@ -53,6 +57,7 @@ SHARDS = COORDINATOR + "/shards"
 MIRROR_REFRESH = COORDINATOR + "/mirror-refresh"   # any node writes it to ask the controller's topic mirror to look now
 GROUPS = "/consumers/groups"
 SPARK_STOP = "/zkgroups-spark/stop"   # <run id>: created to stop a streaming Spark group job
+SPARK_RUNS = "/zkgroups-spark/runs"   # <run id>/{workers,flushed}/<consumer id>: the stop barrier
 
 COMMAND_PREFIX = "cmd-"
 STOP_FETCHER = "stop-fetcher"
@@ -186,6 +191,18 @@ def shard_of(group: str, count: int) -> int:
 
 def spark_stop_path(run_id: str) -> str:
     return f"{SPARK_STOP}/{run_id}"
+
+
+def spark_run_path(run_id: str) -> str:
+    return f"{SPARK_RUNS}/{run_id}"
+
+
+def spark_workers_path(run_id: str) -> str:
+    return spark_run_path(run_id) + "/workers"
+
+
+def spark_flushed_path(run_id: str) -> str:
+    return spark_run_path(run_id) + "/flushed"
 
 
 # ---------------------------------------------------------------- JSON helpers
