@@ -230,3 +230,33 @@ def test_the_master_comes_from_the_option_the_environment_or_the_default(monkeyp
     monkeypatch.setenv("SPARK_MASTER", "spark://e:7077")
     assert spark_master(None, "local[3]") == ("spark://e:7077", "spark://e:7077")
     assert spark_master("local[1]", "local[3]") == ("local[1]", "local[1]")
+
+
+# ---------------------------------------------------------------- the data source
+
+def test_spark_reads_a_topic_from_the_groups_offsets(spark, zk, zk_connect, coordinator, data_dir, tmp_path):
+    from consumer.spark.source import register
+
+    helpers.fill(data_dir, "ds", [300, 200], zk=zk, key=b"k")
+    zk.create(protocol.offsets_path("gds", "ds", 0), b"100", makepath=True)  # the group is at 100 of partition 0
+    register(spark)
+    df = (spark.read.format("zkgroups").option("zk", zk_connect).option("dataDir", data_dir).option("topic", "ds")
+          .option("group", "gds").load())
+    rows = df.select("topic", "partition", "offset", "value").collect()
+    assert sorted((r.partition, r.offset) for r in rows) == \
+        [(0, o) for o in range(100, 300)] + [(1, o) for o in range(200)]
+    assert all(r.value == f"ds-{r.partition}-{r.offset}".encode() for r in rows)
+    assert df.schema.simpleString() == ("struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+                                        "timestamp:bigint>")
+
+    query = (spark.readStream.format("zkgroups").option("zk", zk_connect).option("dataDir", data_dir)
+             .option("topic", "ds").load().writeStream.format("memory").queryName("ds_stream").start())
+    try:
+        query.processAllAvailable()
+        assert spark.sql("select count(*) from ds_stream").first()[0] == 500
+        with Log(data_dir) as lg:
+            lg.append("ds", 1, [(None, b"late", 0, ())] * 7)
+        query.processAllAvailable()
+        assert spark.sql("select count(*) from ds_stream").first()[0] == 507
+    finally:
+        query.stop()

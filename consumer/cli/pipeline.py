@@ -120,7 +120,8 @@ def _fail(message: str, code: int = 1):
 @click.option("--death-window", default=60.0, show_default=True, type=Seconds(max=None), metavar="SECONDS",
               help="The window of --max-worker-deaths.")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Spark configuration (repeatable).")
-@click.option("--stop-file", type=click.Path(dir_okay=False), help="Stop (after the current batch) when this file appears.")
+@click.option("--stop-file", type=click.Path(dir_okay=False),
+              help="Stop when this file appears: every worker writes and commits what it fetched, then all leave.")
 @click.option("--session-timeout-ms", type=Limited(1, MAX_MS, "ZooKeeper's largest session timeout"),
               help=f"Workers' ZooKeeper session timeout [{DEFAULT_SESSION_TIMEOUT_MS}].")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
@@ -128,7 +129,12 @@ def _fail(message: str, code: int = 1):
 def main(zk, zk_timeout, data_dir, bootstrap_servers, kafka_config, group, topic, out, workers, mode, duration,
          batch_size, master, trigger_interval, max_worker_deaths, death_window, confs, stop_file,
          session_timeout_ms, as_json, verbose):
-    """Read TOPIC through a consumer group on Spark; write the records and per-key counts as Parquet."""
+    """Read TOPIC through a consumer group on Spark; write the records and per-key counts as Parquet.
+
+    Each offset is written once, also across reruns after the group's offsets were moved back.
+    Exit 0 done; 1 error (one line); 2 usage, or a drain not finished; 3 output with an offset in
+    two files.
+    """
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.ERROR)

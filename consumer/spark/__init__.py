@@ -19,6 +19,8 @@ Modules:
 * :mod:`~consumer.spark.batching` — where a partition's records are cut into batches (pure).
 * :mod:`~consumer.spark.sink` — the exactly-once Parquet sink (:class:`ParquetBatchWriter`),
   the check of its output, per-key counts, and :func:`run_pipeline` (``bin/pipeline``).
+* :mod:`~consumer.spark.source` — ``spark.read.format("zkgroups")`` / ``readStream``: a
+  topic as a DataFrame from a group's committed offsets (imports pyspark; not imported here).
 
 Modes
 -----
