@@ -383,6 +383,8 @@ class _WorkerPool:
             try:
                 spec = replace(self.spec, restart=restart)
                 rows[index] = sc.parallelize([index], 1).mapPartitions(task(spec, index)).collect()[0]
+                with self._lock:
+                    self.failures += _task_failures(sc, group)  # attempts Spark itself retried
                 return
             except Exception as e:
                 cause = _one_line(e)
@@ -469,10 +471,15 @@ def _one_line(e: BaseException) -> str:
         except Exception:
             pass
     lines = [ln.strip() for text in texts for ln in text.splitlines() if ln.strip()]
+    spark_reason = next((m.group(1) for ln in reversed(lines)
+                         for m in [re.search(r"most recent failure: Lost task [^:]*: [\w.$]*(?:Exception|Error): "
+                                             r"(.+?)(?:\. Consider .*)?$", ln)] if m), None)
     cause = next((ln for ln in reversed(lines)
                   if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b(:|$)", ln)
                   and not ln.startswith(("org.", "java.", "py4j.", "scala."))), None)
     if cause:
         return cause
+    if spark_reason:  # no Python exception: Spark's reason (a crashed Python worker, a lost executor)
+        return spark_reason
     head = lines[0] if lines else type(e).__name__
     return re.sub(r"^\[[A-Z_]+\]\s*", "", head)

@@ -18,8 +18,11 @@ processes what it fetched (the partial batches, with ``flush_partial``), commits
 itself flushed under the run's znode and waits until every live worker of the run has
 flushed (at most ``BARRIER_TIMEOUT_S`` beyond the session timeout) before it leaves the
 group. So no member leaves while another still holds fetched records: no rebalance of a
-stop moves a partition away from records that were fetched and not processed, and members
-that stopped apply no more rebalances (``WorkerSummary.stop_rebalances``). A worker started
+stop moves a partition away from records that were fetched and not processed
+(``WorkerSummary.stop_rebalances`` counts rebalances applied between the stop and the
+barrier's release: 0 unless a worker died meanwhile). Once released, the members leave at
+about the same time; a revocation that reaches one still leaving finds nothing to commit
+and nobody fetches again. A worker started
 after the stop (a retry, or a task waiting for a slot) does not join the group at all.
 
 Triggers (``trigger_interval_s``, like Structured Streaming's processing-time trigger): a
@@ -109,7 +112,8 @@ class WorkerSummary:
     first_record_at: Optional[float]
     duration_s: float
     stop_reason: str               # drained | deadline | stopped
-    stop_rebalances: int = 0       # rebalances applied after the worker began to stop (the barrier keeps it 0)
+    stop_rebalances: int = 0       # rebalances applied between the stop and the barrier's release (0: none
+                                   # while any worker of the run could hold fetched records)
     barrier_s: float = 0.0         # time spent waiting for the other workers to flush
 
 
@@ -204,6 +208,7 @@ class _Worker:
         self._next_file_check = 0.0
         self._next_trigger = time.monotonic() + (spec.trigger_interval_s or 0)
         self._rebalances_at_stop: Optional[int] = None
+        self._rebalances_at_barrier: Optional[int] = None
         self._barrier_s = 0.0
 
         worker = self
@@ -256,8 +261,8 @@ class _Worker:
             records=self.ctx.records, batches=self.ctx.batches, partitions=sorted(map(str, self.handled)),
             rebalances=self._rebalances(), started_at=started,
             first_record_at=self.first_record_at, duration_s=time.time() - started, stop_reason=reason,
-            stop_rebalances=(self._rebalances() - self._rebalances_at_stop
-                             if self._rebalances_at_stop is not None else 0),
+            stop_rebalances=(self._rebalances_at_barrier - self._rebalances_at_stop
+                             if self._rebalances_at_barrier is not None else 0),
             barrier_s=self._barrier_s))
 
     def _rebalances(self) -> int:
@@ -334,6 +339,7 @@ class _Worker:
                 break
             time.sleep(BARRIER_CHECK_INTERVAL_S)
         self._barrier_s = time.monotonic() - started
+        self._rebalances_at_barrier = self._rebalances()
 
     def _stop_reason(self, client) -> Optional[str]:
         now = time.time()
