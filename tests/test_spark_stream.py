@@ -83,16 +83,18 @@ class Producer:
 # ---------------------------------------------------------------- the stop barrier
 
 class StopAfter:
-    """after_write hook: creates ``stop_file`` once ``n`` batches were written in the run
-    (counted by marker files), i.e. while the other workers hold fetched records."""
+    """after_write hook: creates ``stop_file`` once every one of ``workers`` wrote a batch (the
+    group's joins are over) and ``n`` batches were written in the run (marker files): a stop
+    in full flow, while the other workers hold fetched records."""
 
-    def __init__(self, stop_file, marks, n):
-        self.stop_file, self.marks, self.n = str(stop_file), str(marks), n
+    def __init__(self, stop_file, marks, workers, n):
+        self.stop_file, self.marks, self.workers, self.n = str(stop_file), str(marks), workers, n
 
     def __call__(self, batch):
         os.makedirs(self.marks, exist_ok=True)
-        open(os.path.join(self.marks, f"{batch.worker.consumer_id}-{batch.worker.batches}"), "w").close()
-        if len(os.listdir(self.marks)) >= self.n:
+        open(os.path.join(self.marks, f"{batch.worker.index} {batch.worker.batches}"), "w").close()
+        marks = os.listdir(self.marks)
+        if len({m.split()[0] for m in marks}) >= self.workers and len(marks) >= self.n:
             open(self.stop_file, "w").close()
 
 
@@ -104,8 +106,8 @@ def test_stops_at_bad_moments_lose_no_fetched_record_and_cost_no_rebalance(spark
     with Producer(data_dir, "st", 6, 20):
         for run in range(4):
             stop_file = tmp_path / f"STOP-{run}"
-            writer = ParquetBatchWriter(str(records_dir), StopAfter(stop_file, tmp_path / f"marks-{run}",
-                                                                    rng.randint(1, 6)), fsync=False, align=700)
+            writer = ParquetBatchWriter(str(records_dir), StopAfter(stop_file, tmp_path / f"marks-{run}", 3,
+                                                                    rng.randint(3, 9)), fsync=False, align=700)
             summary = GroupJob(spark, "gst", ["st"], writer, zk=zk_connect, data_dir=data_dir, workers=3,
                                mode="stream", duration_s=60, stop_file=str(stop_file), align=700,
                                batch_end=writer.existing_end, consumer_config=WORKER_CONFIG).run()

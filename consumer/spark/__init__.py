@@ -44,9 +44,14 @@ exactly-once sink needs (the rules: :mod:`~consumer.spark.batching`).
 
 Guarantees and limits
 ---------------------
-* A worker's consumer id includes the Spark application id, a per-run token, the task's
-  partition index and attempt number, so a retried task never collides with its dead
-  predecessor (whose partitions move once its ZooKeeper session ends).
+* A worker's consumer id includes the Spark application id, a per-run token, the worker's
+  index, the driver's restart count and Spark's attempt number, so a retried or restarted
+  worker never collides with its dead predecessor (whose partitions move once its
+  ZooKeeper session ends). Each worker is its own one-task Spark job; a failed one is
+  started again until more than ``max_worker_deaths`` task attempts failed within
+  ``death_window_s`` (attempts Spark retried inside a worker's job count when it ends).
+* Stops (stream deadline, stop znode, stop file) pass a barrier: every worker processes and
+  commits what it fetched before any leaves (:mod:`~consumer.spark.executor`).
 * A worker killed mid-batch loses nothing: its uncommitted batch is redone by the next owner.
 * ``spark.speculation=true`` is refused: a speculative copy of a task would be an extra
   member processing the same partitions' batches concurrently with the original.
