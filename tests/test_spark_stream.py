@@ -83,19 +83,30 @@ class Producer:
 # ---------------------------------------------------------------- the stop barrier
 
 class StopAfter:
-    """after_write hook: creates ``stop_file`` once every one of ``workers`` wrote a batch (the
-    group's joins are over) and ``n`` batches were written in the run (marker files): a stop
-    in full flow, while the other workers hold fetched records."""
+    """after_write hook: creates ``stop_file`` once the group is stable with ``workers``
+    members, every one of them wrote a batch and ``n`` batches were written in the run (marker
+    files): a stop in full flow, while the other workers hold fetched records."""
 
-    def __init__(self, stop_file, marks, workers, n):
-        self.stop_file, self.marks, self.workers, self.n = str(stop_file), str(marks), workers, n
+    def __init__(self, stop_file, marks, zk_connect, group, workers, n):
+        self.stop_file, self.marks, self.n = str(stop_file), str(marks), n
+        self.zk_connect, self.group, self.workers = zk_connect, group, workers
 
     def __call__(self, batch):
         os.makedirs(self.marks, exist_ok=True)
         open(os.path.join(self.marks, f"{batch.worker.index} {batch.worker.batches}"), "w").close()
         marks = os.listdir(self.marks)
-        if len({m.split()[0] for m in marks}) >= self.workers and len(marks) >= self.n:
+        if len({m.split()[0] for m in marks}) >= self.workers and len(marks) >= self.n and self._stable():
             open(self.stop_file, "w").close()
+
+    def _stable(self):
+        from coordinator.zkclient import close_client, start_client
+        client = start_client(self.zk_connect)
+        try:
+            raw, _ = client.get(protocol.state_path(self.group))
+            state = protocol.GroupState.decode(raw, protocol.state_path(self.group))
+            return state.state == protocol.STABLE and len(state.members) == self.workers
+        finally:
+            close_client(client)
 
 
 def test_stops_at_bad_moments_lose_no_fetched_record_and_cost_no_rebalance(spark, zk, zk_connect, coordinator,
@@ -106,14 +117,14 @@ def test_stops_at_bad_moments_lose_no_fetched_record_and_cost_no_rebalance(spark
     with Producer(data_dir, "st", 6, 20):
         for run in range(4):
             stop_file = tmp_path / f"STOP-{run}"
-            writer = ParquetBatchWriter(str(records_dir), StopAfter(stop_file, tmp_path / f"marks-{run}", 3,
-                                                                    rng.randint(3, 9)), fsync=False, align=700)
+            writer = ParquetBatchWriter(str(records_dir), StopAfter(stop_file, tmp_path / f"marks-{run}", zk_connect,
+                                                                    "gst", 3, rng.randint(3, 9)), fsync=False, align=700)
             summary = GroupJob(spark, "gst", ["st"], writer, zk=zk_connect, data_dir=data_dir, workers=3,
                                mode="stream", duration_s=60, stop_file=str(stop_file), align=700,
                                batch_end=writer.existing_end, consumer_config=WORKER_CONFIG).run()
             assert {w.stop_reason for w in summary.workers} == {"stopped"}
             # Members that stopped applied no rebalance: nobody left before everybody had flushed.
-            assert [w.stop_rebalances for w in summary.workers] == [0] * len(summary.workers)
+            assert [w.stop_rebalances for w in summary.workers] == [0] * len(summary.workers), run
             committed = {int(k.rsplit("-", 1)[1]): v for k, v in summary.committed.items()}
             assert_output_is_committed(records_dir, committed, 6)
     assert zk.get_children(protocol.SPARK_RUNS) == []  # each run's barrier znodes are gone

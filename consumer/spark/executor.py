@@ -19,8 +19,8 @@ itself flushed under the run's znode and waits until every live worker of the ru
 flushed (at most ``BARRIER_TIMEOUT_S`` beyond the session timeout) before it leaves the
 group. So no member leaves while another still holds fetched records: no rebalance of a
 stop moves a partition away from records that were fetched and not processed
-(``WorkerSummary.stop_rebalances`` counts rebalances applied between the stop and the
-barrier's release: 0 unless a worker died meanwhile). Once released, the members leave at
+(``WorkerSummary.stop_rebalances`` counts rebalances a worker applied after its stop while
+another worker had not flushed: 0 unless a worker died meanwhile). Once released, the members leave at
 about the same time; a revocation that reaches one still leaving finds nothing to commit
 and nobody fetches again. A worker started
 after the stop (a retry, or a task waiting for a slot) does not join the group at all.
@@ -112,8 +112,8 @@ class WorkerSummary:
     first_record_at: Optional[float]
     duration_s: float
     stop_reason: str               # drained | deadline | stopped
-    stop_rebalances: int = 0       # rebalances applied between the stop and the barrier's release (0: none
-                                   # while any worker of the run could hold fetched records)
+    stop_rebalances: int = 0       # rebalances applied after its stop while a worker of the run had not
+                                   # flushed (the barrier keeps it 0 unless a worker died meanwhile)
     barrier_s: float = 0.0         # time spent waiting for the other workers to flush
 
 
@@ -325,6 +325,7 @@ class _Worker:
         """Mark this worker flushed; wait until every live worker of the run has (bounded)."""
         run_id, me = self.spec.run_id, self.ctx.consumer_id
         started = time.monotonic()
+        self._rebalances_at_barrier = self._rebalances()  # until its mark, others may wait for it
         client.create(f"{protocol.spark_flushed_path(run_id)}/{me}", b"", ephemeral=True, makepath=True)
         session_s = self.spec.consumer_config.get("session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS) / 1000.0
         give_up = started + session_s + BARRIER_TIMEOUT_S
@@ -333,13 +334,15 @@ class _Worker:
             waiting = workers - set(client.get_children(protocol.spark_flushed_path(run_id)))
             if not waiting:
                 break
+            # Read right after seeing a worker that has not flushed: any rebalance counted so
+            # far happened while it could still hold fetched records.
+            self._rebalances_at_barrier = self._rebalances()
             if time.monotonic() >= give_up:
                 log.warning("worker %s: leaving without %d workers that did not flush: %s", me, len(waiting),
                             ", ".join(sorted(waiting)))
                 break
             time.sleep(BARRIER_CHECK_INTERVAL_S)
         self._barrier_s = time.monotonic() - started
-        self._rebalances_at_barrier = self._rebalances()
 
     def _stop_reason(self, client) -> Optional[str]:
         now = time.time()
