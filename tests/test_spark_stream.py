@@ -156,14 +156,16 @@ def test_trigger_interval_cuts_batches_of_a_slow_stream(spark, zk, zk_connect, c
 # ---------------------------------------------------------------- worker deaths
 
 class KillWorker:
-    """process hook: SIGKILLs its Python worker at its second batch while fewer than ``kills``
-    markers exist (each kill leaves one), else records nothing."""
+    """process hook: SIGKILLs its Python worker (worker ``index`` only, unless None) at its
+    second batch while fewer than ``kills`` markers exist (each kill leaves one)."""
 
-    def __init__(self, marks, kills):
-        self.marks, self.kills = str(marks), kills
+    def __init__(self, marks, kills, index=None):
+        self.marks, self.kills, self.index = str(marks), kills, index
 
     def __call__(self, batch):
         os.makedirs(self.marks, exist_ok=True)
+        if self.index not in (None, batch.worker.index):
+            return
         if batch.worker.batches == 1 and len(os.listdir(self.marks)) < self.kills:
             open(os.path.join(self.marks, batch.worker.consumer_id), "w").close()
             os.kill(os.getpid(), signal.SIGKILL)
@@ -173,11 +175,12 @@ def test_a_stream_outlives_more_worker_deaths_than_task_retries(spark, zk, zk_co
                                                                  tmp_path):
     helpers.fill(data_dir, "wd", [3000] * 2, zk=zk)
     records_dir = tmp_path / "out" / "records"
-    # Five deaths over the job's life, more than spark.task.maxFailures - 1 of any default;
-    # no two of them within the (small) window, so each dead worker is started again.
+    # Five deaths of worker 0 over the job's life, more than spark.task.maxFailures - 1 of any
+    # default; each restart joins and writes a batch before it dies again, so no two deaths
+    # fall within the (small) window and each time the worker is started again.
     result = run_pipeline(spark, zk=zk_connect, data_dir=data_dir, group="gwd", topic="wd", out=str(tmp_path / "out"),
                           workers=2, mode="drain", batch_size=500, consumer_config=WORKER_CONFIG, fsync=False,
-                          after_write=KillWorker(tmp_path / "kills", 5), max_worker_deaths=1, death_window_s=0.2)
+                          after_write=KillWorker(tmp_path / "kills", 5, index=0), max_worker_deaths=1, death_window_s=0.2)
     assert len(os.listdir(tmp_path / "kills")) == 5
     assert result.summary.restarts == 5 and result.summary.task_failures == 5
     assert result.summary.complete
