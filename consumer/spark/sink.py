@@ -231,9 +231,11 @@ def scan_output(records_dir: str) -> OutputReport:
     return report
 
 
-def count_keys(spark, records_dir: str, counts_dir: str) -> Tuple[int, int]:
-    """Per-key counts of every record in ``records_dir`` -> Parquet at ``counts_dir``
-    (columns key: binary, key_text: string, count: long). Returns (distinct keys, records)."""
+def count_keys(spark, records_dir: str, counts_dir: str, deduplicate: bool = True) -> Tuple[int, int]:
+    """Per-key counts of every distinct record (topic, partition, offset) in ``records_dir``
+    -> Parquet at ``counts_dir`` (columns key: binary, key_text: string, count: long).
+    Returns (distinct keys, records). ``deduplicate=False`` skips the shuffle that drops
+    duplicates, for output whose file ranges were found not to overlap."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StructField, StructType, BinaryType, StringType
 
@@ -241,7 +243,8 @@ def count_keys(spark, records_dir: str, counts_dir: str) -> Tuple[int, int]:
                   if any(_FILE.match(n) for n in _names(d)))
     if dirs:
         df = spark.read.parquet(*dirs)  # one directory per partition (hidden .tmp files are skipped)
-        df = df.dropDuplicates(["topic", "partition", "offset"])  # distinct records, whatever the files
+        if deduplicate:
+            df = df.dropDuplicates(["topic", "partition", "offset"])  # distinct records, whatever the files
         counts = df.groupBy("key").count().withColumn("key_text", F.col("key").cast("string")) \
             .select("key", "key_text", "count")
     else:
@@ -287,5 +290,6 @@ def run_pipeline(spark, *, zk: str, group: str, topic: str, out: str, data_dir: 
     summary = job.run()
     report = scan_output(records_dir)
     report.counts_dir = os.path.join(os.path.abspath(out), COUNTS_DIR)
-    report.distinct_keys, report.counted = count_keys(spark, records_dir, report.counts_dir)
+    report.distinct_keys, report.counted = count_keys(spark, records_dir, report.counts_dir,
+                                                      deduplicate=report.overlaps > 0)
     return PipelineResult(summary, report)
