@@ -164,9 +164,10 @@ def writers(policy: protocol.AclPolicy, path: str) -> Dict[str, int]:
         return {coord: C | D} if not rest else ({coord: W} if len(rest) == 1 else {})
     if _below(path, protocol.COORDINATOR) is not None:   # election, leader, epoch, nodes, shards
         return {coord: RWCD}
-    rest = _below(path, protocol.SPARK_STOP)
-    if rest is not None or path == _parent(protocol.SPARK_STOP):   # a Spark job's driver runs as a group
-        return {ident: (RWCD if rest else C | D) for ident in group_ids}
+    for spark in (protocol.SPARK_STOP, protocol.SPARK_RUNS):   # a Spark job's driver and workers run as a group
+        rest = _below(path, spark)
+        if rest is not None or path == _parent(spark):
+            return {ident: (RWCD if rest else C | D) for ident in group_ids}
     rest = _below(path, protocol.GROUPS)
     if rest is None:
         return {}

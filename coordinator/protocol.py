@@ -29,6 +29,10 @@ Layout (documented in the README)::
                                                     ``static`` record keeps static members while away)
     /zkgroups-spark/stop/<run id>                   created to stop a streaming Spark job
     /consumers/acl                                  AclPolicy: the identities ACLs name (absent: open installation)
+    /zkgroups-spark/runs/<run id>/workers/<consumer-id>   ephemeral: a Spark worker of the run is up
+    /zkgroups-spark/runs/<run id>/flushed/<consumer-id>   ephemeral: it stopped, processed and committed
+                                                    what it had (the stop barrier: members leave
+                                                    once every live worker has flushed)
 """
 from __future__ import annotations
 
@@ -57,6 +61,7 @@ MIRROR_REFRESH = COORDINATOR + "/mirror-refresh"   # any node writes it to ask t
 GROUPS = "/consumers/groups"
 ACL_POLICY = "/consumers/acl"   # who is who for ZooKeeper ACLs (coordinator/acl.py); written by admins
 SPARK_STOP = "/zkgroups-spark/stop"   # <run id>: created to stop a streaming Spark group job
+SPARK_RUNS = "/zkgroups-spark/runs"   # <run id>/{workers,flushed}/<consumer id>: the stop barrier
 
 COMMAND_PREFIX = "cmd-"
 STOP_FETCHER = "stop-fetcher"
@@ -198,6 +203,18 @@ def shard_of(group: str, count: int) -> int:
 
 def spark_stop_path(run_id: str) -> str:
     return f"{SPARK_STOP}/{run_id}"
+
+
+def spark_run_path(run_id: str) -> str:
+    return f"{SPARK_RUNS}/{run_id}"
+
+
+def spark_workers_path(run_id: str) -> str:
+    return spark_run_path(run_id) + "/workers"
+
+
+def spark_flushed_path(run_id: str) -> str:
+    return spark_run_path(run_id) + "/flushed"
 
 
 # ---------------------------------------------------------------- JSON helpers

@@ -211,7 +211,7 @@ def test_a_job_that_keeps_failing_reports_one_line(spark, zk, zk_connect, coordi
         job.run()
     message = str(e.value)
     assert "\n" not in message
-    assert message == ("the Spark job failed after 4 failed task attempts: "
+    assert message == ("the Spark job failed: 4 failed worker task attempts within 60 s (at most 3): "
                        "ValueError: bad record at Batch(t-0[0:100))")
     assert read_committed(zk, "gf", [TopicPartition("t", 0)]) == {TopicPartition("t", 0): None}
     wait_for(lambda: members(zk, "gf") == [], 10, message="failed attempts left the group")

@@ -6,12 +6,18 @@ Reads a topic through consumer group ``--group`` on Spark workers (consumer.spar
     <out>/counts/                                                     per-key counts (Parquet)
 
 then prints the summary. The work is :func:`consumer.spark.sink.run_pipeline` (which says
-why the output is exactly once although consumption is at-least-once); this module parses
+why the output is exactly once although consumption is at-least-once, also across reruns
+after the group's offsets were moved back); this module parses
 the options, checks before starting Spark that the configuration, ZooKeeper, a coordinator
 and the topic are there (on the data plane: the embedded log under ``--data-dir``, or Kafka
 with ``--bootstrap-servers``), starts Spark with its log in ``<out>/_spark.log``, turns the
 first Ctrl-C or SIGTERM into a stop after the current batch, and reports in one line what
-went wrong.
+went wrong. Output with an offset in two files (possible only if files were put there by
+hand) is exit 3.
+
+The Spark master: ``--master``, else ``$SPARK_MASTER``, else spark-submit's ``--master``,
+else ``local[WORKERS]`` (one slot per worker; a failed worker is started again by the
+driver, within the death budget).
 
 On Kafka (``--bootstrap-servers`` or ``KAFKA_BOOTSTRAP_SERVERS``; librdkafka properties from
 ``--kafka-config FILE``, as for ``groupctl``) the workers read the brokers themselves: only
@@ -108,17 +114,31 @@ def _fail(message: str, code: int = 1):
               help="Seconds: stream for this long; in drain mode, give up after this long (exit 2).")
 @click.option("--batch-size", default=10000, show_default=True, type=click.IntRange(1),
               help="Records per output file: partitions are cut at offsets that are multiples of this.")
+# -- Spark: master, triggers, worker deaths
 @click.option("--master", default=None,
-              help="Spark master [local[WORKERS,4]: WORKERS threads, a failed task is retried up to 3 times].")
+              help="Spark master [$SPARK_MASTER, else spark-submit's --master, else local[WORKERS]].")
+@click.option("--trigger-interval", type=Seconds(max=None), metavar="SECONDS",
+              help="Stream: cut a batch when it is full or when this much time has passed, whichever comes first.")
+@click.option("--max-worker-deaths", default=3, show_default=True, type=click.IntRange(0),
+              help="Failed worker task attempts tolerated within --death-window; a dead worker is started again.")
+@click.option("--death-window", default=60.0, show_default=True, type=Seconds(max=None), metavar="SECONDS",
+              help="The window of --max-worker-deaths.")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Spark configuration (repeatable).")
-@click.option("--stop-file", type=click.Path(dir_okay=False), help="Stop (after the current batch) when this file appears.")
+@click.option("--stop-file", type=click.Path(dir_okay=False),
+              help="Stop when this file appears: every worker writes and commits what it fetched, then all leave.")
 @click.option("--session-timeout-ms", type=Limited(1, MAX_MS, "ZooKeeper's largest session timeout"),
               help=f"Workers' ZooKeeper session timeout [{DEFAULT_SESSION_TIMEOUT_MS}].")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--verbose", is_flag=True, help="Show Spark's own log on stderr (default: <out>/_spark.log).")
 def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, group, topic, out, workers, mode, duration,
-         batch_size, master, confs, stop_file, session_timeout_ms, as_json, verbose):
-    """Read TOPIC through a consumer group on Spark; write the records and per-key counts as Parquet."""
+         batch_size, master, trigger_interval, max_worker_deaths, death_window, confs, stop_file,
+         session_timeout_ms, as_json, verbose):
+    """Read TOPIC through a consumer group on Spark; write the records and per-key counts as Parquet.
+
+    Each offset is written once, also across reruns after the group's offsets were moved back.
+    Exit 0 done; 1 error (one line); 2 usage, or a drain not finished; 3 output with an offset in
+    two files.
+    """
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.ERROR)
@@ -135,9 +155,8 @@ def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, gro
     if importlib.util.find_spec("pyspark") is None:
         _fail("pyspark is not installed (pip install 'zkgroups[spark]')")
     os.makedirs(out, exist_ok=True)
-    conf.setdefault("spark.task.maxFailures", "4")
     conf.setdefault("spark.sql.shuffle.partitions", str(max(2, workers)))
-    spark = _start_spark(master or f"local[{workers},4]", conf, None if verbose else os.path.join(out, "_spark.log"))
+    spark = _start_spark(master, f"local[{workers}]", conf, None if verbose else os.path.join(out, "_spark.log"))
     consumer_config = {"session_timeout_ms": session_timeout_ms} if session_timeout_ms else {}
     if zk_auth:
         consumer_config["zk_auth"] = zk_auth
@@ -157,7 +176,8 @@ def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, gro
         result = run_pipeline(spark, zk=zk, data_dir=data_dir, bootstrap_servers=bootstrap_servers, kafka=kafka,
                               group=group, topic=topic, out=out, workers=workers, mode=mode, duration_s=duration,
                               batch_size=batch_size, stop_file=stop_file, consumer_config=consumer_config,
-                              job_ready=wire)
+                              job_ready=wire, trigger_interval_s=trigger_interval,
+                              max_worker_deaths=max_worker_deaths, death_window_s=death_window)
     except (ZkGroupsError, OSError) as e:
         log_hint = "" if verbose else f" (Spark's log: {os.path.join(out, '_spark.log')})"
         _fail(f"{e}{log_hint}")
@@ -176,6 +196,9 @@ def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, gro
         click.echo(f"records: {o.counted:,} in {o.files} files under {os.path.join(out, RECORDS_DIR)}"
                    f" (overlapping offsets: {o.overlaps})")
         click.echo(f"per-key counts: {o.distinct_keys:,} keys in {o.counts_dir}")
+    if result.output.overlaps:
+        _fail(f"{result.output.overlaps} offsets are in more than one file under {os.path.join(out, RECORDS_DIR)} "
+              "(files put there by another writer?); the per-key counts count each record once", code=3)
     if mode == "drain" and not result.summary.complete:
         why = f"within --duration {duration:g}s" if duration and not stop.is_set() else "(stopped)"
         _fail(f"the drain did not finish {why}; records up to the committed offsets are written, "
@@ -233,9 +256,9 @@ def _registered(client, topic: str) -> bool:
         return False
 
 
-def _start_spark(master: str, conf: Dict[str, str], jvm_log: Optional[str]):
+def _start_spark(master: Optional[str], default_master: str, conf: Dict[str, str], jvm_log: Optional[str]):
     with _jvm_stderr_to(jvm_log):
-        return local_session(master, "zkgroups-pipeline", conf, log_level="WARN")
+        return local_session(master, "zkgroups-pipeline", conf, log_level="WARN", default_master=default_master)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ Modules:
 * :mod:`~consumer.spark.batching` — where a partition's records are cut into batches (pure).
 * :mod:`~consumer.spark.sink` — the exactly-once Parquet sink (:class:`ParquetBatchWriter`),
   the check of its output, per-key counts, and :func:`run_pipeline` (``bin/pipeline``).
+* :mod:`~consumer.spark.source` — ``spark.read.format("zkgroups")`` / ``readStream``: a
+  topic as a DataFrame from a group's committed offsets (imports pyspark; not imported here).
 
 Modes
 -----
@@ -42,9 +44,14 @@ exactly-once sink needs (the rules: :mod:`~consumer.spark.batching`).
 
 Guarantees and limits
 ---------------------
-* A worker's consumer id includes the Spark application id, a per-run token, the task's
-  partition index and attempt number, so a retried task never collides with its dead
-  predecessor (whose partitions move once its ZooKeeper session ends).
+* A worker's consumer id includes the Spark application id, a per-run token, the worker's
+  index, the driver's restart count and Spark's attempt number, so a retried or restarted
+  worker never collides with its dead predecessor (whose partitions move once its
+  ZooKeeper session ends). Each worker is its own one-task Spark job; a failed one is
+  started again until more than ``max_worker_deaths`` task attempts failed within
+  ``death_window_s`` (attempts Spark retried inside a worker's job count when it ends).
+* Stops (stream deadline, stop znode, stop file) pass a barrier: every worker processes and
+  commits what it fetched before any leaves (:mod:`~consumer.spark.executor`).
 * A worker killed mid-batch loses nothing: its uncommitted batch is redone by the next owner.
 * ``spark.speculation=true`` is refused: a speculative copy of a task would be an extra
   member processing the same partitions' batches concurrently with the original.

@@ -4,9 +4,18 @@
 and the topics, takes the drain snapshot from the data plane (the embedded log's end
 offsets, or Kafka's log-end offsets), starts ``workers`` Spark tasks (each runs
 :func:`consumer.spark.executor.task`), and after they all returned reads the group's
-committed offsets into a :class:`JobSummary`. A failed Spark job becomes one
-:class:`SparkJobError` line. :meth:`GroupJob.request_stop` creates the run's stop znode,
-which every worker watches.
+committed offsets into a :class:`JobSummary`. :meth:`GroupJob.request_stop` creates the
+run's stop znode, which every worker watches.
+
+Worker deaths: each worker is its own Spark job (one task), submitted from its own driver
+thread. When a worker's job fails (its task failed ``spark.task.maxFailures`` times: a
+killed Python worker, an exception in ``process``), the driver resubmits it as a new member
+(``restart`` + 1 in its consumer id), so a long stream survives any number of deaths spread
+over its life. Only more than ``max_worker_deaths`` failed task attempts within
+``death_window_s`` end the job: the other workers are stopped (the stop barrier: they
+flush and commit) and the job fails with one :class:`SparkJobError` line naming the last
+worker's own error (the Python exception, or Spark's reason such as a crashed Python
+worker), not Py4J's wrapper text.
 
 Kafka's librdkafka properties (``kafka``: SASL passwords, keys) travel to the executors only
 inside the pickled :class:`~consumer.spark.executor.WorkerSpec`: never as Spark configuration
@@ -22,7 +31,7 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from coordinator import protocol
 from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS, default_data_dir
@@ -38,6 +47,9 @@ from consumer.spark.executor import Batch, WorkerSpec, WorkerSummary, read_commi
 log = logging.getLogger("zkgroups.spark")
 
 MODES = ("drain", "stream")
+#: Default death budget: more than this many failed worker task attempts within the window end the job.
+MAX_WORKER_DEATHS = 3
+DEATH_WINDOW_S = 60.0
 #: Worker defaults (any ConsumerConfig key can be overridden through ``consumer_config``).
 WORKER_DEFAULTS = dict(auto_offset_reset="earliest", max_poll_records=10000)
 
@@ -63,6 +75,7 @@ class JobSummary:
     end_offsets: Dict[str, int] = field(default_factory=dict)   # drain snapshot, "topic-p" -> offset
     committed: Dict[str, Optional[int]] = field(default_factory=dict)  # after the job
     task_failures: int = 0
+    restarts: int = 0                  # worker jobs the driver resubmitted after they failed
 
     @property
     def records(self) -> int:
@@ -96,6 +109,7 @@ class JobSummary:
         rate = self.records / self.duration_s if self.duration_s > 0 else 0.0
         lines.append(f"group {self.group_id} ({self.mode}): {self.records:,} records in {self.duration_s:.2f} s "
                      f"({rate:,.0f} records/s), task failures {self.task_failures}"
+                     + f", restarts {self.restarts}"
                      + (f", drained: {'yes' if self.complete else 'NO'}" if self.mode == "drain" else ""))
         return "\n".join(lines)
 
@@ -114,22 +128,52 @@ def _spark_context(spark):
     return getattr(spark, "sparkContext", spark)
 
 
-def local_session(master: str = "local[2]", app_name: str = "zkgroups", conf: Optional[Dict[str, str]] = None,
-                  log_level: str = "WARN"):
-    """A SparkSession whose Python workers run this interpreter and can import this project.
+#: Where a master comes from when none is passed: this variable, else spark-submit's --master.
+ENV_SPARK_MASTER = "SPARK_MASTER"
 
-    Sets ``PYSPARK_PYTHON`` (if unset) to ``sys.executable`` and puts the project root on
-    ``PYTHONPATH`` before the JVM starts; turns the UI and the console progress bar off.
+
+def spark_master(master: Optional[str] = None, default: str = "local[2]") -> Tuple[Optional[str], str]:
+    """``(master to set on the builder or None, the master the session will have)``: ``master``
+    if given, else ``$SPARK_MASTER``, else the one spark-submit was given (its master is in
+    the SparkConf it prepared: then nothing is set), else ``default``."""
+    if master:
+        return master, master
+    if os.environ.get(ENV_SPARK_MASTER, "").strip():
+        chosen = os.environ[ENV_SPARK_MASTER].strip()
+        return chosen, chosen
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # under spark-submit: its JVM and conf are there already
+        from pyspark import SparkConf
+        submitted = SparkConf().get("spark.master", None)
+        if submitted:
+            return None, submitted
+    return default, default
+
+
+def local_session(master: Optional[str] = None, app_name: str = "zkgroups", conf: Optional[Dict[str, str]] = None,
+                  log_level: str = "WARN", default_master: str = "local[2]"):
+    """A SparkSession on ``master`` (:func:`spark_master`: the given one, ``$SPARK_MASTER``,
+    spark-submit's ``--master``, else ``default_master``); the UI and the console progress
+    bar are off unless ``conf`` says otherwise.
+
+    On a local master the Python workers run this interpreter and can import this project:
+    ``PYSPARK_PYTHON`` (if unset) becomes ``sys.executable`` and the project root goes on
+    ``PYTHONPATH`` before the JVM starts. On a cluster master nothing of the driver's
+    interpreter or paths is pushed to the executors: zkgroups must be installed there (or
+    shipped with ``--py-files``).
     """
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if _PROJECT_ROOT not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([_PROJECT_ROOT, *paths])
+    chosen, effective = spark_master(master, default_master)
+    if effective.startswith("local"):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        if _PROJECT_ROOT not in paths:
+            os.environ["PYTHONPATH"] = os.pathsep.join([_PROJECT_ROOT, *paths])
     settings = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
                 "spark.sql.shuffle.partitions": "4", **(conf or {})}
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.appName(app_name)
+    if chosen is not None:
+        builder = builder.master(chosen)
     for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
@@ -166,7 +210,8 @@ class GroupJob:
                  stop_file: Optional[str] = None, align: Optional[int] = None,
                  batch_end: Optional[BatchEnd] = None,
                  flush_partial: bool = True, poll_timeout_ms: int = 200, commit_interval_ms: int = 100,
-                 consumer_config: Optional[dict] = None,
+                 trigger_interval_s: Optional[float] = None, max_worker_deaths: int = MAX_WORKER_DEATHS,
+                 death_window_s: float = DEATH_WINDOW_S, consumer_config: Optional[dict] = None,
                  log_options: Optional[dict] = None, require_coordinator: bool = True):
         protocol.validate_name(group_id, "group")
         if isinstance(topics, str):
@@ -183,6 +228,14 @@ class GroupJob:
             raise InvalidConfig(f"align must be a whole number >= 1, got {align!r}")
         if duration_s is not None and duration_s <= 0:
             raise InvalidConfig(f"duration_s must be > 0, got {duration_s!r}")
+        if trigger_interval_s is not None and not trigger_interval_s > 0:
+            raise InvalidConfig(f"trigger_interval_s must be > 0, got {trigger_interval_s!r}")
+        if not isinstance(max_worker_deaths, int) or max_worker_deaths < 0:
+            raise InvalidConfig(f"max_worker_deaths must be a whole number >= 0, got {max_worker_deaths!r}")
+        if not death_window_s > 0:
+            raise InvalidConfig(f"death_window_s must be > 0, got {death_window_s!r}")
+        self.trigger_interval_s, self.max_worker_deaths = trigger_interval_s, max_worker_deaths
+        self.death_window_s = death_window_s
         if not isinstance(zk, str):
             raise InvalidConfig("zk must be a connect string (workers open their own sessions)")
         config = {**WORKER_DEFAULTS, **(consumer_config or {})}
@@ -245,11 +298,18 @@ class GroupJob:
             if self.require_coordinator and client.exists(protocol.LEADER) is None:
                 raise SparkJobError(f"no zkgroups coordinator is running against {self.zk} "
                                     "(start bin/coordinatord); the group would never get partitions")
-            with self.open_data_plane(client) as plane:
-                counts = topic_partitions(plane, client, self.topics)
-                partitions = [TopicPartition(t, p) for t in self.topics for p in range(counts[t])]
-                end_offsets = plane.latest_offsets(partitions) if self.mode == "drain" else {}
+            end_offsets = {}
+            if self.mode == "stream" and not self.bootstrap_servers:
+                counts = registered_partitions(client, self.topics)  # the driver leaves the shared log alone
+            else:
+                with self.open_data_plane(client) as plane:
+                    counts = topic_partitions(plane, client, self.topics)
+                    if self.mode == "drain":
+                        end_offsets = plane.latest_offsets(
+                            [TopicPartition(t, p) for t in self.topics for p in range(counts[t])])
+            partitions = [TopicPartition(t, p) for t in self.topics for p in range(counts[t])]
             client.ensure_path(protocol.SPARK_STOP)
+            client.ensure_path(protocol.SPARK_RUNS)
             with self._lock:
                 self._client, self.run_id = client, run_id
             if self._stop_requested.is_set():
@@ -262,36 +322,95 @@ class GroupJob:
                 started_at=started, deadline=started + self.duration_s if self.duration_s else None,
                 end_offsets=end_offsets, stop_file=self.stop_file, align=self.align, batch_end=self.batch_end,
                 flush_partial=self.flush_partial, poll_timeout_ms=self.poll_timeout_ms,
-                commit_interval_ms=self.commit_interval_ms,
+                commit_interval_ms=self.commit_interval_ms, trigger_interval_s=self.trigger_interval_s,
                 consumer_config=self.consumer_config, log_options=self.log_options)
-            job_group = f"zkgroups-{self.group_id}-{run_id}"
-            sc.setJobGroup(job_group, f"zkgroups group {self.group_id} ({self.mode}, {self.workers} workers)")
-            error = None
-            try:
-                rows = sc.parallelize(range(self.workers), self.workers).mapPartitions(task(spec)).collect()
-            except Exception as e:
-                error = _one_line(e)
-            finally:
-                failures = _task_failures(sc, job_group)
-                sc.setLocalProperty("spark.jobGroup.id", None)  # do not tag later jobs of this thread
-                sc.setLocalProperty("spark.job.description", None)
-            if error is not None:
-                raise SparkJobError(f"the Spark job failed after {failures} failed task attempts: {error}")
+            pool = _WorkerPool(self, sc, spec, f"zkgroups-{self.group_id}-{run_id}")
+            rows = pool.run()
+            failures = pool.failures
+            if pool.error is not None:
+                raise SparkJobError(f"the Spark job failed: {pool.error}")
             duration = time.time() - started
             committed = read_committed(client, self.group_id, partitions)
             return JobSummary(
                 group_id=self.group_id, mode=self.mode, app_id=sc.applicationId, run_id=run_id,
                 started_at=started, duration_s=duration, workers=[WorkerSummary(**r) for r in rows],
                 end_offsets={str(tp): o for tp, o in end_offsets.items()},
-                committed={str(tp): o for tp, o in committed.items()}, task_failures=failures)
+                committed={str(tp): o for tp, o in committed.items()}, task_failures=failures,
+                restarts=pool.restarts)
         finally:
             with self._lock:
                 self._client = None
-            try:
-                client.delete(protocol.spark_stop_path(run_id))
-            except Exception:
-                pass
+            for path in (protocol.spark_stop_path(run_id), protocol.spark_run_path(run_id)):
+                try:
+                    client.delete(path, recursive=True)
+                except Exception:
+                    pass
             close_client(client)
+
+
+class _WorkerPool:
+    """The driver's side of the workers: one Spark job per worker, each from its own thread,
+    resubmitted when it fails until the death budget is spent (see the module docstring).
+
+    Threads: ``run`` starts one thread per worker and joins them; ``_lock`` guards the death
+    times, the counters and ``error``, which every worker thread updates.
+    """
+
+    def __init__(self, job: "GroupJob", sc, spec: WorkerSpec, job_group: str):
+        self.job, self.sc, self.spec, self.job_group = job, sc, spec, job_group
+        self.deaths: List[float] = []       # monotonic times of failed task attempts
+        self.failures = 0
+        self.restarts = 0
+        self.error: Optional[str] = None
+        self._lock = threading.Lock()
+
+    def run(self) -> List[dict]:
+        rows: List[Optional[dict]] = [None] * self.job.workers
+        threads = [threading.Thread(target=self._worker, args=(i, rows), name=f"zkgroups-worker-{i}", daemon=True)
+                   for i in range(self.job.workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return [r for r in rows if r is not None]
+
+    def _worker(self, index: int, rows: List[Optional[dict]]) -> None:
+        from dataclasses import replace
+
+        sc, restart = self.sc, 0
+        while True:
+            group = f"{self.job_group}-w{index}-r{restart}"
+            sc.setJobGroup(group, f"zkgroups group {self.job.group_id} ({self.job.mode}) worker {index}")
+            try:
+                spec = replace(self.spec, restart=restart)
+                rows[index] = sc.parallelize([index], 1).mapPartitions(task(spec, index)).collect()[0]
+                with self._lock:
+                    self.failures += _task_failures(sc, group)  # attempts Spark itself retried
+                return
+            except Exception as e:
+                cause = _one_line(e)
+                died = max(1, _task_failures(sc, group))
+                if not self._may_restart(died, cause):
+                    return
+                log.warning("worker %d died (%s); starting it again", index, cause)
+                restart += 1
+            finally:
+                sc.setLocalProperty("spark.jobGroup.id", None)
+                sc.setLocalProperty("spark.job.description", None)
+
+    def _may_restart(self, died: int, cause: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            self.failures += died
+            self.deaths = [t for t in self.deaths if t > now - self.job.death_window_s] + [now] * died
+            if self.error is None and len(self.deaths) <= self.job.max_worker_deaths:
+                self.restarts += 1
+                return True
+            if self.error is None:
+                self.error = (f"{len(self.deaths)} failed worker task attempts within "
+                              f"{self.job.death_window_s:g} s (at most {self.job.max_worker_deaths}): {cause}")
+        self.job.request_stop()  # the others flush, commit and leave
+        return False
 
 
 def topic_partitions(plane: DataPlane, client, topics: Sequence[str]) -> Dict[str, int]:
@@ -299,13 +418,18 @@ def topic_partitions(plane: DataPlane, client, topics: Sequence[str]) -> Dict[st
     metadata on Kafka (whose topics the coordinator learns from a Kafka in ZooKeeper mode or
     its topic mirror). Raises UnknownTopic for a topic that is not there."""
     if plane.name != "kafka":
-        registry = TopicRegistry(client)
-        return {t: registry.partitions(t) for t in topics}
+        return registered_partitions(client, topics)
     counts = plane.partition_counts(topics)
     for t in topics:
         if t not in counts:
             raise UnknownTopic(t)
     return counts
+
+
+def registered_partitions(client, topics: Sequence[str]) -> Dict[str, int]:
+    """{topic: partition count} from ZooKeeper's topic registry (UnknownTopic if one is not there)."""
+    registry = TopicRegistry(client)
+    return {t: registry.partitions(t) for t in topics}
 
 
 def _job_bootstrap_servers(given: Optional[str], in_config: Optional[str]) -> str:
@@ -348,10 +472,15 @@ def _one_line(e: BaseException) -> str:
         except Exception:
             pass
     lines = [ln.strip() for text in texts for ln in text.splitlines() if ln.strip()]
+    spark_reason = next((m.group(1) for ln in reversed(lines)
+                         for m in [re.search(r"most recent failure: Lost task [^:]*: [\w.$]*(?:Exception|Error): "
+                                             r"(.+?)(?:\. Consider .*)?$", ln)] if m), None)
     cause = next((ln for ln in reversed(lines)
                   if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b(:|$)", ln)
                   and not ln.startswith(("org.", "java.", "py4j.", "scala."))), None)
     if cause:
         return cause
+    if spark_reason:  # no Python exception: Spark's reason (a crashed Python worker, a lost executor)
+        return spark_reason
     head = lines[0] if lines else type(e).__name__
     return re.sub(r"^\[[A-Z_]+\]\s*", "", head)

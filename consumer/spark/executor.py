@@ -12,6 +12,23 @@ over, when a partition reaches the drain snapshot and when the worker stops.
 A worker stops when the group drained the snapshot (drain), at the deadline, when the run's
 stop znode appears, or when the stop file appears. Nothing here imports pyspark except the
 task function, when it runs.
+
+The stop barrier (deadline, stop znode, stop file): a stopping worker stops fetching,
+processes what it fetched (the partial batches, with ``flush_partial``), commits, marks
+itself flushed under the run's znode and waits until every live worker of the run has
+flushed (at most ``BARRIER_TIMEOUT_S`` beyond the session timeout) before it leaves the
+group. So no member leaves while another still holds fetched records: no rebalance of a
+stop moves a partition away from records that were fetched and not processed
+(``WorkerSummary.stop_rebalances`` counts rebalances a worker applied after its stop while
+another worker had not flushed: 0 unless a worker died meanwhile). Once released, the members leave at
+about the same time; a revocation that reaches one still leaving finds nothing to commit
+and nobody fetches again. A worker started
+after the stop (a retry, or a task waiting for a slot) does not join the group at all.
+
+Triggers (``trigger_interval_s``, like Structured Streaming's processing-time trigger): a
+batch is cut when it is full (``align``) or when the interval has passed since the last
+trigger, whichever comes first; then whatever was fetched and whose cut is not fixed is
+processed.
 """
 from __future__ import annotations
 
@@ -33,6 +50,8 @@ from consumer.spark.batching import BatchCutter, BatchEnd
 log = logging.getLogger("zkgroups.spark")
 
 GROUP_CHECK_INTERVAL_S = 0.1
+BARRIER_CHECK_INTERVAL_S = 0.05
+BARRIER_TIMEOUT_S = 10.0      # beyond the session timeout: a dead worker's znode is gone by then
 DRAIN_POLL_TIMEOUT_MS = 50    # drain: idle workers look at the group's progress this often
 STOP_FILE_CHECK_INTERVAL_S = 0.2
 
@@ -93,6 +112,9 @@ class WorkerSummary:
     first_record_at: Optional[float]
     duration_s: float
     stop_reason: str               # drained | deadline | stopped
+    stop_rebalances: int = 0       # rebalances applied after its stop while a worker of the run had not
+                                   # flushed (the barrier keeps it 0 unless a worker died meanwhile)
+    barrier_s: float = 0.0         # time spent waiting for the other workers to flush
 
 
 # ---------------------------------------------------------------- helpers
@@ -106,8 +128,8 @@ def sanitize_id(raw: str) -> str:
     return name if name not in ("", ".", "..") else "_"
 
 
-def worker_consumer_id(group_id: str, app_id: str, run_id: str, index: int, attempt: int) -> str:
-    return sanitize_id(f"{group_id}_spark-{app_id}-{run_id}-p{index}-a{attempt}")
+def worker_consumer_id(group_id: str, app_id: str, run_id: str, index: int, attempt: int, restart: int = 0) -> str:
+    return sanitize_id(f"{group_id}_spark-{app_id}-{run_id}-p{index}-r{restart}-a{attempt}")
 
 
 def read_committed(client, group_id: str, partitions: Sequence[TopicPartition]) -> Dict[TopicPartition, Optional[int]]:
@@ -148,15 +170,18 @@ class WorkerSpec:
     commit_interval_ms: int
     consumer_config: dict
     log_options: Optional[dict]
+    trigger_interval_s: Optional[float] = None
+    restart: int = 0                          # the driver's resubmissions of this worker before this one
 
 
-def task(spec: WorkerSpec):
-    """The ``mapPartitions`` function: runs one worker, yields its summary (a dict)."""
+def task(spec: WorkerSpec, index: Optional[int] = None):
+    """The ``mapPartitions`` function: runs worker ``index`` (default: the Spark partition
+    index), yields its summary (a dict)."""
     def run(_iterator):
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        yield _Worker(spec, ctx.partitionId(), ctx.attemptNumber()).run()
+        yield _Worker(spec, ctx.partitionId() if index is None else index, ctx.attemptNumber()).run()
     return run
 
 
@@ -168,7 +193,8 @@ class _Worker:
 
         self.spec = spec
         self.ctx = WorkerContext(spec.group_id, spec.app_id, spec.run_id, index, attempt,
-                                 worker_consumer_id(spec.group_id, spec.app_id, spec.run_id, index, attempt))
+                                 worker_consumer_id(spec.group_id, spec.app_id, spec.run_id, index,
+                                                    attempt, spec.restart))
         self.batches = BatchCutter(spec.align, spec.end_offsets if spec.mode == "drain" else None, spec.batch_end)
         self.uncommitted: Dict[TopicPartition, int] = {}  # processed up to here, not committed yet
         self._next_commit = 0.0
@@ -180,6 +206,10 @@ class _Worker:
         self.client = None
         self._next_group_check = 0.0
         self._next_file_check = 0.0
+        self._next_trigger = time.monotonic() + (spec.trigger_interval_s or 0)
+        self._rebalances_at_stop: Optional[int] = None
+        self._rebalances_at_barrier: Optional[int] = None
+        self._barrier_s = 0.0
 
         worker = self
 
@@ -207,10 +237,13 @@ class _Worker:
                                             auth=spec.consumer_config.get("zk_auth"))
         reason = None
         try:
-            DataWatch(client, protocol.spark_stop_path(spec.run_id), self._on_stop_node)
-            if spec.mode == "drain" and self._group_drained(client):
-                reason = "drained"  # nothing left: do not join (and rebalance) the group at all
+            DataWatch(client, protocol.spark_stop_path(spec.run_id), self._on_stop_node)  # first call: now
+            early = self._stop_reason(client)
+            if early:
+                reason = early  # stopped or drained already: do not join (and rebalance) the group at all
             else:
+                client.create(f"{protocol.spark_workers_path(spec.run_id)}/{self.ctx.consumer_id}", b"",
+                              ephemeral=True, makepath=True)
                 self.consumer = Consumer(spec.group_id, spec.topics, zk=client, data_dir=spec.data_dir,
                                          bootstrap_servers=spec.bootstrap_servers, kafka=spec.kafka,
                                          listener=self.listener, consumer_id=self.ctx.consumer_id,
@@ -227,8 +260,14 @@ class _Worker:
         return asdict(WorkerSummary(
             index=self.ctx.index, attempt=self.ctx.attempt, consumer_id=self.ctx.consumer_id,
             records=self.ctx.records, batches=self.ctx.batches, partitions=sorted(map(str, self.handled)),
-            rebalances=self.consumer.group_metadata().rebalances if self.consumer else 0, started_at=started,
-            first_record_at=self.first_record_at, duration_s=time.time() - started, stop_reason=reason))
+            rebalances=self._rebalances(), started_at=started,
+            first_record_at=self.first_record_at, duration_s=time.time() - started, stop_reason=reason,
+            stop_rebalances=(self._rebalances_at_barrier - self._rebalances_at_stop
+                             if self._rebalances_at_barrier is not None else 0),
+            barrier_s=self._barrier_s))
+
+    def _rebalances(self) -> int:
+        return self.consumer.group_metadata().rebalances if self.consumer else 0
 
     def _close(self, failed: bool) -> None:
         try:
@@ -254,11 +293,12 @@ class _Worker:
         while True:
             reason = self._stop_reason(client)
             if reason:
+                self._rebalances_at_stop = self._rebalances()
                 if reason != "drained" and spec.flush_partial and spec.align:
-                    partial = self.batches.partial()
-                    if partial:
-                        self._process(partial)
+                    self._flush_partial()
                 self._commit(force=True)
+                if reason != "drained":
+                    self._barrier(client)
                 return reason
             timeout = spec.poll_timeout_ms
             if spec.mode == "drain":
@@ -272,7 +312,38 @@ class _Worker:
             while ready:
                 self._process(ready)
                 ready = self.batches.ready()
+            if spec.trigger_interval_s and time.monotonic() >= self._next_trigger:
+                self._next_trigger = time.monotonic() + spec.trigger_interval_s
+                self._flush_partial()
             self._commit()
+
+    def _flush_partial(self) -> None:
+        partial = self.batches.partial()
+        if partial:
+            self._process(partial)
+
+    def _barrier(self, client) -> None:
+        """Mark this worker flushed; wait until every live worker of the run has (bounded)."""
+        run_id, me = self.spec.run_id, self.ctx.consumer_id
+        started = time.monotonic()
+        self._rebalances_at_barrier = self._rebalances()  # until its mark, others may wait for it
+        client.create(f"{protocol.spark_flushed_path(run_id)}/{me}", b"", ephemeral=True, makepath=True)
+        session_s = self.spec.consumer_config.get("session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS) / 1000.0
+        give_up = started + session_s + BARRIER_TIMEOUT_S
+        while True:
+            workers = set(client.get_children(protocol.spark_workers_path(run_id)))
+            waiting = workers - set(client.get_children(protocol.spark_flushed_path(run_id)))
+            if not waiting:
+                break
+            # Read right after seeing a worker that has not flushed: any rebalance counted so
+            # far happened while it could still hold fetched records.
+            self._rebalances_at_barrier = self._rebalances()
+            if time.monotonic() >= give_up:
+                log.warning("worker %s: leaving without %d workers that did not flush: %s", me, len(waiting),
+                            ", ".join(sorted(waiting)))
+                break
+            time.sleep(BARRIER_CHECK_INTERVAL_S)
+        self._barrier_s = time.monotonic() - started
 
     def _stop_reason(self, client) -> Optional[str]:
         now = time.time()

@@ -17,7 +17,14 @@ the commit, or earlier) therefore rewrites the same file with the same records. 
 counts are computed afterwards by a Spark job over the Parquet files, so they are exact too.
 
 The same holds across runs (drain, then stream, then drain...) of one group into one
-``out``, on either data plane: on Kafka the workers read the brokers (no shared disk for the
+``out``, and after the group's offsets were moved back (``groupctl groups reset-offsets``):
+output is idempotent per (topic, partition, offset). A batch that starts inside a file
+already written is cut where that file ends and not written again (its records are there);
+a batch that would run into the next file is cut where that file starts. So no offset is
+ever in two files; if a scan still finds one (files copied in by hand), ``bin/pipeline``
+exits non-zero. Per-key counts count distinct (topic, partition, offset) records. This
+relies on the log being immutable: the records at an offset are the ones written before.
+On either data plane: on Kafka the workers read the brokers (no shared disk for the
 records), and only ``out`` must be a directory every executor and the driver see. Not
 covered: other consumers committing different offsets in the same group, a worker cut off
 from ZooKeeper that keeps writing after its partitions moved (a zombie), and Kafka topics
@@ -57,6 +64,33 @@ def _schema():
     ])
 
 
+def records_table(tp, recs):
+    """One partition's contiguous records as an Arrow table of :func:`_schema` (Kafka's
+    columns: key, value, topic, partition, offset, timestamp, headers). Columns are built
+    from the transposed records (one pass in C, no per-record Python calls); the offsets
+    of a contiguous run are a range, and the headers column of a batch without headers is
+    built empty at once."""
+    import pyarrow as pa
+
+    schema = _schema()
+    n = len(recs)
+    _, _, _, timestamps, keys, values, headers = zip(*recs)
+    if any(headers):
+        header_col = pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], schema.field("headers").type)
+    else:
+        header_col = pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()),
+                                              pa.array([], schema.field("headers").type.value_type))
+    return pa.Table.from_arrays([
+        pa.repeat(pa.scalar(tp.topic, pa.string()), n),
+        pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
+        pa.array(range(recs[0].offset, recs[0].offset + n), pa.int64()),
+        pa.array(timestamps, pa.int64()),
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        header_col,
+    ], schema=schema)
+
+
 class ParquetBatchWriter:
     """``process`` for a group job: one Parquet file per partition and offset range.
 
@@ -64,10 +98,12 @@ class ParquetBatchWriter:
     place and before its offsets are committed (tests use it to fail at the worst moment).
     """
 
-    def __init__(self, records_dir: str, after_write: Optional[Callable] = None, fsync: bool = True):
+    def __init__(self, records_dir: str, after_write: Optional[Callable] = None, fsync: bool = True,
+                 align: Optional[int] = None):
         self.records_dir = os.path.abspath(records_dir)
         self.after_write = after_write
         self.fsync = fsync
+        self.align = align  # the job's batch size: where a batch is cut when no file says otherwise
 
     def partition_dir(self, tp) -> str:
         return os.path.join(self.records_dir, f"{tp.topic}-{tp.partition}")
@@ -75,33 +111,46 @@ class ParquetBatchWriter:
     def path(self, tp, start: int, end: int) -> str:
         return os.path.join(self.partition_dir(tp), f"{start:020d}-{end:020d}.parquet")
 
+    def spans(self, tp) -> List[Tuple[int, int]]:
+        """The (start, end) offset ranges of ``tp``'s files, sorted."""
+        return sorted((int(m.group(1)), int(m.group(2)))
+                      for m in map(_FILE.match, _names(self.partition_dir(tp))) if m)
+
     def existing_end(self, tp, start: int) -> Optional[int]:
-        """End offset of a file already written for the batch starting at ``start`` (batch_end hook)."""
-        ends = sorted(int(m.group(2)) for m in map(_FILE.match, _names(self.partition_dir(tp)))
-                      if m and int(m.group(1)) == start)
-        if len(ends) > 1:
-            log.warning("%s: several files start at offset %d: %s", self.partition_dir(tp), start, ends)
-        return ends[0] if ends else None
+        """Where the batch starting at ``start`` must end so that no offset gets a second file
+        (the job's ``batch_end`` hook): the end of a file starting at ``start`` (a redone batch,
+        rewritten as it was), else of a file holding ``start`` (offsets moved back: those
+        records are written already), else the start of the next file if it comes before the
+        aligned cut. None: no file says (cut at the multiple of ``align``)."""
+        spans = self.spans(tp)
+        same = [b for a, b in spans if a == start]
+        if len(same) > 1:
+            log.warning("%s: several files start at offset %d: %s", self.partition_dir(tp), start, same)
+        if same:
+            return same[0]
+        holding = [b for a, b in spans if a < start < b]
+        if holding:
+            return max(holding)
+        following = [a for a, _ in spans if a > start]
+        aligned = (start // self.align + 1) * self.align if self.align else None
+        if following and (aligned is None or min(following) < aligned):
+            return min(following)
+        return None
+
+    def already_written(self, tp, start: int, end: int) -> bool:
+        """A file other than [start, end)'s own holds every offset of [start, end)."""
+        return any(a <= start and end <= b and (a, b) != (start, end) for a, b in self.spans(tp))
 
     def __call__(self, batch) -> None:
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        schema = _schema()
         for tp, recs in batch.records.items():
             start, end = recs[0].offset, recs[-1].offset + 1
+            if self.already_written(tp, start, end):
+                continue  # offsets moved back: these records are in place already
             d = self.partition_dir(tp)
             os.makedirs(d, exist_ok=True)
-            n = len(recs)
-            table = pa.Table.from_arrays([
-                pa.array([tp.topic] * n, pa.string()),
-                pa.array([tp.partition] * n, pa.int32()),
-                pa.array([r.offset for r in recs], pa.int64()),
-                pa.array([r.timestamp for r in recs], pa.int64()),
-                pa.array([r.key for r in recs], pa.binary()),
-                pa.array([r.value for r in recs], pa.binary()),
-                pa.array([[{"key": k, "value": v} for k, v in r.headers] for r in recs], schema.field("headers").type),
-            ], schema=schema)
+            table = records_table(tp, recs)
             final = self.path(tp, start, end)
             tmp = os.path.join(d, f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.tmp")
             try:
@@ -182,9 +231,11 @@ def scan_output(records_dir: str) -> OutputReport:
     return report
 
 
-def count_keys(spark, records_dir: str, counts_dir: str) -> Tuple[int, int]:
-    """Per-key counts of every record in ``records_dir`` -> Parquet at ``counts_dir``
-    (columns key: binary, key_text: string, count: long). Returns (distinct keys, records)."""
+def count_keys(spark, records_dir: str, counts_dir: str, deduplicate: bool = True) -> Tuple[int, int]:
+    """Per-key counts of every distinct record (topic, partition, offset) in ``records_dir``
+    -> Parquet at ``counts_dir`` (columns key: binary, key_text: string, count: long).
+    Returns (distinct keys, records). ``deduplicate=False`` skips the shuffle that drops
+    duplicates, for output whose file ranges were found not to overlap."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StructField, StructType, BinaryType, StringType
 
@@ -192,6 +243,8 @@ def count_keys(spark, records_dir: str, counts_dir: str) -> Tuple[int, int]:
                   if any(_FILE.match(n) for n in _names(d)))
     if dirs:
         df = spark.read.parquet(*dirs)  # one directory per partition (hidden .tmp files are skipped)
+        if deduplicate:
+            df = df.dropDuplicates(["topic", "partition", "offset"])  # distinct records, whatever the files
         counts = df.groupBy("key").count().withColumn("key_text", F.col("key").cast("string")) \
             .select("key", "key_text", "count")
     else:
@@ -219,22 +272,24 @@ def run_pipeline(spark, *, zk: str, group: str, topic: str, out: str, data_dir: 
                  workers: int = 2, mode: str = "drain", duration_s: Optional[float] = None, batch_size: int = 10000,
                  stop_file: Optional[str] = None, consumer_config: Optional[dict] = None,
                  after_write: Optional[Callable] = None, job_ready: Optional[Callable] = None,
-                 fsync: bool = True) -> PipelineResult:
+                 fsync: bool = True, **job_options) -> PipelineResult:
     """Consume ``topic`` through ``group`` on Spark into ``out`` (see the module docstring):
     from Kafka with ``bootstrap_servers`` and librdkafka properties ``kafka``, else from the
     embedded log under ``data_dir`` (:class:`GroupJob`'s rule). ``job_ready(job)`` is called
-    with the GroupJob before it runs (e.g. to wire a stop signal)."""
+    with the GroupJob before it runs (e.g. to wire a stop signal); ``job_options`` go to
+    :class:`GroupJob` (``trigger_interval_s``, ``max_worker_deaths``, ``death_window_s``, ...)."""
     records_dir = os.path.join(os.path.abspath(out), RECORDS_DIR)
     os.makedirs(records_dir, exist_ok=True)
-    writer = ParquetBatchWriter(records_dir, after_write, fsync)
+    writer = ParquetBatchWriter(records_dir, after_write, fsync, align=batch_size)
     job = GroupJob(spark, group, [topic], writer, zk=zk, data_dir=data_dir, bootstrap_servers=bootstrap_servers,
                    kafka=kafka, workers=workers, mode=mode,
                    duration_s=duration_s, stop_file=stop_file, align=batch_size, batch_end=writer.existing_end,
-                   flush_partial=True, consumer_config=consumer_config)
+                   flush_partial=True, consumer_config=consumer_config, **job_options)
     if job_ready is not None:
         job_ready(job)
     summary = job.run()
     report = scan_output(records_dir)
     report.counts_dir = os.path.join(os.path.abspath(out), COUNTS_DIR)
-    report.distinct_keys, report.counted = count_keys(spark, records_dir, report.counts_dir)
+    report.distinct_keys, report.counted = count_keys(spark, records_dir, report.counts_dir,
+                                                      deduplicate=report.overlaps > 0)
     return PipelineResult(summary, report)

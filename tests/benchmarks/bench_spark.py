@@ -6,9 +6,12 @@ Both read the same records from the same shared-disk log in one Spark session:
   the end of its partition and counting records. No group, no ZooKeeper, no commits.
 * group: ``GroupJob`` in drain mode with ``--workers`` tasks, each a member of a fresh
   consumer group, the user function counting records, offsets committed after each batch.
+* pipeline: what ``bin/pipeline`` runs (:func:`consumer.spark.sink.run_pipeline`): the
+  group job writing exactly-once Parquet files (Arrow tables, fsync as ``bin/pipeline``
+  does), then the per-key counts job. Timed without and with the counts.
 
 Reported: records/s of each (wall time of the Spark job, seen from the driver), their ratio
-(target >= 0.5), and the fixed overhead: time from submitting the job to the first record
+to the direct read (target for the pipeline >= 0.5), and the fixed overhead: time from submitting the job to the first record
 processed (the group's includes joining the group and the coordinator's rebalance). The two
 alternate for ``--rounds`` rounds; the best of each is reported. A warm-up job runs first so
 neither pays for starting Python workers.
@@ -23,7 +26,7 @@ import sys
 import time
 
 from consumer.log import Log
-from consumer.spark import GroupJob, local_session
+from consumer.spark import GroupJob, local_session, run_pipeline
 from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.topics import TopicRegistry
 from tests.benchmarks.common import Row, Timer, print_table, scratch_dir, zk_client, workload_parser, zookeeper
@@ -93,10 +96,22 @@ def group(spark, zk_connect: str, data_dir: str, workers: int, name: str):
     return summary.records, t.seconds, summary.time_to_first_record_s, summary
 
 
+def pipeline(spark, zk_connect: str, data_dir: str, workers: int, name: str, out: str, batch_size: int):
+    """bin/pipeline's work: (records written, seconds of the group job writing them,
+    seconds including the per-key counts job)."""
+    with Timer() as t:
+        result = run_pipeline(spark, zk=zk_connect, data_dir=data_dir, group=name, topic=TOPIC, out=out,
+                              workers=workers, mode="drain", batch_size=batch_size)
+    if result.output.overlaps or not result.summary.complete:
+        sys.exit(f"bench_spark: pipeline {name} did not drain exactly once: {result.output.__dict__}")
+    return result.output.counted, result.summary.duration_s, t.seconds
+
+
 def main(argv=None) -> None:
     ap = workload_parser("spark", __doc__, rounds=3)
     ap.add_argument("--workers", type=int, default=2, help="group members (Spark tasks)")
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--batch-size", type=int, default=10000, help="the pipeline's records per file")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("kazoo").setLevel(logging.ERROR)
@@ -112,7 +127,7 @@ def main(argv=None) -> None:
             try:
                 sc = spark.sparkContext
                 direct(spark, data_dir, args.partitions)  # warm-up: Python workers, imports, page cache
-                best_direct, best_group, summaries = None, None, []
+                best_direct, best_group, best_pipeline, summaries = None, None, None, []
                 for r in range(args.rounds):
                     n, secs, first = direct(spark, data_dir, args.partitions)
                     if n != args.records:
@@ -125,17 +140,29 @@ def main(argv=None) -> None:
                     summaries.append(summary)
                     if best_group is None or secs < best_group[0]:
                         best_group = (secs, first)
+                    n, secs, with_counts = pipeline(spark, connect, data_dir, args.workers, f"bench-p{r}",
+                                                    os.path.join(data_dir, f"_pipeline-{r}"), args.batch_size)
+                    if n != args.records:
+                        sys.exit(f"bench_spark: the pipeline wrote {n:,} records, expected {args.records:,}")
+                    if best_pipeline is None or secs < best_pipeline[0]:
+                        best_pipeline = (secs, with_counts)
                 print(summaries[-1].table())
                 print()
                 direct_rate = args.records / best_direct[0]
                 group_rate = args.records / best_group[0]
                 ratio = group_rate / direct_rate
+                pipeline_rate = args.records / best_pipeline[0]
+                pipeline_ratio = pipeline_rate / direct_rate
                 print_table([
                     Row("direct: Spark tasks calling Log.fetch", direct_rate, "records/s", 1.0,
                         f"{args.partitions} tasks, best of {args.rounds}"),
                     Row("group: GroupJob drain, counting", group_rate, "records/s", ratio,
-                        f"{args.workers} workers; target >= {TARGET_RATIO} "
-                        + ("(met)" if ratio >= TARGET_RATIO else "(NOT met)")),
+                        f"{args.workers} workers"),
+                    Row("pipeline: bin/pipeline's job, Parquet", pipeline_rate, "records/s", pipeline_ratio,
+                        f"{args.workers} workers, files of {args.batch_size:,}; target >= {TARGET_RATIO} "
+                        + ("(met)" if pipeline_ratio >= TARGET_RATIO else "(NOT met)")),
+                    Row("pipeline: with the per-key counts job", args.records / best_pipeline[1], "records/s",
+                        args.records / best_pipeline[1] / direct_rate),
                     Row("direct: job start to first record", best_direct[1], "s"),
                     Row("group: job start to first record", best_group[1], "s", best_group[1] / best_direct[1]
                         if best_direct[1] > 0 else None, "join + rebalance + first fetch"),
