@@ -13,6 +13,7 @@ import os
 import random
 import signal
 import threading
+import time
 
 import pytest
 
@@ -159,12 +160,14 @@ class KillWorker:
     """process hook: SIGKILLs its Python worker (worker ``index`` only, unless None) at its
     second batch while fewer than ``kills`` markers exist (each kill leaves one)."""
 
-    def __init__(self, marks, kills, index=None):
-        self.marks, self.kills, self.index = str(marks), kills, index
+    def __init__(self, marks, kills, index=None, others_wait_s=0.0):
+        self.marks, self.kills, self.index, self.others_wait_s = str(marks), kills, index, others_wait_s
 
     def __call__(self, batch):
         os.makedirs(self.marks, exist_ok=True)
         if self.index not in (None, batch.worker.index):
+            if len(os.listdir(self.marks)) < self.kills:
+                time.sleep(self.others_wait_s)  # the others go slowly until the kills are done: work is left for it
             return
         if batch.worker.batches == 1 and len(os.listdir(self.marks)) < self.kills:
             open(os.path.join(self.marks, batch.worker.consumer_id), "w").close()
@@ -180,7 +183,7 @@ def test_a_stream_outlives_more_worker_deaths_than_task_retries(spark, zk, zk_co
     # fall within the (small) window and each time the worker is started again.
     result = run_pipeline(spark, zk=zk_connect, data_dir=data_dir, group="gwd", topic="wd", out=str(tmp_path / "out"),
                           workers=2, mode="drain", batch_size=500, consumer_config=WORKER_CONFIG, fsync=False,
-                          after_write=KillWorker(tmp_path / "kills", 5, index=0), max_worker_deaths=1, death_window_s=0.2)
+                          after_write=KillWorker(tmp_path / "kills", 5, index=0, others_wait_s=0.5), max_worker_deaths=1, death_window_s=0.2)
     assert len(os.listdir(tmp_path / "kills")) == 5
     assert result.summary.restarts == 5 and result.summary.task_failures == 5
     assert result.summary.complete
