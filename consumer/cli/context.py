@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from typing import Dict, Iterable, Optional
+from typing import Dict, Iterable, Optional, Tuple
 
 import click
 
@@ -218,6 +218,22 @@ _GLOBAL_OPTIONS = (
 )
 
 
+def kafka_settings(bootstrap_servers: Optional[str], kafka_config: Optional[str]) -> Tuple[str, Dict[str, object]]:
+    """(the brokers, "" for the embedded log; librdkafka properties) from the options:
+    ``bootstrap.servers`` in the file counts when neither the option nor the environment gives them."""
+    kafka = load_kafka_config(kafka_config) if kafka_config else {}
+    in_file = kafka.pop("bootstrap.servers", None)
+    if not bootstrap_servers and in_file is not None:
+        try:
+            bootstrap_servers = check_bootstrap_servers(str(in_file))
+        except InvalidConfig as e:
+            raise InvalidConfig(f"{kafka_config}: {e}") from None
+    if kafka_config and not bootstrap_servers:
+        raise CliUsageError("--kafka-config needs Kafka's brokers: --bootstrap-servers, KAFKA_BOOTSTRAP_SERVERS "
+                            "or bootstrap.servers in the file")
+    return bootstrap_servers or "", kafka
+
+
 def global_options(f):
     """Add the shared options to a group or command callback and set up ``ctx.obj``."""
 
@@ -230,17 +246,8 @@ def global_options(f):
         ctx = click.get_current_context()
         given = [name for name in ("zk", "data_dir", "zk_timeout", "bootstrap_servers")
                  if ctx.get_parameter_source(name) not in (None, click.core.ParameterSource.DEFAULT)]
-        kafka = load_kafka_config(kafka_config) if kafka_config else {}
-        from_file = kafka.pop("bootstrap.servers", None)
-        if not bootstrap_servers and from_file is not None:
-            try:
-                bootstrap_servers = check_bootstrap_servers(str(from_file))
-            except InvalidConfig as e:
-                raise InvalidConfig(f"{kafka_config}: {e}") from None
-        if kafka_config and not bootstrap_servers:
-            raise CliUsageError("--kafka-config needs Kafka's brokers: --bootstrap-servers, KAFKA_BOOTSTRAP_SERVERS "
-                                "or bootstrap.servers in the file")
-        ctx.obj = CliContext(zk, data_dir, zk_timeout, given, bootstrap_servers or "", kafka, verbose, log_format,
+        bootstrap_servers, kafka = kafka_settings(bootstrap_servers, kafka_config)
+        ctx.obj = CliContext(zk, data_dir, zk_timeout, given, bootstrap_servers, kafka, verbose, log_format,
                              zk_auth)
         ctx.call_on_close(ctx.obj.close)
         return f(*args, **kwargs)

@@ -35,7 +35,7 @@ import signal
 import sys
 import threading
 from contextlib import contextmanager
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional
 
 import click
 
@@ -44,9 +44,8 @@ from coordinator.acl import parse_auth
 from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, MAX_MS, ZK_CONNECT, CliCommand, CliError, CliUsageError,
                                     Limited, Seconds)
 from coordinator.config import DEFAULT_CONNECT, DEFAULT_DATA_DIR, DEFAULT_SESSION_TIMEOUT_MS, ENV_DATA_DIR, ENV_ZK_CONNECT
-from coordinator.errors import InvalidConfig, UnknownTopic, ZkGroupsError
-from coordinator.kafka import check_bootstrap_servers
-from consumer.cli.context import BOOTSTRAP_SERVERS, load_kafka_config
+from coordinator.errors import UnknownTopic, ZkGroupsError
+from consumer.cli.context import BOOTSTRAP_SERVERS, kafka_settings
 from consumer.dataplane import ENV_BOOTSTRAP_SERVERS
 from consumer.spark.driver import check_spark_conf, local_session
 from consumer.spark.sink import RECORDS_DIR, run_pipeline
@@ -147,7 +146,7 @@ def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, gro
     logging.getLogger("zkgroups.kafka").setLevel(logging.NOTSET if verbose else logging.CRITICAL)
     protocol.validate_name(group, "group")
     protocol.validate_name(topic)
-    bootstrap_servers, kafka = _kafka_settings(bootstrap_servers, kafka_config)
+    bootstrap_servers, kafka = kafka_settings(bootstrap_servers, kafka_config)
     conf = _parse_conf(confs)
     check_spark_conf(conf)  # before paying for a JVM
     parse_auth(zk_auth)  # a malformed value or a missing file: one line, before anything starts
@@ -203,22 +202,6 @@ def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, gro
         why = f"within --duration {duration:g}s" if duration and not stop.is_set() else "(stopped)"
         _fail(f"the drain did not finish {why}; records up to the committed offsets are written, "
               "run again to continue", code=2)
-
-
-def _kafka_settings(bootstrap_servers: Optional[str], kafka_config: Optional[str]) -> Tuple[str, Dict[str, object]]:
-    """(the brokers, "" for the embedded log; librdkafka properties), as groupctl reads them:
-    ``bootstrap.servers`` in the file counts when neither the option nor the environment gives them."""
-    kafka = load_kafka_config(kafka_config) if kafka_config else {}
-    in_file = kafka.pop("bootstrap.servers", None)
-    if not bootstrap_servers and in_file is not None:
-        try:
-            bootstrap_servers = check_bootstrap_servers(str(in_file))
-        except InvalidConfig as e:
-            raise InvalidConfig(f"{kafka_config}: {e}") from None
-    if kafka_config and not bootstrap_servers:
-        raise CliUsageError("--kafka-config needs Kafka's brokers: --bootstrap-servers, KAFKA_BOOTSTRAP_SERVERS "
-                            "or bootstrap.servers in the file")
-    return bootstrap_servers or "", kafka
 
 
 def _preflight(zk: str, zk_timeout: float, data_dir: str, bootstrap_servers: str, kafka: Dict[str, object],
