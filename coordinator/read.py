@@ -108,10 +108,11 @@ def nodes(zk) -> Dict[str, NodeInfo]:
     return out
 
 
-def shard_leaders(zk) -> Dict[int, Tuple[str, int, bool]]:
+def shard_leaders(zk, count: Optional[int] = None) -> Dict[int, Tuple[str, int, bool]]:
     """{shard: (node id, epoch, verified)} — who leads each shard now ("" when nobody does), at
-    which epoch, and whether that node reports every group of it verified at that epoch."""
-    count = shard_count(zk)
+    which epoch, and whether that node reports every group of it verified at that epoch
+    (``count``: the shard count, when the caller has read it)."""
+    count = shard_count(zk) if count is None else count
     if count is None:
         return {}
     gets = [(s, zk.get_async(protocol.shard_path(s))) for s in range(count)]
@@ -133,7 +134,7 @@ def group_coordinators(zk, groups: Iterable[str]) -> Dict[str, Optional[str]]:
     """{group: the node leading its shard now} (None where nobody does, or before the shards
     exist); the shard leaders are read once for all of them."""
     count = shard_count(zk)
-    leaders = shard_leaders(zk) if count else {}
+    leaders = shard_leaders(zk, count) if count else {}
     return {g: leaders.get(protocol.shard_of(g, count), ("",))[0] or None if count else None for g in groups}
 
 

@@ -185,18 +185,9 @@ def test_a_broker_down_for_a_while_loses_nothing_and_moves_nothing(cluster, zk, 
             stop = threading.Event()
             sent = []
 
-            def keep_producing():
-                producer = ck.Producer({"bootstrap.servers": own.bootstrap_servers, "partitioner": "murmur2_random",
-                                        "linger.ms": 5, "enable.idempotence": True})
-                i = 200
-                while not stop.is_set():
-                    producer.produce(kafka_topic_name, b"v%d" % i, key=b"k%d" % i)
-                    sent.append(i)
-                    i += 1
-                    producer.poll(0)
-                    time.sleep(0.002)
-                assert producer.flush(30) == 0
-            writer = threading.Thread(target=keep_producing)
+            writer = threading.Thread(
+                target=produce_until, args=(stop, own.bootstrap_servers, kafka_topic_name, sent, 200, 1, 0.002),
+                kwargs={"enable.idempotence": True})
             writer.start()
             got = []
             own.broker_down(1)
@@ -249,20 +240,8 @@ def test_every_record_consumed_on_kafka_through_joins_kills_and_leader_failover(
     stop = threading.Event()
     sent = []
 
-    def keep_producing():
-        producer = ck.Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers,
-                                "partitioner": "murmur2_random", "linger.ms": 5})
-        i = 0
-        while not stop.is_set():
-            for _ in range(20):
-                producer.produce(topic, b"v%d" % i, key=b"k%d" % i)
-                sent.append(i)
-                i += 1
-            producer.poll(0)
-            time.sleep(0.01)
-        assert producer.flush(30) == 0
-
-    writer = threading.Thread(target=keep_producing)
+    writer = threading.Thread(target=produce_until,
+                              args=(stop, kafka_cluster.bootstrap_servers, topic, sent, 0, 20, 0.01))
     try:
         coordinator("c1")
         coordinator("c2")
@@ -310,6 +289,21 @@ def test_every_record_consumed_on_kafka_through_joins_kills_and_leader_failover(
     check_consumed([tmp_path / f"{name}.out" for name in "abcd"], ends, tmp_path / "c.out", windows)
     for name in ("a", "d"):
         assert procs[name].returncode == 0, (tmp_path / f"{name}.err").read_text()[-2000:]
+
+
+def produce_until(stop, servers, topic, sent, first, per_round, pause, **props):
+    """Produce records b"v<i>" (key b"k<i>") from ``first`` on, ``per_round`` at a time with a
+    ``pause`` between rounds, until ``stop`` is set; every i produced is appended to ``sent``."""
+    producer = ck.Producer({"bootstrap.servers": servers, "partitioner": "murmur2_random", "linger.ms": 5, **props})
+    i = first
+    while not stop.is_set():
+        for _ in range(per_round):
+            producer.produce(topic, b"v%d" % i, key=b"k%d" % i)
+            sent.append(i)
+            i += 1
+        producer.poll(0)
+        time.sleep(pause)
+    assert producer.flush(30) == 0
 
 
 def log_end_offsets(servers, topic):

@@ -233,12 +233,14 @@ def leader_fields(info: Optional[LeaderInfo], verified: bool) -> Optional[dict]:
 def shard_rows(zk, groups: Sequence[str]) -> List[dict]:
     """One row per shard: the node leading it, its epoch, whether that node verified all its
     groups, and the groups in it."""
-    count = read.shard_count(zk) or 0
+    count = read.shard_count(zk)
+    if not count:  # no controller has run yet
+        return []
     members: Dict[int, List[str]] = {s: [] for s in range(count)}
     for g in groups:
         members[protocol.shard_of(g, count)].append(g)
     return [{"shard": s, "node": node or None, "epoch": epoch, "verified": verified, "groups": sorted(members[s])}
-            for s, (node, epoch, verified) in sorted(read.shard_leaders(zk).items())]
+            for s, (node, epoch, verified) in sorted(read.shard_leaders(zk, count).items())]
 
 
 def print_shards(rows: List[dict], nodes: Dict[str, NodeInfo], shown: int = 5) -> None:
