@@ -237,6 +237,8 @@ class Consumer:
       ``_on_fetch_error`` → ``_handoff``.
     * The **watchdog** thread evicts the member when ``poll()`` is not called in time; the
       **commit-async** thread runs :meth:`commit_async`'s commits.
+    * ``_assignment_lock`` guards ``_assignment`` (the partitions the member thread handed
+      over and has not taken back), written by the member thread, read by ``assignment()``.
     * ``_commit_lock`` guards ``_committed_positions`` (what was last committed, so unchanged
       positions are not committed again), used by the application, commit-async and member
       threads. ``_in_poll`` and ``_last_poll`` are written by the application thread and read
@@ -269,6 +271,8 @@ class Consumer:
         self._commit_lock = threading.Lock()
         self._committed_positions: Dict[TopicPartition, Optional[int]] = {}
         self._user_paused: Set[TopicPartition] = set()
+        self._assignment_lock = threading.Lock()
+        self._assignment: Set[TopicPartition] = set()  # assigned to us by the member thread, not yet revoked
         self._checked_topics: Set[str] = set()  # topics whose data directory was looked for (member thread)
         self._last_poll = time.monotonic()
         self._in_poll = False
@@ -351,9 +355,12 @@ class Consumer:
         return set(self._subscription)
 
     def assignment(self) -> Set[TopicPartition]:
-        """The partitions this member owns now (its owner nodes); empty before the first
-        assignment and while evicted."""
-        return set(self._member.owned())
+        """The partitions this member owns now and whose assignment has reached this consumer
+        (so ``seek`` and ``pause`` accept them); empty before the first assignment and while
+        evicted."""
+        with self._assignment_lock:
+            reached = set(self._assignment)
+        return reached & set(self._member.owned())
 
     # ------------------------------------------------------------ poll
 
@@ -497,6 +504,7 @@ class Consumer:
     # member thread -> consumer (only record, or wait for the poll thread)
 
     def _revoke(self, partitions: Set[TopicPartition]) -> Optional[Dict[TopicPartition, int]]:
+        self._forget_assignment(partitions)
         self._fetcher.pause(self._known(partitions))  # no record of them is returned from now on
         if self._state not in (ConsumerState.CLOSING, ConsumerState.CLOSED):  # close() commits itself
             r = self._handoff.revoke(partitions)
@@ -540,13 +548,20 @@ class Consumer:
                 log.warning("consumer %s: topic %s has no data in %s yet; if records were produced to it, "
                             "they are somewhere else", self.consumer_id, topic, self._plane.describe())
         self._fetcher.assign(positions, paused=True)  # until on_partitions_assigned has run in poll()
+        with self._assignment_lock:  # after the fetcher has them: seek() accepts what assignment() shows
+            self._assignment |= set(added)
         self._handoff.assigned(known)
         if self._in_poll:
             self._fetcher.wakeup()
 
     def _lost(self, partitions: Set[TopicPartition]) -> None:
+        self._forget_assignment(partitions)
         self._fetcher.revoke(self._known(partitions))
         self._handoff.lost(set(partitions))
+
+    def _forget_assignment(self, partitions: Set[TopicPartition]) -> None:
+        with self._assignment_lock:
+            self._assignment -= set(partitions)
 
     def _known(self, partitions) -> Set[TopicPartition]:
         """The partitions the fetcher has (one without a start offset never reached it)."""

@@ -124,7 +124,7 @@ def test_stops_at_bad_moments_lose_no_fetched_record_and_cost_no_rebalance(spark
                                mode="stream", duration_s=60, stop_file=str(stop_file), align=700,
                                batch_end=writer.existing_end, consumer_config=WORKER_CONFIG).run()
             assert {w.stop_reason for w in summary.workers} == {"stopped"}
-            # Members that stopped applied no rebalance: nobody left before everybody had flushed.
+            # No generation decided after a stop reached a member before everybody had flushed.
             assert [w.stop_rebalances for w in summary.workers] == [0] * len(summary.workers), run
             committed = {int(k.rsplit("-", 1)[1]): v for k, v in summary.committed.items()}
             assert_output_is_committed(records_dir, committed, 6)

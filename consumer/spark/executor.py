@@ -19,8 +19,9 @@ itself flushed under the run's znode and waits until every live worker of the ru
 flushed (at most ``BARRIER_TIMEOUT_S`` beyond the session timeout) before it leaves the
 group. So no member leaves while another still holds fetched records: no rebalance of a
 stop moves a partition away from records that were fetched and not processed
-(``WorkerSummary.stop_rebalances`` counts rebalances a worker applied after its stop while
-another worker had not flushed: 0 unless a worker died meanwhile). Once released, the members leave at
+(``WorkerSummary.stop_rebalances`` counts the generations newer than the group's at a
+worker's stop that it applied while another worker had not flushed: 0 unless a worker died
+meanwhile; a generation decided before the stop and applied just after it is not one). Once released, the members leave at
 about the same time; a revocation that reaches one still leaving finds nothing to commit
 and nobody fetches again. A worker started
 after the stop (a retry, or a task waiting for a slot) does not join the group at all.
@@ -39,6 +40,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from kazoo.exceptions import KazooException
 
 from coordinator import protocol, read
 from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
@@ -112,8 +115,8 @@ class WorkerSummary:
     first_record_at: Optional[float]
     duration_s: float
     stop_reason: str               # drained | deadline | stopped
-    stop_rebalances: int = 0       # rebalances applied after its stop while a worker of the run had not
-                                   # flushed (the barrier keeps it 0 unless a worker died meanwhile)
+    stop_rebalances: int = 0       # generations decided after its stop, applied while a worker of the run
+                                   # had not flushed (the barrier keeps it 0 unless a worker died meanwhile)
     barrier_s: float = 0.0         # time spent waiting for the other workers to flush
 
 
@@ -207,8 +210,8 @@ class _Worker:
         self._next_group_check = 0.0
         self._next_file_check = 0.0
         self._next_trigger = time.monotonic() + (spec.trigger_interval_s or 0)
-        self._rebalances_at_stop: Optional[int] = None
-        self._rebalances_at_barrier: Optional[int] = None
+        self._generation_at_stop: Optional[int] = None     # the group's, when this worker stopped
+        self._generation_at_barrier: Optional[int] = None  # this member's, while a worker had not flushed
         self._barrier_s = 0.0
 
         worker = self
@@ -262,12 +265,22 @@ class _Worker:
             records=self.ctx.records, batches=self.ctx.batches, partitions=sorted(map(str, self.handled)),
             rebalances=self._rebalances(), started_at=started,
             first_record_at=self.first_record_at, duration_s=time.time() - started, stop_reason=reason,
-            stop_rebalances=(self._rebalances_at_barrier - self._rebalances_at_stop
-                             if self._rebalances_at_barrier is not None else 0),
+            stop_rebalances=(max(0, self._generation_at_barrier - self._generation_at_stop)
+                             if self._generation_at_barrier is not None else 0),
             barrier_s=self._barrier_s))
 
     def _rebalances(self) -> int:
         return self.consumer.group_metadata().rebalances if self.consumer else 0
+
+    def _generation(self) -> int:
+        return self.consumer.group_metadata().generation if self.consumer else -1
+
+    def _group_generation(self, client) -> int:
+        """The group's generation now (the leader's last decision); this member's if unreadable."""
+        try:
+            return read.group_state(client, self.spec.group_id).generation
+        except (ZkGroupsError, KazooException):
+            return self._generation()
 
     def _close(self, failed: bool) -> None:
         try:
@@ -293,7 +306,7 @@ class _Worker:
         while True:
             reason = self._stop_reason(client)
             if reason:
-                self._rebalances_at_stop = self._rebalances()
+                self._generation_at_stop = self._group_generation(client)
                 if reason != "drained" and spec.flush_partial and spec.align:
                     self._flush_partial()
                 self._commit(force=True)
@@ -326,7 +339,7 @@ class _Worker:
         """Mark this worker flushed; wait until every live worker of the run has (bounded)."""
         run_id, me = self.spec.run_id, self.ctx.consumer_id
         started = time.monotonic()
-        self._rebalances_at_barrier = self._rebalances()  # until its mark, others may wait for it
+        self._generation_at_barrier = self._generation()  # until its mark, others may wait for it
         client.create(f"{protocol.spark_flushed_path(run_id)}/{me}", b"", ephemeral=True, makepath=True)
         session_s = self.spec.consumer_config.get("session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS) / 1000.0
         give_up = started + session_s + BARRIER_TIMEOUT_S
@@ -335,9 +348,9 @@ class _Worker:
             waiting = workers - set(client.get_children(protocol.spark_flushed_path(run_id)))
             if not waiting:
                 break
-            # Read right after seeing a worker that has not flushed: any rebalance counted so
-            # far happened while it could still hold fetched records.
-            self._rebalances_at_barrier = self._rebalances()
+            # Read right after seeing a worker that has not flushed: any generation applied so
+            # far reached this member while that worker could still hold fetched records.
+            self._generation_at_barrier = self._generation()
             if time.monotonic() >= give_up:
                 log.warning("worker %s: leaving without %d workers that did not flush: %s", me, len(waiting),
                             ", ".join(sorted(waiting)))
