@@ -79,7 +79,7 @@ import socket
 import threading
 import time
 from collections import deque
-from typing import Deque, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Deque, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 from kazoo.exceptions import (ConnectionClosedError, ConnectionLoss, KazooException, NoAuthError, NodeExistsError,
                               NoNodeError)
@@ -108,6 +108,22 @@ HOUSEKEEPING_S = 1.0
 def new_consumer_id(group: str) -> str:
     """``<group>_<host>-<ms>-<8 hex>`` (unique per process and registration)."""
     return f"{group}_{socket.gethostname()}-{protocol.now_ms()}-{os.urandom(4).hex()}"
+
+
+def decode_commands(gets) -> List[Tuple[str, Union[Command, str]]]:
+    """``gets``: (path, its async get) of a channel's commands, in channel order. Returns
+    (path, Command or why it cannot be read) for each, skipping the ones already gone."""
+    commands: List[Tuple[str, Union[Command, str]]] = []
+    for path, a in gets:
+        try:
+            raw, _ = a.get()
+        except NoNodeError:
+            continue
+        try:
+            commands.append((path, Command.decode(raw, path)))
+        except CorruptZnode as e:
+            commands.append((path, e.problem))
+    return commands
 
 
 class MemberListener:
@@ -624,16 +640,7 @@ class GroupMember:
         epoch_path = self._shard_epoch_path()
         epoch_async = self.client.exists_async(epoch_path) if epoch_path else None
         state_async = self.client.get_async(protocol.state_path(self.group))
-        commands = []
-        for path, a in gets:
-            try:
-                raw, _ = a.get()
-            except NoNodeError:
-                continue
-            try:
-                commands.append((path, Command.decode(raw, path)))
-            except CorruptZnode as e:
-                commands.append((path, e.problem))
+        commands = decode_commands(gets)
         stat = epoch_async.get() if epoch_async is not None else None
         epoch = stat.version if stat is not None else None
         try:

@@ -153,7 +153,7 @@ class CoordinatorConfig:
     failed_retry_interval_ms: int = 30000   # a Failed group is tried again after this
     check_interval_ms: int = 60000          # periodic full check of every group (safety net)
     settle_ms: int = 0                      # optional wait before a group is read (bursts coalesce anyway)
-    handler_threads: int = 8                # groups rebalanced at once per node (each waits for its members' acks)
+    handler_threads: int = 32               # groups rebalanced at once per node (each waits for its members' acks)
     suspend_grace_ratio: float = 0.5        # step down if SUSPENDED longer than this × session
     shards: int = 16                        # groups are spread over this many shards (fixed at first start)
     # The topic mirror (coordinator/mirror.py), for a Kafka cluster in KRaft mode only: a Kafka

@@ -48,7 +48,8 @@ from coordinator.config import CoordinatorConfig
 from coordinator.controller import Controller, restore_epoch
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode, InvalidName
 from coordinator.metrics import CoordinatorMetrics
-from coordinator.rebalance import Abandoned, Deposed, GroupRebalancer, Superseded, fenced, fenced_commit
+from coordinator.rebalance import (Abandoned, Deposed, GroupRebalancer, Superseded, fenced, fenced_commit,
+                                   still_as_recorded)
 from coordinator.shards import Fence, ShardTerm, Term
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import TransactionFailed, close_client, commit, session_id, start_client
@@ -662,7 +663,8 @@ class GroupCoordinator:
                 self.unverified[shard] = set(groups)
             log.info("node %s leads shard %d at epoch %d (%d groups)", self.node_id, shard, assignment.epoch,
                      len(groups))
-            self._follow(sorted(groups))
+            self._publish()  # led, not yet verified
+            self._take_over(sorted(groups))
         self._publish()
 
     def _on_topic(self, topic: str, data: Optional[bytes]) -> None:
@@ -704,6 +706,17 @@ class GroupCoordinator:
             self._verified(group)
         self.all_groups = valid
         self._follow([g for g in sorted(valid - set(self.group_watches)) if self._term_of(g) is not None])
+
+    def _take_over(self, groups) -> None:
+        """A shard just placed on this node: the groups whose recorded verification still holds
+        are verified at once (all read together, see :func:`still_as_recorded`); then every
+        group is followed and run, those needing work first (the others' runs only learn
+        their members' subscriptions and find nothing to do)."""
+        fingerprints = still_as_recorded(self.client, groups, dict(self.topics))
+        for group, known in fingerprints.items():
+            self.rebalancer.verified[group] = known
+            self._verified(group)
+        self._follow([g for g in groups if g not in fingerprints] + [g for g in groups if g in fingerprints])
 
     def _follow(self, groups) -> None:
         """Watch the members of groups we lead, and check them (the watches set pipelined)."""

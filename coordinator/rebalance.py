@@ -1,7 +1,8 @@
 """One group's rebalance as a pipeline: read → compute → diff → write → wait.
 
-``read_snapshot``, ``read_owners``, ``find_squatters``, ``still_as_verified`` and
-``owners_as_assigned`` are the only reads, each one or two pipelined round trips;
+``read_snapshot``, ``read_owners``, ``find_squatters``, ``still_as_verified``,
+``still_as_recorded`` (a shard taken over, all its groups at once) and ``owners_as_assigned``
+are the only reads, each one or two pipelined round trips;
 ``compute_plan`` and ``reasons_to_rebalance`` are pure functions of what was read;
 ``write_commands`` is one ZooKeeper transaction fenced by the group's shard epoch (several,
 each fenced, when a generation is larger than one request); ``wait_for_acks`` watches the
@@ -249,6 +250,45 @@ def still_as_verified(client, snapshot: Snapshot, plan: "Plan") -> Optional[Dict
     stats = [(t, client.exists_async(protocol.owners_path(snapshot.group, t))) for t in record["owners"]]
     now = {t: (a.get().pzxid if a.get() is not None else -1) for t, a in stats}
     return now if now == record["owners"] else None
+
+
+def still_as_recorded(client, groups, topics: Dict[str, int]) -> Dict[str, Fingerprint]:
+    """The groups among ``groups`` whose state records a verification that still holds, with
+    their fingerprints: what a node taking a shard over needs to know before it may report the
+    shard verified. Two pipelined round trips for all the groups (the states and the stats of
+    ids/ and channel/; then each assigned owners/<topic>), four requests a group, no
+    registration read.
+
+    A group qualifies when its state is Stable or Empty with a ``verified`` record, has no
+    static members, the pzxids of ids/, channel/ and every assigned owners/<topic> are the
+    recorded ones, and its topics still have the recorded partition counts: then no member
+    came or went, no owner node was made or deleted, and no partition was added since the
+    owner nodes were found as the state assigns them. The others need a full run."""
+    first = [(g, client.get_async(protocol.state_path(g)), client.exists_async(protocol.ids_path(g)),
+              client.exists_async(protocol.channel_path(g))) for g in groups]
+    candidates = []
+    for group, state_async, ids_async, channels_async in first:
+        try:
+            raw, stat = state_async.get()
+            state = GroupState.decode(raw, protocol.state_path(group))
+        except (NoNodeError, CorruptZnode):
+            continue
+        ids, channels, record = ids_async.get(), channels_async.get(), state.verified
+        if (ids is None or channels is None or not record or "topics" not in record or state.static
+                or state.state not in (protocol.STABLE, protocol.EMPTY)
+                or record["ids"] != ids.pzxid or record["channel"] != channels.pzxid
+                or set(record["owners"]) != set(state.assignment)
+                or any(topics.get(t) != n for t, n in record["topics"].items())):
+            continue
+        owners = [(t, client.exists_async(protocol.owners_path(group, t))) for t in record["owners"]]
+        candidates.append((group, stat.mzxid, record, owners))
+    out = {}
+    for group, mzxid, record, owners in candidates:
+        now = {t: (a.get().pzxid if a.get() is not None else -1) for t, a in owners}
+        if now == record["owners"]:
+            out[group] = Fingerprint(mzxid, record["ids"], record["channel"], tuple(sorted(now.items())),
+                                     tuple(sorted(record["topics"].items())))
+    return out
 
 
 # ---------------------------------------------------------------- compute

@@ -8,7 +8,7 @@ from kazoo.protocol.serialization import Transaction
 
 from coordinator import protocol
 from coordinator.coordinator import FULL_CHECK_EVERY
-from coordinator.rebalance import Deposed, Plan, Snapshot, write_commands
+from coordinator.rebalance import Deposed, Plan, Snapshot, still_as_recorded, write_commands
 from coordinator.shards import Fence
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import MAX_REQUEST_BYTES
@@ -150,3 +150,18 @@ def test_a_node_taking_groups_over_trusts_a_recorded_verification_only_while_not
              message="b verified both groups")
     assert reads[:1] == ["changed"]
     assert {g: (read_state(zk, g).generation, command_count(zk, g)) for g in groups} == before
+
+
+def test_a_shard_taken_over_trusts_only_a_verification_that_still_holds(cluster, zk):
+    TopicRegistry(zk).create("t", 4)
+    node = cluster.node("a")
+    cluster.leader()
+    for _ in range(2):
+        cluster.member("g1", ["t"])
+    wait_stable(zk, "g1", 2)
+    wait_for(lambda: read_state(zk, "g1").verified, message="the verification recorded")
+    node.close()  # nobody rewrites the state or the owner nodes from here on
+    assert set(still_as_recorded(zk, ["g1", "absent"], {"t": 4})) == {"g1"}
+    assert still_as_recorded(zk, ["g1"], {"t": 5}) == {}  # a partition was added since
+    zk.delete(protocol.owners_path("g1", "t", 0))          # an owner node went
+    assert still_as_recorded(zk, ["g1"], {"t": 4}) == {}

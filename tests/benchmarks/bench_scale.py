@@ -3,9 +3,12 @@
 One ZooKeeper (fsync on). For each size (G groups x M members, one topic of P partitions
 every group consumes) and each node count (1 or 3 ``coordinatord`` processes):
 
-* members are real :class:`~consumer.member.GroupMember` objects (register, apply commands,
-  claim owner nodes, ack; no data plane), many per process sharing a few kazoo clients, in
-  ``--member-procs`` processes, all registered before any coordinator starts;
+* members are light members (:mod:`tests.benchmarks.lightmembers`: each registers, watches
+  its channel, applies its commands with the member's own decision logic, claims owner nodes
+  and rewrites offsets compare-and-set, acks; no data plane), thousands per process handled
+  in batches over a few shared kazoo clients, in ``--member-procs`` processes, all
+  registered before any coordinator starts (``--real-members``: a
+  :class:`~consumer.member.GroupMember` each, a thread per member);
 * **cold**: from spawning the coordinator processes until every group's state is Stable with
   all its members;
 * **idle**: CPU of the coordinators and of ZooKeeper over ``--idle-s`` seconds with nothing
@@ -38,6 +41,7 @@ from coordinator.testing.zkserver import die_with_parent, four_letter, provide_z
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 from tests.benchmarks.common import Row, print_table
+from tests.benchmarks.lightmembers import MemberPool
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -73,7 +77,8 @@ def coordinatord(connect: str, name: str, session_ms: int, root: str) -> subproc
                             preexec_fn=die_with_parent)
 
 
-def start_members(connect: str, groups: List[str], members: int, procs: int, clients: int) -> List[subprocess.Popen]:
+def start_members(connect: str, groups: List[str], members: int, procs: int, clients: int,
+                  real: bool) -> List[subprocess.Popen]:
     """Member processes, each holding its share of the groups' members; returns once all registered."""
     env = dict(os.environ, PYTHONPATH=ROOT)
     out = []
@@ -82,7 +87,7 @@ def start_members(connect: str, groups: List[str], members: int, procs: int, cli
         if not mine:
             continue
         out.append(subprocess.Popen([sys.executable, "-m", "tests.benchmarks.bench_scale", "--worker", connect,
-                                     str(members), str(clients), ",".join(mine)],
+                                     str(members), str(clients), "real" if real else "light", ",".join(mine)],
                                     cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     preexec_fn=die_with_parent))
     for p in out:
@@ -103,25 +108,28 @@ def stop_members(procs: List[subprocess.Popen]) -> None:
             p.wait()
 
 
-def worker(connect: str, members: int, clients: int, groups: List[str]) -> None:
-    """A member process: ``members`` GroupMembers per group over ``clients`` kazoo clients;
-    prints ``ready`` once all are registered and runs until stdin closes."""
-    from consumer.member import GroupMember, MemberListener
+def worker(connect: str, members: int, clients: int, groups: List[str], real: bool) -> None:
+    """A member process: ``members`` members per group over ``clients`` kazoo clients; prints
+    ``ready`` once all are registered and runs until stdin closes. Light members
+    (:mod:`tests.benchmarks.lightmembers`) by default; ``real``: a GroupMember each."""
     logging.disable(logging.WARNING)  # no "no coordinator is running" lines: none runs yet, on purpose
-    # A long session: thousands of member threads in one process may starve its connection
-    # threads for seconds on a loaded machine; the members' sessions are not what is measured.
+    # A long session: a busy member process may starve its connection threads for seconds on a
+    # loaded machine; the members' sessions are not what is measured.
     zks = [start_client(connect, MEMBER_SESSION_MS) for _ in range(clients)]
-    jobs = [(g, i) for g in groups for i in range(members)]
+    if real:
+        from consumer.member import GroupMember, MemberListener
+        jobs = [(g, i) for g in groups for i in range(members)]
 
-    def start(job):
-        g, i = job
-        return GroupMember(zks[hash(job) % len(zks)], g, {TOPIC: 1}, listener=MemberListener()).start()
+        def start(job):
+            return GroupMember(zks[hash(job) % len(zks)], job[0], {TOPIC: 1}, listener=MemberListener()).start()
 
-    with concurrent.futures.ThreadPoolExecutor(8) as pool:
-        started = list(pool.map(start, jobs))
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            running = list(pool.map(start, jobs))
+    else:
+        running = MemberPool(zks, groups, members, TOPIC).start()
     print("ready", flush=True)
     sys.stdin.read()
-    del started
+    del running
     for zk in zks:
         close_client(zk)
     os._exit(0)
@@ -182,7 +190,7 @@ def scenario(connect: str, zk_pid: Optional[int], groups: int, members: int, par
     names = [group_name(i) for i in range(groups)]
     admin = start_client(chroot)
     TopicRegistry(admin).create(TOPIC, partitions)
-    workers = start_members(chroot, names, members, args.member_procs, args.clients)
+    workers = start_members(chroot, names, members, args.member_procs, args.clients, args.real_members)
     coords: Dict[str, subprocess.Popen] = {}
     r = Result()
     try:
@@ -272,16 +280,18 @@ def rows_for(label: str, cur: Result, base: Optional[Result], args) -> List[Row]
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        connect, members, clients, groups = sys.argv[2:6]
-        return worker(connect, int(members), int(clients), groups.split(","))
+        connect, members, clients, kind, groups = sys.argv[2:7]
+        return worker(connect, int(members), int(clients), groups.split(","), kind == "real")
     ap = argparse.ArgumentParser(prog="bin/bench scale", description=__doc__.splitlines()[0])
     ap.add_argument("--groups", default="10,100,1000", help="group counts to ramp through")
     ap.add_argument("--members", type=int, default=10, help="members per group")
     ap.add_argument("--partitions", type=int, default=20, help="partitions of the topic every group consumes")
     ap.add_argument("--nodes", default="1,3", help="coordinator node counts")
     ap.add_argument("--large", action="store_true", help="also one group of 500 members on 5,000 partitions")
-    ap.add_argument("--member-procs", type=int, default=8, help="member processes")
-    ap.add_argument("--clients", type=int, default=4, help="kazoo clients per member process")
+    ap.add_argument("--member-procs", type=int, default=4, help="member processes")
+    ap.add_argument("--clients", type=int, default=2, help="kazoo clients per member process")
+    ap.add_argument("--real-members", action="store_true",
+                    help="GroupMember objects (a thread each) instead of the light members")
     ap.add_argument("--idle-s", type=float, default=70.0,
                     help="idle measurement window (longer than the 60 s check interval, so it holds a check)")
     ap.add_argument("--session-ms", type=int, default=6000, help="the coordinators' session timeout")

@@ -1,0 +1,304 @@
+"""Light group members for the scale benchmark: thousands of members per process, few threads.
+
+A :class:`MemberPool` runs many members over a few shared kazoo clients. Every member does on
+the wire what :class:`consumer.member.GroupMember` does for its group's coordinator:
+
+* registers: its command channel ``channel/<consumer id>`` first, then its ephemeral
+  ``ids/<consumer id>`` with a real :class:`~coordinator.protocol.Registration` (the group's
+  directories are made once per process instead of being looked at by every member);
+* watches its channel (a one-shot watch re-armed by every read) and, when it fires, reads
+  every command, then its shard's epoch znode, then the group state, and decides what applies
+  with the member's own pure :func:`consumer.commands.decide`;
+* releases what moves away (one transaction: the offsets token checked, the owner node
+  deleted, the applied commands deleted) and claims what is new (one transaction: ephemeral
+  owner nodes created, offsets znodes rewritten compare-and-set at the versions just read,
+  the applied commands deleted — the ack), as the member does.
+
+Members are handled in batches: one worker thread per client takes every member whose channel
+fired and runs each step for the whole batch as pipelined asynchronous calls, so a batch costs
+one round trip per step, not one per member. That is where it is lighter than real members
+(a thread each, synchronous steps, a housekeeping wake-up every second).
+
+Not done: fetching and committing records, the lease, re-registration after a lost session,
+static membership, eviction; a claim refused because an owner node is still held (its
+previous owner has not released it yet) is tried again after a short pause instead of
+watching the owners directory.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from typing import Dict, List, Optional, Tuple
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from consumer import commands as channel
+from consumer.member import decode_commands
+from coordinator import protocol
+from coordinator.errors import CorruptZnode
+from coordinator.protocol import Registration
+
+#: A member whose claim was refused looks at its channel again after this long.
+RETRY_S = 0.1
+#: At most this many members are handled in one batch (bounds one step's pipelined requests).
+BATCH = 500
+
+
+class LightMember:
+    """One member's protocol state (touched only by its client's worker thread)."""
+
+    __slots__ = ("group", "consumer_id", "client", "wake", "applied", "owned", "tokens", "rebalances")
+
+    def __init__(self, group: str, consumer_id: str, client, wake):
+        self.group, self.consumer_id, self.client = group, consumer_id, client
+        self.wake = wake                       # its channel watch (kazoo thread: queue only)
+        self.applied = channel.NOTHING_APPLIED
+        self.owned: Dict[Tuple[str, int], str] = {}    # (topic, partition) -> stream
+        self.tokens: Dict[Tuple[str, int], int] = {}   # offsets znode version after our claim
+        self.rebalances = 0
+
+
+class _Worker:
+    """The members of one client and the thread that handles them."""
+
+    def __init__(self, client, epoch_path):
+        self.client = client
+        self.epoch_path = epoch_path
+        self.members: List[LightMember] = []
+        self._pending: Dict[str, LightMember] = {}   # consumer id -> member whose channel fired
+        self._retry: List[Tuple[float, LightMember]] = []
+        self._cv = threading.Condition()
+        self._stopped = False
+        self.thread = threading.Thread(target=self._run, daemon=True, name="light-members")
+
+    def wake(self, member: LightMember) -> None:
+        with self._cv:
+            self._pending[member.consumer_id] = member
+            self._cv.notify()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._pending and not self._stopped and not self._due():
+                    self._cv.wait(RETRY_S)
+                if self._stopped:
+                    return
+                for member in self._due():
+                    self._pending[member.consumer_id] = member
+                now = time.monotonic()
+                self._retry = [(at, m) for at, m in self._retry if at > now]
+                batch = list(self._pending.values())[:BATCH]
+                for member in batch:
+                    del self._pending[member.consumer_id]
+            try:
+                refused = handle_batch(self.client, batch, self.epoch_path)
+            except Exception:  # a connection blip: look at the whole batch again
+                refused = batch
+            if refused:
+                with self._cv:
+                    self._retry += [(time.monotonic() + RETRY_S, m) for m in refused]
+
+    def _due(self) -> List[LightMember]:
+        now = time.monotonic()
+        return [m for at, m in self._retry if at <= now]
+
+
+def handle_batch(client, batch: List[LightMember], epoch_path) -> List[LightMember]:
+    """Read the channels of ``batch`` and apply what applies (``epoch_path(group)``: its shard
+    epoch znode, None while unknown); returns the members whose claim was refused."""
+    listings = [(m, client.get_children_async(protocol.channel_path(m.group, m.consumer_id), watch=m.wake))
+                for m in batch]
+    busy = []
+    for m, a in listings:
+        try:
+            names = sorted(a.get())
+        except NoNodeError:
+            continue
+        if names:
+            base = protocol.channel_path(m.group, m.consumer_id)
+            busy.append((m, [(f"{base}/{c}", client.get_async(f"{base}/{c}")) for c in names]))
+    if not busy:
+        return []
+    # After the commands: the epochs and the states (so both are at least as new as them).
+    groups = sorted({m.group for m, _ in busy})
+    paths = {g: epoch_path(g) for g in groups}
+    epochs = {p: client.exists_async(p) for p in set(paths.values()) if p}
+    states = {g: client.get_async(protocol.state_path(g)) for g in groups}
+    epoch_of = {p: (a.get().version if a.get() is not None else None) for p, a in epochs.items()}
+    generations = {}
+    for group, a in states.items():
+        try:
+            generations[group] = protocol.GroupState.decode(a.get()[0], protocol.state_path(group)).generation
+        except (NoNodeError, CorruptZnode):
+            generations[group] = None
+    plans, ignored = [], []
+    for m, gets in busy:
+        commands = decode_commands(gets)
+        epoch = epoch_of.get(paths[m.group])
+        decision = channel.decide(commands, m.consumer_id, m.applied, epoch, generations[m.group])
+        if decision.target is None:
+            ignored += decision.ignored_paths
+        else:
+            plans.append((m, decision))
+    for a in [client.delete_async(p) for p in ignored]:
+        _quietly(a)
+    return _apply(client, plans)
+
+
+def _apply(client, plans) -> List[LightMember]:
+    """Release, then claim, for every member with a decision (each step pipelined for all),
+    acking in the last write as the member does."""
+    moves = []
+    for m, d in plans:
+        target = {(t, int(p)): s for t, parts in d.target.items() for p, s in parts.items()}
+        revoked = {tp for tp, s in m.owned.items() if target.get(tp) != s}
+        added = {tp: s for tp, s in target.items() if tp not in m.owned or tp in revoked}
+        acks = d.ignored_paths + d.acks
+        start = [d.start_path] if d.start_path else []
+        if revoked and added:      # release with the acks, claim with the start
+            moves.append((m, d, revoked, acks, added, start))
+        elif revoked:              # nothing to claim: the start is acked with the release
+            moves.append((m, d, revoked, acks + start, {}, []))
+        else:
+            moves.append((m, d, set(), [], added, acks + start))
+    releases = []
+    for m, d, revoked, release_acks, _, _ in moves:
+        if revoked:
+            t = client.transaction()
+            for tp in revoked:
+                if tp in m.tokens:
+                    t.check(protocol.offsets_path(m.group, *tp), m.tokens[tp])
+                t.delete(protocol.owners_path(m.group, *tp))
+            for path in release_acks:
+                t.delete(path)
+            releases.append((m, revoked, t.commit_async()))
+    for m, revoked, a in releases:
+        a.get()  # a refused release (a token taken over) leaves the node to its new owner
+        for tp in revoked:
+            m.owned.pop(tp, None)
+            m.tokens.pop(tp, None)
+    reads = [(m, d, added, claim_acks, [(tp, client.get_async(protocol.offsets_path(m.group, *tp))) for tp in added])
+             for m, d, _, _, added, claim_acks in moves]
+    claims = []
+    for m, d, added, claim_acks, gets in reads:
+        t = client.transaction()
+        versions = {}
+        for tp, stream in added.items():
+            t.create(protocol.owners_path(m.group, *tp), stream.encode(), ephemeral=True)
+        for tp, a in gets:
+            try:
+                raw, stat = a.get()
+                t.set_data(protocol.offsets_path(m.group, *tp), raw, version=stat.version)
+                versions[tp] = stat.version + 1
+            except NoNodeError:
+                t.create(protocol.offsets_path(m.group, *tp), protocol.NO_OFFSET)
+                versions[tp] = 0
+        for path in claim_acks:
+            t.delete(path)
+        claims.append((m, d, added, versions, t.commit_async() if t.operations else None))
+    refused = []
+    for m, d, added, versions, a in claims:
+        if a is not None and any(isinstance(r, Exception) for r in a.get()):
+            refused.append(m)  # an owner node still held, or an offset written meanwhile
+            continue
+        m.owned.update(added)
+        m.tokens.update(versions)
+        _applied(m, d)
+    return refused
+
+
+def _applied(m: LightMember, d) -> None:
+    m.applied = d.applied
+    m.rebalances += 1
+
+
+def _quietly(pending) -> None:
+    try:
+        pending.get()
+    except NoNodeError:
+        pass
+
+
+class MemberPool:
+    """Members of ``groups`` (``per_group`` each, subscribed to ``topic``) over ``clients``.
+
+    ``start()`` makes the directories, registers every member (pipelined) and starts one
+    worker thread per client; ``stop()`` stops the workers (the members' ephemeral nodes go
+    with the clients' sessions)."""
+
+    def __init__(self, clients, groups: List[str], per_group: int, topic: str):
+        self.clients, self.groups, self.per_group, self.topic = clients, groups, per_group, topic
+        self.workers = [_Worker(c, None) for c in clients]
+        self.members: List[LightMember] = []
+
+    def start(self) -> "MemberPool":
+        first = self.clients[0]
+        for group in self.groups:
+            for path in (protocol.ids_path(group), protocol.owners_path(group, self.topic),
+                         protocol.offsets_path(group, self.topic)):
+                first.ensure_path_async(path)
+            first.ensure_path(protocol.channel_path(group))
+        host = socket.gethostname()
+        registration = Registration({self.topic: 1}, protocol.PATTERN_STATIC, ["sticky", "range"], host)
+        k = 0
+        for group in self.groups:
+            for _ in range(self.per_group):
+                worker = self.workers[k % len(self.workers)]
+                k += 1
+                cid = f"{group}_{host}-{protocol.now_ms()}-{os.urandom(4).hex()}"
+                member = LightMember(group, cid, worker.client, None)
+                member.wake = _waker(worker, member)
+                worker.members.append(member)
+                self.members.append(member)
+        for step in (self._create_channels, lambda m: m.client.create_async(
+                protocol.ids_path(m.group, m.consumer_id), registration.encode(), ephemeral=True)):
+            for i in range(0, len(self.members), BATCH):
+                for a in [step(m) for m in self.members[i:i + BATCH]]:
+                    try:
+                        a.get()
+                    except NodeExistsError:
+                        pass
+        for worker in self.workers:
+            worker.epoch_path = self._epoch_path_for(worker)
+            worker.thread.start()
+            for member in worker.members:
+                worker.wake(member)
+        return self
+
+    @staticmethod
+    def _create_channels(m: LightMember):
+        return m.client.create_async(protocol.channel_path(m.group, m.consumer_id))
+
+    @staticmethod
+    def _epoch_path_for(worker: _Worker):
+        """``group -> its shard epoch path``, once a controller wrote the shard count (read
+        once per worker; None until then)."""
+        count: List[int] = []
+
+        def epoch_path_of(group: str) -> Optional[str]:
+            if not count:
+                try:
+                    count.append(protocol.ShardsInfo.decode(worker.client.get(protocol.SHARDS)[0]).count)
+                except (NoNodeError, CorruptZnode):
+                    return None
+            return protocol.shard_epoch_path(protocol.shard_of(group, count[0]))
+        return epoch_path_of
+
+    def stop(self) -> None:
+        for worker in self.workers:
+            worker.stop()
+        for worker in self.workers:
+            worker.thread.join(5)
+
+
+def _waker(worker: _Worker, member: LightMember):
+    def wake(_event=None):  # kazoo thread: queue only
+        worker.wake(member)
+    return wake
