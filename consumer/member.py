@@ -254,13 +254,20 @@ class GroupMember:
             raise RuntimeError("a GroupMember starts once")
         c, g, cid = self.client, self.group, self.consumer_id
         try:
-            # The group's directories usually exist: look at all (and at the shard count) in one
-            # round trip, create the missing.
+            # The group's directories (and those of the topics it names) usually exist: look at
+            # all, at this member's channel and at the shard count in one round trip, create the
+            # missing directories; a new channel is created with the registration, in one write.
             shards = c.get_async(protocol.SHARDS)
-            self._ensure_paths([protocol.ids_path(g), protocol.channel_path(g, cid), protocol.owners_path(g),
-                                protocol.offsets_path(g)])
+            topics = sorted(self.registration.subscription) if self.registration.pattern == protocol.PATTERN_STATIC \
+                else []
+            channel_async = c.exists_async(protocol.channel_path(g, cid))
+            self._ensure_paths([protocol.ids_path(g), protocol.channel_path(g), protocol.owners_path(g),
+                                protocol.offsets_path(g)]
+                               + [d for t in topics for d in (protocol.owners_path(g, t), protocol.offsets_path(g, t))])
+            self._known_offset_dirs.update(topics)
+            new_channel = channel_async.get() is None
             self._learn_epoch_path(shards)
-            self._register()
+            self._register(create_channel=new_channel)
         except NoAuthError:
             raise AuthFailed(f"cannot join group {g}: ZooKeeper refused this identity (the group is bound to "
                              "another one, or none was given)") from None
@@ -469,13 +476,20 @@ class GroupMember:
             self.listener.fenced(e)
             return False
 
-    def _register(self) -> None:
+    def _register(self, create_channel: bool = False) -> None:
+        """Create the registration (with ``create_channel``, the command channel too, in the
+        same transaction, so a member is never listed without one)."""
         path = protocol.ids_path(self.group, self.consumer_id)
         data = self.registration.encode()
         session = self._session()
         static = bool(self.registration.group_instance_id)
         while True:
             try:
+                if create_channel:
+                    if self._create_with_channel(path, data):
+                        break
+                    create_channel = False  # the channel appeared meanwhile: register alone
+                    continue
                 self.client.create(path, data, ephemeral=True)
                 break
             except NodeExistsError:
@@ -499,6 +513,21 @@ class GroupMember:
             self._applied = channel.NOTHING_APPLIED
         self._joined_at = time.monotonic()
         self._set_state(MemberState.JOINED)
+
+    def _create_with_channel(self, path: str, data: bytes) -> bool:
+        """Create the channel and the registration in one transaction: True once done; False
+        if the channel exists already (nothing was created); NodeExistsError if the
+        registration exists (nothing was created either)."""
+        t = self.client.transaction()
+        t.create(protocol.channel_path(self.group, self.consumer_id))
+        t.create(path, data, ephemeral=True)
+        try:
+            commit(t)
+            return True
+        except TransactionFailed as e:
+            if e.index == 0 and isinstance(e.error, NodeExistsError):
+                return False
+            raise e.error from None
 
     def _wait_for_holder(self, path: str, raw: bytes, holder: int) -> bool:
         """Another session holds this static member's registration: wait for it to end (True),

@@ -40,7 +40,7 @@ from typing import Callable, Dict, Optional, Set
 
 import tenacity
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
-from kazoo.protocol.states import KazooState
+from kazoo.protocol.states import EventType, KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from coordinator import protocol, read
@@ -581,9 +581,9 @@ class GroupCoordinator:
         return callback
 
     def _watch_members(self, group):
-        def watch(_event):
+        def watch(event):
             if not self.stopped.is_set():
-                self.events.put(("ids", group))
+                self.events.put(("ids", group) if event.type == EventType.CHILD else ("ids-znode", group))
         return watch
 
     # ---- events (event thread: may call ZooKeeper)
@@ -602,7 +602,10 @@ class GroupCoordinator:
             self._on_topic(*arg)
         elif kind == "groups":
             self._on_groups(arg)
-        elif kind == "ids":
+        elif kind == "ids":  # a member came or went: its run reads the members and sets the watch again
+            if arg in self.group_watches:
+                self._request(arg)
+        elif kind == "ids-znode":  # ids/ itself made or deleted (the group is being made or deleted)
             if arg in self.group_watches:
                 self._read_members([arg])
         elif kind == "lost":
@@ -823,7 +826,7 @@ class GroupCoordinator:
             with self.node.metrics.rebalance(group, self.rebalancer.generations) as counted:
                 outcome = counted.outcome = self.rebalancer.run(
                     group, dict(self.topics), term.fence, abort=lambda: not term.active, observe=self._observe,
-                    changed=lambda: self.requests.changed(group))
+                    changed=lambda: self.requests.changed(group), members_watch=self.group_watches.get(group))
             fields = {"group": group, "generation": outcome.generation, "reason": ", ".join(outcome.reasons) or "-",
                       "members": outcome.members, "moved": outcome.moved, "duration_ms": round(outcome.duration_ms, 1)}
             if outcome.state != "unchanged":

@@ -86,15 +86,20 @@ class Snapshot:
     state_mzxid: Optional[int] = None  # zxid of the state znode's last write (None: no state znode)
 
 
-def read_snapshot(client, group: str, topics: Dict[str, int]) -> Snapshot:
+def read_snapshot(client, group: str, topics: Dict[str, int], members_watch=None) -> Snapshot:
     """Members (registrations decoded; unreadable ones and ones without a command channel
     rejected) and the group's last state. Two pipelined round trips: the state, ids/ and
     channel/ (in that order: a member creates its channel before it registers, so every member
-    listed has its channel listed), then the registrations."""
+    listed has its channel listed), then the registrations. ``members_watch``, if given, is
+    set on ids/ by the listing (or, if ids/ is missing, on its creation)."""
+    path = protocol.ids_path(group)
     state_async = client.get_async(protocol.state_path(group))
-    ids_async = client.get_children_async(protocol.ids_path(group), include_data=True)
+    ids_async = client.get_children_async(path, watch=members_watch, include_data=True)
     channels_async = client.get_children_async(protocol.channel_path(group), include_data=True)
     ids, ids_pzxid = _children_and_pzxid(ids_async)
+    if ids_pzxid == -1 and members_watch is not None and client.exists(path, watch=members_watch) is not None:
+        ids, ids_pzxid = _children_and_pzxid(client.get_children_async(path, watch=members_watch,
+                                                                       include_data=True))  # made meanwhile
     channels, channel_pzxid = _children_and_pzxid(channels_async)
     channels = set(channels)
     members, rejected = {}, {}
@@ -592,19 +597,20 @@ class GroupRebalancer:
             self.must_read.add(group)
 
     def run(self, group: str, topics: Dict[str, int], fence: Fence, abort: Callable[[], bool], observe=None,
-            changed: Callable[[], bool] = lambda: False) -> Outcome:
+            changed: Callable[[], bool] = lambda: False, members_watch=None) -> Outcome:
         """Rebalance ``group`` if needed, every write checking ``fence`` (the group's shard
         epoch); ``abort()`` says leadership of the shard is ending (raises :class:`Abandoned`).
         ``observe(group, registrations)`` sees every snapshot; ``changed()`` says the group
         changed since this run began (raises :class:`Superseded` while waiting for acks, rather
-        than waiting out members that may be gone)."""
+        than waiting out members that may be gone). ``members_watch`` is set on the group's
+        ids/ by every read of its members (the caller's one-shot watch, re-armed)."""
         started = time.monotonic()
         self.verified.pop(group, None)  # recorded again only by a run that verifies it
         excluded: Set[str] = set()
         squatted = self._still_squatted(group)
         attempts = self.settings.max_rebalance_retries + 1
         for attempt in range(attempts):
-            snapshot = read_snapshot(self.client, group, topics)
+            snapshot = read_snapshot(self.client, group, topics, members_watch)
             if observe:
                 observe(group, snapshot.members.values())
             excluded &= set(snapshot.members)
