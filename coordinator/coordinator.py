@@ -13,9 +13,11 @@ Every node runs two roles (see :mod:`coordinator.shards` for why):
   it: watches topics and those groups' members, queues a group once per change on the
   blocking :class:`RebalanceRequests`, and hands requests to a small pool of handler threads
   running the read → compute → diff → write → wait pipeline (:mod:`coordinator.rebalance`).
-  A shard it takes is verified group by group (no commands where ownership is already right;
-  a group whose recorded verification still matches its zxids costs one round trip more than
-  reading its members); a shard it loses (moved, or its epoch bumped) stops at once. Every
+  A shard it takes is verified first for all its groups at once: a group whose recorded
+  verification still matches its zxids is verified by four pipelined reads
+  (:func:`~coordinator.rebalance.still_as_recorded`); the others are run in full first (no
+  commands where ownership is already right), then the verified ones (to learn their members'
+  subscriptions). A shard it loses (moved, or its epoch bumped) stops at once. Every
   ``check_interval_ms`` the groups it leads are checked by zxids, every tenth time in full.
 
 One node alone is the controller and leads every shard: it runs everything.
