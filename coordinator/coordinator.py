@@ -398,8 +398,8 @@ class GroupCoordinator:
     Threads and locks: kazoo's threads run the watch callbacks, which only put events on
     ``events``. The event thread (:meth:`_run`) alone handles events, reads topics and group
     memberships, starts and ends shard terms and owns ``topics``, ``topic_watches``,
-    ``group_watches``, ``all_groups``, ``ignored_groups`` and ``count``. Handler threads
-    (:meth:`_handle`) rebalance one group each at a time (``requests`` guarantees a group is
+    ``group_watches``, ``all_groups``, ``ignored_groups``, ``taking_over`` and ``count``.
+    Handler threads (:meth:`_handle`) rebalance one group each at a time (``requests`` guarantees a group is
     never handled twice at once); ``rebalancer`` and ``index`` are safe for them to share.
     ``lock`` guards what both sides touch: ``terms``, ``unverified`` and ``retry_at``.
     ``suspended`` is written by the connection listener and read by everyone (a stale read
@@ -424,6 +424,7 @@ class GroupCoordinator:
         self.group_watches: Dict[str, Callable] = {}
         self.all_groups: Set[str] = set()
         self.ignored_groups: Set[str] = set()
+        self.taking_over: list = []          # groups of shards just placed here, not yet followed
         self.suspended = False
         self.registered = False
         self.checks = 0                      # periodic checks done (event thread)
@@ -493,6 +494,8 @@ class GroupCoordinator:
                 kind, arg = self.events.get(timeout=0.1)
                 with self.node.metrics.handling(kind):
                     self._on_event(kind, arg)
+                if self.taking_over and self.events.empty():
+                    self._take_over()
             except queue.Empty:
                 pass
             except KazooException as e:
@@ -668,8 +671,7 @@ class GroupCoordinator:
                 self.unverified[shard] = set(groups)
             log.info("node %s leads shard %d at epoch %d (%d groups)", self.node_id, shard, assignment.epoch,
                      len(groups))
-            self._publish()  # led, not yet verified
-            self._take_over(sorted(groups))
+            self.taking_over += sorted(groups)  # once the events queued meanwhile are handled
         self._publish()
 
     def _on_topic(self, topic: str, data: Optional[bytes]) -> None:
@@ -712,16 +714,19 @@ class GroupCoordinator:
         self.all_groups = valid
         self._follow([g for g in sorted(valid - set(self.group_watches)) if self._term_of(g) is not None])
 
-    def _take_over(self, groups) -> None:
-        """A shard just placed on this node: the groups whose recorded verification still holds
-        are verified at once (all read together, see :func:`still_as_recorded`); then every
-        group is followed and run, those needing work first (the others' runs only learn
-        their members' subscriptions and find nothing to do)."""
+    def _take_over(self) -> None:
+        """The groups of the shards just placed on this node (all of them, when several shards
+        came at once): those whose recorded verification still holds are verified at once (all
+        read together, see :func:`still_as_recorded`); then every group is followed and run,
+        those needing work first (the others' runs only learn their members' subscriptions
+        and find nothing to do). ``taking_over`` is emptied only once this succeeded."""
+        groups = [g for g in self.taking_over if self._term_of(g) is not None]
         fingerprints = still_as_recorded(self.client, groups, dict(self.topics))
         for group, known in fingerprints.items():
             self.rebalancer.verified[group] = known
             self._verified(group)
         self._follow([g for g in groups if g not in fingerprints] + [g for g in groups if g in fingerprints])
+        self.taking_over = []
 
     def _follow(self, groups) -> None:
         """Watch the members of groups we lead, and check them (the watches set pipelined)."""
