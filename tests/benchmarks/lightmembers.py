@@ -90,9 +90,10 @@ class _Worker:
                     self._cv.wait(RETRY_S)
                 if self._stopped:
                     return
-                for member in self._due():
-                    self._pending[member.consumer_id] = member
                 now = time.monotonic()
+                for at, member in self._retry:
+                    if at <= now:
+                        self._pending[member.consumer_id] = member
                 self._retry = [(at, m) for at, m in self._retry if at > now]
                 batch = list(self._pending.values())[:BATCH]
                 for member in batch:
