@@ -49,7 +49,7 @@ BATCH = 500
 class LightMember:
     """One member's protocol state (touched only by its client's worker thread)."""
 
-    __slots__ = ("group", "consumer_id", "client", "wake", "applied", "owned", "tokens", "rebalances")
+    __slots__ = ("group", "consumer_id", "client", "wake", "applied", "owned", "tokens", "rebalances", "left")
 
     def __init__(self, group: str, consumer_id: str, client, wake):
         self.group, self.consumer_id, self.client = group, consumer_id, client
@@ -58,6 +58,7 @@ class LightMember:
         self.owned: Dict[Tuple[str, int], str] = {}    # (topic, partition) -> stream
         self.tokens: Dict[Tuple[str, int], int] = {}   # offsets znode version after our claim
         self.rebalances = 0
+        self.left = False
 
 
 class _Worker:
@@ -69,6 +70,7 @@ class _Worker:
         self.members: List[LightMember] = []
         self._pending: Dict[str, LightMember] = {}   # consumer id -> member whose channel fired
         self._retry: List[Tuple[float, LightMember]] = []
+        self._leaving: List[Tuple[LightMember, threading.Event]] = []
         self._cv = threading.Condition()
         self._stopped = False
         self.thread = threading.Thread(target=self._run, daemon=True, name="light-members")
@@ -78,6 +80,14 @@ class _Worker:
             self._pending[member.consumer_id] = member
             self._cv.notify()
 
+    def leave(self, member: LightMember, timeout: float) -> bool:
+        """Have the worker thread take ``member`` out of the group (between two batches)."""
+        done = threading.Event()
+        with self._cv:
+            self._leaving.append((member, done))
+            self._cv.notify()
+        return done.wait(timeout)
+
     def stop(self) -> None:
         with self._cv:
             self._stopped = True
@@ -86,10 +96,15 @@ class _Worker:
     def _run(self) -> None:
         while True:
             with self._cv:
-                while not self._pending and not self._stopped and not self._due():
+                while not self._pending and not self._stopped and not self._due() and not self._leaving:
                     self._cv.wait(RETRY_S)
                 if self._stopped:
                     return
+                leaving, self._leaving = self._leaving, []
+            for member, done in leaving:
+                _leave(self.client, member)
+                done.set()
+            with self._cv:
                 now = time.monotonic()
                 for at, member in self._retry:
                     if at <= now:
@@ -98,6 +113,7 @@ class _Worker:
                 batch = list(self._pending.values())[:BATCH]
                 for member in batch:
                     del self._pending[member.consumer_id]
+                batch = [m for m in batch if not m.left]
             try:
                 refused = handle_batch(self.client, batch, self.epoch_path)
             except Exception:  # a connection blip: look at the whole batch again
@@ -215,6 +231,25 @@ def _apply(client, plans) -> List[LightMember]:
     return refused
 
 
+def _leave(client, m: LightMember) -> None:
+    """Leave as a member does: one transaction releasing its owner nodes (each with its token
+    checked), deleting the commands left in its channel and its registration; it handles
+    nothing after that."""
+    m.left = True
+    base = protocol.channel_path(m.group, m.consumer_id)
+    t = client.transaction()
+    for c in sorted(client.get_children(base)):
+        t.delete(f"{base}/{c}")
+    for tp in m.owned:
+        if tp in m.tokens:
+            t.check(protocol.offsets_path(m.group, *tp), m.tokens[tp])
+        t.delete(protocol.owners_path(m.group, *tp))
+    t.delete(protocol.ids_path(m.group, m.consumer_id))
+    t.commit_async().get()
+    m.owned.clear()
+    m.tokens.clear()
+
+
 def _applied(m: LightMember, d) -> None:
     m.applied = d.applied
     m.rebalances += 1
@@ -291,6 +326,10 @@ class MemberPool:
                     return None
             return protocol.shard_epoch_path(protocol.shard_of(group, count[0]))
         return epoch_path_of
+
+    def leave(self, member: LightMember, timeout: float = 10.0) -> bool:
+        """Take ``member`` out of its group as a member leaves (see :func:`_leave`); True once done."""
+        return next(w for w in self.workers if w.client is member.client).leave(member, timeout)
 
     def stop(self) -> None:
         for worker in self.workers:
