@@ -598,6 +598,8 @@ class GroupCoordinator:
             self._on_shards(arg)
         elif kind == "assignment":
             self._on_assignment(*arg)
+            if self.taking_over:  # a shard came: those placed in the same write come with it
+                self._read_assignments()
         elif kind == "topics":
             for topic in arg:
                 if topic not in self.topic_watches:
@@ -619,14 +621,19 @@ class GroupCoordinator:
             # Watches are hints: after a reconnect re-read what we depend on.
             if not self.registered:
                 self._register()
-            if self.count is not None:
-                reads = [(s, self.client.get_async(protocol.shard_path(s))) for s in range(self.count)]
-                for s, a in reads:
-                    try:
-                        self._on_assignment(s, a.get()[0])
-                    except NoNodeError:
-                        self._on_assignment(s, None)
+            self._read_assignments()
             self._periodic_check(full=False)  # groups that changed meanwhile, or never verified, run again
+
+    def _read_assignments(self) -> None:
+        """Read every shard's placement (pipelined) and act on it."""
+        if self.count is None:
+            return
+        reads = [(s, self.client.get_async(protocol.shard_path(s))) for s in range(self.count)]
+        for s, a in reads:
+            try:
+                self._on_assignment(s, a.get()[0])
+            except NoNodeError:
+                self._on_assignment(s, None)
 
     def _on_shards(self, data: bytes) -> None:
         try:
@@ -651,8 +658,8 @@ class GroupCoordinator:
         mine = assignment.node_id == self.node_id and self.registered and not self.stopped.is_set()
         with self.lock:
             term = self.terms.get(shard)
-        if mine and term is not None and term.epoch == assignment.epoch and not term.ended.is_set():
-            return  # nothing new
+        if mine and term is not None and term.epoch >= assignment.epoch and not term.ended.is_set():
+            return  # nothing new (or an older read of it, delivered late: epochs never go back)
         if term is not None:
             term.end(f"shard {shard} moved to {assignment.node_id or 'nobody'}" if not mine else
                      f"shard {shard} is at epoch {assignment.epoch} now")
