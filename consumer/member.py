@@ -49,6 +49,9 @@ Guarantees
   ``set_data`` at exactly that version. So once another member has claimed the partition,
   no commit of this one can land, whatever it was doing (paused, cut off, late), and the new
   owner starts from the last offset committed before its claim.
+* Readers outside the group (a Spark query reading its topics) commit through
+  :func:`commit_unowned`: only forward, only where no live member owns the partition, and
+  compare-and-set on the same znode, so a claim in between wins.
 * **Lease.** Records of owned partitions may be handed out (:meth:`holds_lease`) only within
   ``LEASE_FRACTION`` of the session timeout after a round trip that proved the session that
   owns them alive (the registration znode's ephemeral owner is that session, or a claim

@@ -376,7 +376,8 @@ def record_batch(schema, tp: TopicPartition, recs):
         pa.repeat(pa.scalar(tp.topic, pa.string()), n),
         pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
         pa.array(offsets, pa.int64()),
-        pa.array(timestamps, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(schema.field("timestamp").type),
+        pa.array(timestamps, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(schema.field("timestamp").type,
+                                                                                 safe=False),  # ms fit in us
         pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
         header_col,
     ], schema=schema)
