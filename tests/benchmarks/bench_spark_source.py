@@ -10,7 +10,10 @@ All read the same records of the same shared-disk log in one Spark session:
   into the ``noop`` sink, a fresh checkpoint per round.
 
 Reported: records/s of each (wall time seen from the driver) and the ratio of the source's to
-the direct read's (target >= 0.7), best of ``rounds``. :func:`measure` takes a started
+the direct read's (target >= 0.7), best of ``rounds``; and, apart, the source's fixed cost per
+query (the same read with ``startingOffsets=latest``: nothing to read, only Spark's planning
+of a Python data source, its Python planner processes, the ZooKeeper and log look-ups, and for
+the stream its checkpoint) and its rate past that cost. :func:`measure` takes a started
 SparkSession and a filled log; run alone it fills one first:
 
     python -m tests.benchmarks.bench_spark_source [--records N] [--partitions P] [--master M] [--rounds R]
@@ -31,22 +34,23 @@ from tests.benchmarks.common import Row, Timer, print_table, scratch_dir, worklo
 TARGET_RATIO = 0.7
 
 
-def _source(spark, zk_connect: str, data_dir: str, stream: bool):
+def _source(spark, zk_connect: str, data_dir: str, stream: bool, starting: str = "earliest"):
     reader = spark.readStream if stream else spark.read
-    return reader.format("zkgroups").option("zk", zk_connect).option("dataDir", data_dir).option("topics", TOPIC).load()
+    return (reader.format("zkgroups").option("zk", zk_connect).option("dataDir", data_dir).option("topics", TOPIC)
+            .option("startingOffsets", starting).load())
 
 
-def batch_read(spark, zk_connect: str, data_dir: str) -> float:
-    """Seconds of a batch read of the whole topic into the noop sink."""
+def batch_read(spark, zk_connect: str, data_dir: str, starting: str = "earliest") -> float:
+    """Seconds of a batch read of the whole topic (``latest``: of nothing) into the noop sink."""
     with Timer() as t:
-        _source(spark, zk_connect, data_dir, False).write.format("noop").mode("overwrite").save()
+        _source(spark, zk_connect, data_dir, False, starting).write.format("noop").mode("overwrite").save()
     return t.seconds
 
 
-def stream_read(spark, zk_connect: str, data_dir: str) -> float:
-    """Seconds of an availableNow stream over the whole topic into the noop sink."""
+def stream_read(spark, zk_connect: str, data_dir: str, starting: str = "earliest") -> float:
+    """Seconds of an availableNow stream over the whole topic (``latest``: over nothing) into the noop sink."""
     with tempfile.TemporaryDirectory(prefix="zkgroups-bench-cp-") as checkpoint, Timer() as t:
-        query = (_source(spark, zk_connect, data_dir, True).writeStream.format("noop")
+        query = (_source(spark, zk_connect, data_dir, True, starting).writeStream.format("noop")
                  .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
         query.awaitTermination()
     if query.exception() is not None:
@@ -60,7 +64,7 @@ def measure(spark, zk_connect: str, data_dir: str, records: int, partitions: int
     register(spark)
     direct(spark, data_dir, partitions)  # warm-up: Python workers, imports, page cache
     batch_read(spark, zk_connect, data_dir)
-    best = {"direct": float("inf"), "batch": float("inf"), "stream": float("inf")}
+    best = dict.fromkeys(["direct", "batch", "stream", "batch_fixed", "stream_fixed"], float("inf"))
     for _ in range(rounds):
         n, secs, _first = direct(spark, data_dir, partitions)
         if n != records:
@@ -68,9 +72,12 @@ def measure(spark, zk_connect: str, data_dir: str, records: int, partitions: int
         best["direct"] = min(best["direct"], secs)
         best["batch"] = min(best["batch"], batch_read(spark, zk_connect, data_dir))
         best["stream"] = min(best["stream"], stream_read(spark, zk_connect, data_dir))
+        best["batch_fixed"] = min(best["batch_fixed"], batch_read(spark, zk_connect, data_dir, "latest"))
+        best["stream_fixed"] = min(best["stream_fixed"], stream_read(spark, zk_connect, data_dir, "latest"))
     if _source(spark, zk_connect, data_dir, False).count() != records:
         sys.exit(f"bench_spark_source: the source does not read {records:,} records")
-    rate = {k: records / v for k, v in best.items()}
+    rate = {k: records / best[k] for k in ("direct", "batch", "stream")}
+    past = {k: records / max(best[k] - best[f"{k}_fixed"], 1e-9) for k in ("batch", "stream")}
 
     def ratio_note(r: float) -> str:
         return f"target >= {TARGET_RATIO} " + ("(met)" if r >= TARGET_RATIO else "(NOT met)")
@@ -82,6 +89,10 @@ def measure(spark, zk_connect: str, data_dir: str, records: int, partitions: int
             rate["batch"] / rate["direct"], ratio_note(rate["batch"] / rate["direct"])),
         Row("source: readStream availableNow -> noop", rate["stream"], "records/s",
             rate["stream"] / rate["direct"], ratio_note(rate["stream"] / rate["direct"])),
+        Row("source: batch, fixed cost per query", best["batch_fixed"], "s", None, "startingOffsets=latest"),
+        Row("source: stream, fixed cost per query", best["stream_fixed"], "s", None, "startingOffsets=latest"),
+        Row("source: batch, past the fixed cost", past["batch"], "records/s", past["batch"] / rate["direct"]),
+        Row("source: stream, past the fixed cost", past["stream"], "records/s", past["stream"] / rate["direct"]),
     ]
 
 
