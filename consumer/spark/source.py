@@ -485,14 +485,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start, limit):
         if start != self._initial:
             self._commit(start)  # completed: Spark asks for more only once the batch before is done
-        snap = self._snapshot()
-        begin = {tp: flat(start).get(tp, snap.earliest[tp]) for tp in snap.partitions}
+        snap, started = self._snapshot(), flat(start)
+        begin = {tp: started.get(tp, snap.earliest[tp]) for tp in snap.partitions}
         available = {tp: max(begin[tp], snap.latest[tp] if self._target is None else
                              min(snap.latest[tp], self._target.get(tp, begin[tp]))) for tp in snap.partitions}
         if isinstance(limit, ReadMaxRows):
             take = spread(limit.max_rows, {tp: available[tp] - begin[tp] for tp in begin})
             available = {tp: begin[tp] + take[tp] for tp in begin}
-        return nested({**flat(start), **available})
+        return nested({**started, **available})
 
     def reportLatestOffset(self):
         return nested(self._snapshot().latest)
