@@ -49,6 +49,9 @@ Guarantees
   ``set_data`` at exactly that version. So once another member has claimed the partition,
   no commit of this one can land, whatever it was doing (paused, cut off, late), and the new
   owner starts from the last offset committed before its claim.
+* Readers outside the group (a Spark query reading its topics) commit through
+  :func:`commit_unowned`: only forward, only where no live member owns the partition, and
+  compare-and-set on the same znode, so a claim in between wins.
 * **Lease.** Records of owned partitions may be handed out (:meth:`holds_lease`) only within
   ``LEASE_FRACTION`` of the session timeout after a round trip that proved the session that
   owns them alive (the registration znode's ephemeral owner is that session, or a claim
@@ -976,3 +979,61 @@ class GroupMember:
             for tp, _, version in writes:
                 if tp in self._tokens:
                     self._tokens[tp] = version + 1
+
+
+# ---------------------------------------------------------------- commits of an outside reader
+
+#: How often :func:`commit_unowned` re-reads and retries after another writer got in between.
+UNOWNED_COMMIT_ATTEMPTS = 3
+
+
+def commit_unowned(client, group: str, offsets: Dict[TopicPartition, int]) -> Dict[TopicPartition, str]:
+    """Commit ``offsets`` to ``group`` for a reader that is not a member of it (a Spark query
+    reading the group's topics); returns {partition: why it was not written} for the refused ones.
+
+    A partition is written only while no live member owns it (no owner node) and only forward:
+    an offset at or past ``offsets[tp]`` is left as it is (not a refusal). Every write is a
+    compare-and-set on the offsets znode's version read *before* the owner node was found
+    absent (or a create where there was none); a member's claim rewrites that znode in the same
+    transaction that creates its owner node, so a claim in between makes the write fail instead
+    of landing under the new owner. Writes go in one transaction; one that another writer got
+    in first is read again and retried, at most :data:`UNOWNED_COMMIT_ATTEMPTS` times.
+    ZooKeeper errors (unreachable, ``NoAuthError``) are raised."""
+    refused: Dict[TopicPartition, str] = {}
+    pending = dict(offsets)
+    for _ in range(UNOWNED_COMMIT_ATTEMPTS):
+        paths = {tp: protocol.offsets_path(group, tp.topic, tp.partition) for tp in pending}
+        stored = {tp: client.get_async(path) for tp, path in paths.items()}  # first: the version that fences
+        owners = {tp: client.exists_async(protocol.owners_path(group, tp.topic, tp.partition)) for tp in pending}
+        t, order = client.transaction(), []
+        for tp, target in sorted(pending.items()):
+            if owners[tp].get() is not None:
+                refused[tp] = "a live member of the group owns it"
+                continue
+            try:
+                raw, stat = stored[tp].get()
+            except NoNodeError:
+                raw, stat = None, None
+            try:
+                current = None if raw is None else protocol.decode_offset(raw, paths[tp])
+            except CorruptZnode:
+                current = None  # overwritten, as a reset does
+            if current is not None and current >= target:
+                continue
+            if stat is None:
+                client.ensure_path(protocol.offsets_path(group, tp.topic))
+                t.create(paths[tp], protocol.encode_offset(target))
+            else:
+                t.set_data(paths[tp], protocol.encode_offset(target), version=stat.version)
+            order.append(tp)
+        if not order:
+            return refused
+        try:
+            commit(t)
+            return refused
+        except TransactionFailed as e:
+            pending = {tp: pending[tp] for tp in order}  # the others need nothing more
+            log.info("commit to group %s: %s changed meanwhile; reading it again", group, order[e.index])
+    for tp in pending:
+        refused[tp] = "its committed offset kept changing (a member claimed it, or another writer)"
+    return refused

@@ -266,7 +266,8 @@ def test_spark_reads_a_topic_from_the_groups_offsets(spark, zk, zk_connect, coor
         [(0, o) for o in range(100, 300)] + [(1, o) for o in range(200)]
     assert all(r.value == f"ds-{r.partition}-{r.offset}".encode() for r in rows)
     assert df.schema.simpleString() == ("struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
-                                        "timestamp:bigint>")
+                                        "timestamp:timestamp,timestampType:int,"
+                                        "headers:array<struct<key:string,value:binary>>>")
 
     query = (spark.readStream.format("zkgroups").option("zk", zk_connect).option("dataDir", data_dir)
              .option("topic", "ds").load().writeStream.format("memory").queryName("ds_stream").start())

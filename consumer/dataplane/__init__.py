@@ -24,7 +24,7 @@ import abc
 import os
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
-from consumer.records import ConsumerRecord, TopicPartition
+from consumer.records import ConsumerRecord, RecordColumns, TopicPartition
 
 ENV_BOOTSTRAP_SERVERS = "KAFKA_BOOTSTRAP_SERVERS"
 
@@ -63,6 +63,12 @@ class DataPlane(abc.ABC):
               max_bytes: int = 1 << 20) -> List[ConsumerRecord]:
         """Up to ``max_records`` records of ``tp`` from ``offset`` (at least one if any, whatever
         ``max_bytes``); [] at the end. Raises OffsetOutOfRange below the earliest offset."""
+
+    def fetch_columns(self, tp: TopicPartition, offset: int, max_records: int = 500,
+                      max_bytes: int = 1 << 20) -> Optional[List[RecordColumns]]:
+        """What :meth:`fetch` returns, column by column, where the data plane has its records in
+        columns (the embedded log); None where it has not (call :meth:`fetch`)."""
+        return None
 
     @abc.abstractmethod
     def open_fetcher(self, *, group_id: str, max_poll_records: int, max_partition_fetch_bytes: int,

@@ -7,7 +7,7 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 from consumer.dataplane import DataPlane, Record
 from consumer.fetcher import Fetcher
 from consumer.log import Log
-from consumer.records import ConsumerRecord, TopicPartition
+from consumer.records import ConsumerRecord, RecordColumns, TopicPartition
 from coordinator.errors import IllegalStateError
 from coordinator.topics import TopicRegistry
 
@@ -44,6 +44,10 @@ class EmbeddedDataPlane(DataPlane):
     def fetch(self, tp: TopicPartition, offset: int, max_records: int = 500,
               max_bytes: int = 1 << 20) -> List[ConsumerRecord]:
         return self.log.fetch(tp.topic, tp.partition, offset, max_records=max_records, max_bytes=max_bytes)
+
+    def fetch_columns(self, tp: TopicPartition, offset: int, max_records: int = 500,
+                      max_bytes: int = 1 << 20) -> List[RecordColumns]:
+        return self.log.fetch_columns(tp.topic, tp.partition, offset, max_records=max_records, max_bytes=max_bytes)
 
     def open_fetcher(self, *, group_id: str, max_poll_records: int, max_partition_fetch_bytes: int,
                      fetch_max_bytes: int, fetch_max_wait_ms: int,

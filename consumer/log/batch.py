@@ -42,7 +42,7 @@ from functools import lru_cache
 from itertools import accumulate, chain, groupby, islice, repeat
 from typing import List, Optional, Sequence, Tuple
 
-from consumer.records import ConsumerRecord, records_built
+from consumer.records import ConsumerRecord, RecordColumns, records_built
 from coordinator.errors import LogCorrupted
 
 Record = Tuple[Optional[bytes], bytes, int, Sequence[Tuple[str, Optional[bytes]]]]
@@ -310,26 +310,43 @@ class Batch:
         else:
             starts = self.value_starts[i:j + 1]
             values = [buf[a:b] for a, b in zip(starts, islice(starts, 1, None))]
-        keys = repeat(None)
-        if self.key_starts is not None:
-            keys = [None if n < 0 else buf[a:a + n]
-                    for a, n in zip(self.key_starts[i:j], self.key_lengths[i:j])]
-        headers = repeat(())
-        if self.header_starts is not None:
-            starts = self.header_starts[i:j + 1]
-            try:
-                headers = [_decode_headers(buf[a:b]) if b > a else ()
-                           for a, b in zip(starts, islice(starts, 1, None))]
-            except ValueError as e:  # checksummed, so written like this: the whole batch is unreadable
-                end = self.base + self.count
-                raise LogCorrupted(self.topic, self.partition, self.base + i, self.path, self.position,
-                                   f"the record headers of {span(self.base, end)} cannot be "
-                                   f"decoded ({e})", end) from None
+        keys, headers = self._keys(i, j), self._headers(i, j)
         with records_built():
             # tuple.__new__ straight from map: C all the way, no Python frame per record.
             return list(map(tuple.__new__, repeat(ConsumerRecord), zip(
                 repeat(self.topic), repeat(self.partition), range(self.base + i, self.base + j),
-                self.timestamps(i, j), keys, values, headers)))
+                self.timestamps(i, j), repeat(None) if keys is None else keys, values,
+                repeat(()) if headers is None else headers)))
+
+    def columns(self, i: int, j: int) -> RecordColumns:
+        """Records ``i`` to ``j - 1`` column by column: the values stay in the batch's buffer."""
+        n = j - i
+        if self.value_starts is None:
+            first = self.value_pos + i * self.value_size
+            value_starts = range(first, first + (n + 1) * self.value_size, self.value_size)
+        else:
+            value_starts = self.value_starts[i:j + 1]
+        timestamps = self.ts[i:j] if self.ts is not None else array("q", islice(self.timestamps(i, j), n))
+        return RecordColumns(self.topic, self.partition, self.base + i, n, timestamps, self._keys(i, j), self.buf,
+                             value_starts, self._headers(i, j))
+
+    def _keys(self, i: int, j: int) -> Optional[List[Optional[bytes]]]:
+        if self.key_starts is None:
+            return None
+        buf = self.buf
+        return [None if n < 0 else buf[a:a + n] for a, n in zip(self.key_starts[i:j], self.key_lengths[i:j])]
+
+    def _headers(self, i: int, j: int) -> Optional[list]:
+        if self.header_starts is None:
+            return None
+        buf, starts = self.buf, self.header_starts[i:j + 1]
+        try:
+            return [_decode_headers(buf[a:b]) if b > a else () for a, b in zip(starts, islice(starts, 1, None))]
+        except ValueError as e:  # checksummed, so written like this: the whole batch is unreadable
+            end = self.base + self.count
+            raise LogCorrupted(self.topic, self.partition, self.base + i, self.path, self.position,
+                               f"the record headers of {span(self.base, end)} cannot be "
+                               f"decoded ({e})", end) from None
 
 
 def checksum_ok(data) -> bool:

@@ -64,7 +64,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from consumer.log.batch import Batch, Encoded, Record, decode, span
 from consumer.log.segment import HOLE, Segment, segment_base, segment_name
-from consumer.records import ConsumerRecord
+from consumer.records import ConsumerRecord, RecordColumns
 from coordinator.errors import (IllegalStateError, InvalidConfig, InvalidPartitions, LogCorrupted,
                                 OffsetOutOfRange)
 from coordinator.protocol import validate_name
@@ -160,13 +160,26 @@ class Log:
         latest`` returns ``[]``; below the earliest or above the latest offset raises
         :class:`OffsetOutOfRange`.
         """
+        parts = self._locked_read(topic, partition, offset, max_records, max_bytes, Batch.records)
+        out = parts[0] if parts else []
+        for part in parts[1:]:
+            out += part
+        return out
+
+    def fetch_columns(self, topic: str, partition: int, offset: int, max_records: int = 500,
+                      max_bytes: int = 1 << 20) -> List[RecordColumns]:
+        """What :meth:`fetch` returns, column by column (one :class:`RecordColumns` per stored
+        batch it spans), without building a record object each."""
+        return self._locked_read(topic, partition, offset, max_records, max_bytes, Batch.columns)
+
+    def _locked_read(self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int, build) -> list:
         p = self._partition(topic, partition)
         with p.lock:
             try:
-                return self._read(p, offset, max_records, max_bytes)
+                return self._read(p, offset, max_records, max_bytes, build)
             except FileNotFoundError:  # a segment went away under us (retention elsewhere)
                 self._refresh(p)
-                return self._read(p, offset, max_records, max_bytes)
+                return self._read(p, offset, max_records, max_bytes, build)
 
     def earliest_offset(self, topic: str, partition: int) -> int:
         """The first retained offset (``latest_offset`` when the partition is empty)."""
@@ -304,36 +317,34 @@ class Log:
         except FileNotFoundError:  # deleted between listdir and open
             return self._refresh(p, verify)
 
-    def _read(self, p: _Partition, offset: int, max_records: int, max_bytes: int) -> List[ConsumerRecord]:
+    def _read(self, p: _Partition, offset: int, max_records: int, max_bytes: int, build) -> list:
+        """``build(batch, i, j)`` of each stored batch's stretch of what is read, in order."""
         self._refresh_for(p, offset)
         if offset == p.latest:
             return []
         if offset < p.earliest or offset > p.latest:
             raise OffsetOutOfRange(p.topic, p.partition, offset, p.earliest, p.latest)
-        out: List[ConsumerRecord] = []
+        parts: list = []
         try:
             while max_records > 0 and offset < p.latest:
                 batch = self._batch_at(p, offset)
                 if batch is None:  # an incomplete tail: not written yet
                     break
                 i = offset - batch.base
-                j, used = batch.take(i, max_records, max_bytes, at_least_one=not out)
+                j, used = batch.take(i, max_records, max_bytes, at_least_one=not parts)
                 if j == i:
                     break
                 if j == batch.count:
                     p.cache = None  # read through; do not hold on to it
-                if out:
-                    out += batch.records(i, j)
-                else:
-                    out = batch.records(i, j)
+                parts.append(build(batch, i, j))
                 max_records -= j - i
                 max_bytes -= used
                 offset = batch.base + j
         except (LogCorrupted, OSError):
-            if not out:
+            if not parts:
                 raise  # the offset asked for is unreadable
             # Hand out what was read; the next read starts at the unreadable offset and raises.
-        return out
+        return parts
 
     def _refresh_for(self, p: _Partition, offset: int) -> None:
         """Refresh when ``offset`` is not inside what this process has indexed (or was deleted)."""

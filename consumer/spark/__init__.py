@@ -19,8 +19,9 @@ Modules:
 * :mod:`~consumer.spark.batching` — where a partition's records are cut into batches (pure).
 * :mod:`~consumer.spark.sink` — the exactly-once Parquet sink (:class:`ParquetBatchWriter`),
   the check of its output, per-key counts, and :func:`run_pipeline` (``bin/pipeline``).
-* :mod:`~consumer.spark.source` — ``spark.read.format("zkgroups")`` / ``readStream``: a
-  topic as a DataFrame from a group's committed offsets (imports pyspark; not imported here).
+* :mod:`~consumer.spark.source` — ``spark.read.format("zkgroups")`` / ``readStream``:
+  topics as a DataFrame in the shape of Spark's Kafka source, from a start position, with a
+  read limit, a stream committing its progress to a group (imports pyspark; not imported here).
 
 Modes
 -----
