@@ -26,6 +26,7 @@ if shutil.which("java") is None:
 
 from coordinator import protocol  # noqa: E402
 from coordinator.coordinator import Coordinator, CoordinatorConfig  # noqa: E402
+from coordinator.errors import ZkGroupsError  # noqa: E402
 from consumer.spark.sink import ParquetBatchWriter, run_pipeline  # noqa: E402
 from coordinator.topics import TopicRegistry  # noqa: E402
 from consumer.consumer import Consumer  # noqa: E402
@@ -102,7 +103,7 @@ def read_output(records_dir):
     import pyarrow.parquet as pq
 
     offsets, keys = Counter(), Counter()
-    for path in glob.glob(os.path.join(records_dir, "*", "*.parquet")):
+    for path in glob.glob(os.path.join(records_dir, "topic=*", "partition=*", "*.parquet")):
         table = pq.read_table(path).to_pydict()
         for t, p, o, k, v in zip(table["topic"], table["partition"], table["offset"], table["key"], table["value"]):
             assert v == f"{t}-{p}-{o}".encode()
@@ -185,13 +186,15 @@ def test_failed_worker_is_retried_and_output_is_exactly_once(spark, zk, zk_conne
     assert (tmp_path / "failed").exists()
     assert any(w.attempt >= 1 for w in summary.workers)  # Spark retried the failed task
     assert summary.complete
-    # (summaries come from successful attempts only: what the failed one committed is not in them)
+    # (worker summaries come from successful attempts only; the output and the progress znodes count the rest)
+    assert result.output.written == 16000
+    assert summary.records_all_attempts >= summary.records
     offsets, keys = read_output(str(out / "records"))
     assert set(offsets) == expected("t", 4, 4000)
     assert max(offsets.values()) == 1  # ... but written exactly once
     assert result.output.overlaps == 0 and result.output.records == 16000
     assert result.output.counted == 16000 and result.output.distinct_keys == KEYS
-    assert not glob.glob(str(out / "records" / "*" / ".*.tmp"))
+    assert not glob.glob(str(out / "records" / "topic=*" / "partition=*" / ".*.tmp"))
     # The per-key counts written by Spark are exact.
     import pyarrow.parquet as pq
     counts = pq.read_table(result.output.counts_dir).to_pydict()
@@ -235,7 +238,7 @@ def test_pipeline_runs_continue_exactly_once_after_a_lost_commit(spark, zk, zk_c
                 consumer_config=WORKER_CONFIG, fsync=False)
     first = run_pipeline(spark, mode="stream", duration_s=2, **opts)
     assert first.summary.committed == {"r-0": 2500, "r-1": 2500}  # the partial batches were flushed on stop
-    assert sorted(os.listdir(os.path.join(out, "records", "r-0")))[-1] == \
+    assert sorted(os.listdir(os.path.join(out, "records", "topic=r", "partition=0")))[-1] == \
         "00000000000000002000-00000000000000002500.parquet"
     # As if the worker had died after writing [2000, 2500) but before committing it.
     for p in range(2):
@@ -249,9 +252,31 @@ def test_pipeline_runs_continue_exactly_once_after_a_lost_commit(spark, zk, zk_c
     assert set(offsets) == {("r", p, o) for p in range(2) for o in range(3600)} and max(offsets.values()) == 1
     assert second.output.overlaps == 0 and second.output.counted == 7200
     # [2000, 2500) was redone as it was first cut, then the multiples of 1000 again.
-    assert sorted(os.listdir(os.path.join(out, "records", "r-1")))[-3:] == [
+    assert sorted(os.listdir(os.path.join(out, "records", "topic=r", "partition=1")))[-3:] == [
         "00000000000000002000-00000000000000002500.parquet", "00000000000000002500-00000000000000003000.parquet",
         "00000000000000003000-00000000000000003600.parquet"]
+    # Spark reads the output as it is, from the root, with its Kafka source's schema.
+    df = spark.read.parquet(os.path.join(out, "records"))
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == KAFKA_FIELDS
+    assert df.count() == 7200 and df.select("topic", "partition", "offset").distinct().count() == 7200
+    assert df.filter("timestampType != 0 OR topic != 'r'").count() == 0
+    # The clean end left a manifest of what is in place.
+    manifest = json.loads((tmp_path / "out" / "records" / "_SUCCESS").read_text())
+    assert manifest["complete"] and manifest["run_id"] == second.summary.run_id
+    assert manifest["ranges"] == {"r-0": [[0, 3600]], "r-1": [[0, 3600]]} and manifest["records"] == 7200
+    assert second.output.written == 2 * 1100  # new files only: [2000, 2500) was rewritten in place
+
+
+KAFKA_FIELDS = [("key", "binary"), ("value", "binary"), ("topic", "string"), ("partition", "int"),
+                ("offset", "bigint"), ("timestamp", "timestamp"), ("timestampType", "int"),
+                ("headers", "array<struct<key:string,value:binary>>")]
+
+
+def test_output_of_another_layout_is_refused_before_anything_runs(tmp_path):
+    os.makedirs(tmp_path / "out" / "records" / "t-0")  # <topic>-<partition>/: not this layout
+    with pytest.raises(ZkGroupsError) as e:
+        run_pipeline(None, zk="127.0.0.1:1", group="g", topic="t", out=str(tmp_path / "out"))
+    assert "t-0" in str(e.value) and "\n" not in str(e.value)
 
 
 # ---------------------------------------------------------------- stream
@@ -417,4 +442,31 @@ def test_cli_drain_writes_records_and_counts(zk, zk_connect, coordinator, data_d
     assert report["output"]["files"] == 9  # 3 partitions x [0,1000) [1000,2000) [2000,2500)
     offsets, keys = read_output(str(out / "records"))
     assert set(offsets) == expected("c", 3, 2500) and max(offsets.values()) == 1
-    assert proc.stderr == ""  # Spark's own log went to <out>/_spark.log
+    # Spark's own log went to <out>/_spark.log: stderr has at most the driver's progress lines
+    assert all("zkgroups.spark.progress" in line for line in proc.stderr.splitlines()), proc.stderr[-2000:]
+    assert (out / "records" / "_SUCCESS").exists()
+
+
+def test_spark_submit_runs_the_pipeline_on_its_master(zk, zk_connect, coordinator, data_dir, subprocess_env,
+                                                       tmp_path):
+    """The pipeline's module as spark-submit's application: the master given to spark-submit is
+    the one the job runs on, and the output is exactly once."""
+    import pyspark
+
+    submit = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit")
+    fill(zk, data_dir, "sub", 2, 1500)
+    out = tmp_path / "out"
+    env = {**subprocess_env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env.pop("SPARK_MASTER", None)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([submit, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                           os.path.join(root, "consumer", "cli", "pipeline.py"), "--zk", zk_connect,
+                           "--data-dir", data_dir, "--group", "submitted", "--topic", "sub", "--out", str(out),
+                           "--workers", "1", "--batch-size", "1000", "--json"],
+                          env=env, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["summary"]["master"] == "local[1]"
+    assert report["summary"]["complete"] and report["output"]["overlaps"] == 0
+    offsets, _ = read_output(str(out / "records"))
+    assert set(offsets) == expected("sub", 2, 1500) and max(offsets.values()) == 1
