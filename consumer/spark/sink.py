@@ -41,9 +41,11 @@ from ZooKeeper that keeps writing after its partitions moved (a zombie), and Kaf
 whose offsets have gaps (transactional producers' commit markers, compaction): batches are
 cut at offsets, and a drain ends when the records reach the snapshot.
 
-Speed: a batch's columns are taken from the records in C (no per-record Python code), the
-offsets are a range, and Parquet's dictionary encoding and statistics are kept to the columns
-where they pay. pyarrow and pyspark are imported only when a batch is written or the keys are
+Speed: on the embedded log a batch's columns are read from the log again as arrays
+(``Log.fetch_columns``: the stored bytes and offsets become Arrow buffers, no object per
+record; the same bytes the records came from, the log being immutable); on Kafka they are
+taken from the records in C (``map(itemgetter)``, no per-record Python code). Parquet's
+dictionary encoding and statistics are kept to the columns where they pay. pyarrow and pyspark are imported only when a batch is written or the keys are
 counted.
 """
 from __future__ import annotations
@@ -146,11 +148,72 @@ def records_table(tp, recs):
         pa.array(list(map(_VALUE, recs)), pa.binary()),
         pa.repeat(pa.scalar(tp.topic, pa.string()), n),
         pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
-        _fixed_width(pa.int64(), "q", range(first, first + n), n),
+        _arange(pa.int64(), first, n),
         _fixed_width(schema.field("timestamp").type, "q", map(_TIMESTAMP, recs), n),
         pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
         header_col,
     ], schema=schema)
+
+
+def columns_table(tp, chunks):
+    """The same table as :func:`records_table`, from the embedded log's :class:`Columns`
+    (``Log.fetch_columns``): each column made from the stored bytes and arrays by Arrow, in C,
+    with no Python object per record (headers aside)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    schema = _schema()
+    header_type = schema.field("headers").type
+    columns: List[list] = [[] for _ in schema]
+    for c in chunks:
+        n = c.count
+        if c.value_starts is None:
+            offsets = _arange(pa.int32(), 0, n + 1, c.value_size)
+            first, last = c.value_pos, c.value_pos + c.value_size * n
+        else:
+            offsets, first, last = _relative(c.value_starts, n)
+        values = pa.Array.from_buffers(pa.binary(), n, [None, offsets.buffers()[1],
+                                                        pa.py_buffer(memoryview(c.buf)[first:last])])
+        if c.key_starts is None:
+            keys = pa.nulls(n, pa.binary())
+        else:
+            key_offsets, first, last = _relative(c.key_starts, n)
+            present = pc.greater_equal(_fixed_width(pa.int32(), "i", c.key_lengths, n), 0)
+            validity = None if pc.all(present).as_py() else present.buffers()[1]
+            keys = pa.Array.from_buffers(pa.binary(), n, [validity, key_offsets.buffers()[1],
+                                                          pa.py_buffer(memoryview(c.buf)[first:last])])
+        if c.headers is not None and any(c.headers):
+            headers = pa.array([[{"key": k, "value": v} for k, v in h] for h in c.headers], header_type)
+        else:
+            headers = pa.ListArray.from_arrays(_fixed_width(pa.int32(), "i", bytes(4 * (n + 1)), n + 1),
+                                               pa.array([], header_type.value_type))
+        for k, column in enumerate([
+                keys, values,
+                pa.repeat(pa.scalar(tp.topic, pa.string()), n),
+                pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
+                _arange(pa.int64(), c.base, n),
+                _fixed_width(schema.field("timestamp").type, "q", c.timestamps, n),
+                pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
+                headers]):
+            columns[k].append(column)
+    return pa.Table.from_arrays([pa.chunked_array(col, f.type) for col, f in zip(columns, schema)], schema=schema)
+
+
+def _arange(arrow_type, start: int, n: int, step: int = 1):
+    """``start, start + step, ...`` (``n`` values) as an Arrow array, computed in C."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.cumulative_sum(pa.repeat(pa.scalar(step, arrow_type), n), start=pa.scalar(start - step, arrow_type))
+
+
+def _relative(starts, n: int):
+    """``(int32 offsets from 0, first byte, end byte)`` of ``n + 1`` absolute positions."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    absolute = _fixed_width(pa.int64(), "q", starts, n + 1)
+    return pc.subtract(absolute, starts[0]).cast(pa.int32()), starts[0], starts[n]
 
 
 def _fixed_width(arrow_type, typecode: str, values, n: int):
@@ -158,7 +221,7 @@ def _fixed_width(arrow_type, typecode: str, values, n: int):
     buffer of an ``array.array`` (``values`` may be bytes: taken as the buffer itself)."""
     import pyarrow as pa
 
-    data = values if isinstance(values, bytes) else array(typecode, values)
+    data = values if isinstance(values, (bytes, array)) else array(typecode, values)
     return pa.Array.from_buffers(arrow_type, n, [None, pa.py_buffer(data)])
 
 
@@ -180,11 +243,14 @@ class ParquetBatchWriter:
     """
 
     def __init__(self, records_dir: str, after_write: Optional[Callable] = None, fsync: bool = True,
-                 align: Optional[int] = None):
+                 align: Optional[int] = None, data_dir: str = ""):
         self.records_dir = os.path.abspath(records_dir)
         self.after_write = after_write
         self.fsync = fsync
         self.align = align  # the job's batch size: where a batch is cut when no file says otherwise
+        # The embedded log the job reads ("": Kafka): a batch's columns are read from it again,
+        # as arrays, rather than built from its records (same offsets, same bytes: the log is immutable).
+        self.data_dir = data_dir
 
     def partition_dir(self, tp) -> str:
         return partition_dir(self.records_dir, tp.topic, tp.partition)
@@ -233,7 +299,7 @@ class ParquetBatchWriter:
             # Hidden until renamed: readers (Spark skips names starting with "." or "_") never see it half-written.
             tmp = os.path.join(d, f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.tmp")
             try:
-                write_records(records_table(tp, recs), tmp)
+                write_records(self.table(tp, recs), tmp)
                 if self.fsync:
                     _fsync_file(tmp)
                 os.replace(tmp, final)  # a redone batch replaces the same name with the same records
@@ -244,6 +310,34 @@ class ParquetBatchWriter:
                 _fsync_file(d)
         if self.after_write is not None:
             self.after_write(batch)
+
+
+    def table(self, tp, recs):
+        """The batch's Arrow table: from the embedded log's columns when the job reads one,
+        else (Kafka, or the log cannot give them now) from the records."""
+        if self.data_dir:
+            start, end = recs[0].offset, recs[-1].offset + 1
+            try:
+                chunks = _reader(self.data_dir).fetch_columns(tp.topic, tp.partition, start, end)
+            except (ZkGroupsError, OSError) as e:
+                log.debug("%s [%d, %d): columns not read from the log (%s); built from the records", tp, start,
+                          end, e)
+            else:
+                if sum(c.count for c in chunks) == len(recs):
+                    return columns_table(tp, chunks)
+        return records_table(tp, recs)
+
+
+_READERS: Dict[str, object] = {}  # data_dir -> Log: one reader per Python worker process, reused by its tasks
+
+
+def _reader(data_dir: str):
+    from consumer.log import Log
+
+    reader = _READERS.get(data_dir)
+    if reader is None:
+        reader = _READERS[data_dir] = Log(data_dir)
+    return reader
 
 
 def _names(d: str) -> List[str]:
@@ -401,6 +495,7 @@ def run_pipeline(spark, *, zk: str, group: str, topic: str, out: str, data_dir: 
                    kafka=kafka, workers=workers, mode=mode,
                    duration_s=duration_s, stop_file=stop_file, align=batch_size, batch_end=writer.existing_end,
                    flush_partial=True, consumer_config=consumer_config, **job_options)
+    writer.data_dir = job.data_dir  # the embedded log's directory, "" on Kafka (the job decided)
     if job_ready is not None:
         job_ready(job)
     summary = job.run()
