@@ -369,7 +369,8 @@ class _Worker:
                 return 0
             ends = self.consumer.end_offsets(assigned)
             return sum(max(0, ends[tp] - self.consumer.position(tp)) for tp in assigned if tp in ends)
-        except (ZkGroupsError, KazooException, OSError):
+        except Exception as e:  # only for the progress report: never the worker's failure
+            log.debug("worker %s: lag not known now: %s", self.ctx.consumer_id, e)
             return None
 
     def _barrier(self, client) -> None:
