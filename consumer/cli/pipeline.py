@@ -201,7 +201,7 @@ def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, gro
         click.echo(result.summary.table())
         o = result.output
         click.echo(f"records: {o.counted:,} in {o.files} files under {os.path.join(out, RECORDS_DIR)}"
-                   f" ({o.written:,} written by this run, all attempts; overlapping offsets: {o.overlaps})")
+                   f" (overlapping offsets: {o.overlaps}); {o.written:,} written by this run, any attempt")
         click.echo(f"spark master: {result.summary.master}")
         click.echo(f"per-key counts: {o.distinct_keys:,} keys in {o.counts_dir}")
     if result.output.overlaps:
