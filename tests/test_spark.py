@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
 import shutil
 import signal
@@ -26,7 +27,7 @@ if shutil.which("java") is None:
 
 from coordinator import protocol  # noqa: E402
 from coordinator.coordinator import Coordinator, CoordinatorConfig  # noqa: E402
-from coordinator.errors import ZkGroupsError  # noqa: E402
+from coordinator.errors import CorruptZnode, ZkGroupsError  # noqa: E402
 from consumer.spark.sink import ParquetBatchWriter, run_pipeline  # noqa: E402
 from coordinator.topics import TopicRegistry  # noqa: E402
 from consumer.consumer import Consumer  # noqa: E402
@@ -231,12 +232,17 @@ def test_redone_batch_is_cut_where_the_existing_file_ends(tmp_path):
 
 
 def test_pipeline_runs_continue_exactly_once_after_a_lost_commit(spark, zk, zk_connect, coordinator, data_dir,
-                                                                 tmp_path):
+                                                                 tmp_path, caplog):
     fill(zk, data_dir, "r", 2, 2500)
     out = str(tmp_path / "out")
     opts = dict(zk=zk_connect, data_dir=data_dir, group="gp", topic="r", out=out, workers=2, batch_size=1000,
                 consumer_config=WORKER_CONFIG, fsync=False)
-    first = run_pipeline(spark, mode="stream", duration_s=2, **opts)
+    caplog.set_level(logging.INFO, logger="zkgroups.spark.progress")
+    first = run_pipeline(spark, mode="stream", duration_s=2, progress_interval_s=0.3, **opts)
+    # The driver logged the run's progress while it ran, from the workers' progress znodes.
+    lines = [r.getMessage() for r in caplog.records if r.name == "zkgroups.spark.progress"]
+    assert lines and all(f"group gp run {first.summary.run_id}: " in line and "workers up, lag" in line
+                         for line in lines), lines
     assert first.summary.committed == {"r-0": 2500, "r-1": 2500}  # the partial batches were flushed on stop
     assert sorted(os.listdir(os.path.join(out, "records", "topic=r", "partition=0")))[-1] == \
         "00000000000000002000-00000000000000002500.parquet"
@@ -288,6 +294,15 @@ def test_batches_read_as_columns_from_the_log_equal_those_built_from_records(tmp
             want = records_table(tp, lg.fetch("t", 0, a, max_records=b - a, max_bytes=1 << 30))
             got = columns_table(tp, lg.fetch_columns("t", 0, a, b))
             assert got.schema == want.schema and got.to_pylist() == want.to_pylist(), (a, b)
+
+
+def test_worker_progress_znodes_round_trip_and_bad_ones_are_one_clear_error():
+    progress = protocol.SparkProgress(records=1200, batches=3, lag=None, at=1.5)
+    assert protocol.decode_spark_progress(protocol.encode_spark_progress(progress), "/p") == progress
+    for raw in (b"", b"[]", b'{"records": "x", "batches": 1, "at": 0}', b'{"batches": 1, "at": 0}'):
+        with pytest.raises(CorruptZnode) as e:
+            protocol.decode_spark_progress(raw, "/zkgroups-spark/runs/r/progress/w")
+        assert "/zkgroups-spark/runs/r/progress/w" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_output_of_another_layout_is_refused_before_anything_runs(tmp_path):
