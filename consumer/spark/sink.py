@@ -45,8 +45,8 @@ Speed: on the embedded log a batch's columns are read from the log again as arra
 (``Log.fetch_columns``: the stored bytes and offsets become Arrow buffers, no object per
 record; the same bytes the records came from, the log being immutable); on Kafka they are
 taken from the records in C (``map(itemgetter)``, no per-record Python code). Parquet's
-dictionary encoding and statistics are kept to the columns where they pay. pyarrow and pyspark are imported only when a batch is written or the keys are
-counted.
+dictionary encoding and statistics are kept to the columns where they pay. pyarrow and
+pyspark are imported only when a batch is written or the keys are counted.
 """
 from __future__ import annotations
 
