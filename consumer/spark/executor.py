@@ -313,9 +313,9 @@ class _Worker:
                 if reason != "drained" and spec.flush_partial and spec.align:
                     self._flush_partial()
                 self._commit(force=True)
-                self._publish_progress(client, force=True)
                 if reason != "drained":
                     self._barrier(client)
+                self._publish_progress(client, force=True)  # after the barrier: the stop path waits for nothing else
                 return reason
             timeout = spec.poll_timeout_ms
             if spec.mode == "drain":
