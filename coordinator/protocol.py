@@ -33,6 +33,8 @@ Layout (documented in the README)::
     /zkgroups-spark/runs/<run id>/flushed/<consumer-id>   ephemeral: it stopped, processed and committed
                                                     what it had (the stop barrier: members leave
                                                     once every live worker has flushed)
+    /zkgroups-spark/runs/<run id>/progress/<consumer-id>  SparkProgress: what a worker attempt processed
+                                                    (persistent: a killed attempt's stays until the run ends)
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 import re2
 
@@ -215,6 +217,32 @@ def spark_workers_path(run_id: str) -> str:
 
 def spark_flushed_path(run_id: str) -> str:
     return spark_run_path(run_id) + "/flushed"
+
+
+def spark_progress_path(run_id: str) -> str:
+    return spark_run_path(run_id) + "/progress"
+
+
+class SparkProgress(NamedTuple):
+    """A Spark worker attempt's progress: records and batches it processed (and committed or
+    handed on), its partitions' lag (records behind their end offsets) and when it wrote this."""
+    records: int
+    batches: int
+    lag: Optional[int]
+    at: float
+
+
+def encode_spark_progress(progress: SparkProgress) -> bytes:
+    return _dump(progress._asdict())
+
+
+def decode_spark_progress(raw: bytes, path: str) -> SparkProgress:
+    obj = _load(raw, path, "Spark worker progress")
+    try:
+        records, batches, lag, at = int(obj["records"]), int(obj["batches"]), obj.get("lag"), float(obj["at"])
+        return SparkProgress(records, batches, None if lag is None else int(lag), at)
+    except (KeyError, TypeError, ValueError) as e:
+        raise CorruptZnode(path, f"Spark worker progress is malformed ({e!r})") from None
 
 
 # ---------------------------------------------------------------- JSON helpers

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
 import shutil
 import signal
@@ -26,6 +27,7 @@ if shutil.which("java") is None:
 
 from coordinator import protocol  # noqa: E402
 from coordinator.coordinator import Coordinator, CoordinatorConfig  # noqa: E402
+from coordinator.errors import CorruptZnode, ZkGroupsError  # noqa: E402
 from consumer.spark.sink import ParquetBatchWriter, run_pipeline  # noqa: E402
 from coordinator.topics import TopicRegistry  # noqa: E402
 from consumer.consumer import Consumer  # noqa: E402
@@ -102,7 +104,7 @@ def read_output(records_dir):
     import pyarrow.parquet as pq
 
     offsets, keys = Counter(), Counter()
-    for path in glob.glob(os.path.join(records_dir, "*", "*.parquet")):
+    for path in glob.glob(os.path.join(records_dir, "topic=*", "partition=*", "*.parquet")):
         table = pq.read_table(path).to_pydict()
         for t, p, o, k, v in zip(table["topic"], table["partition"], table["offset"], table["key"], table["value"]):
             assert v == f"{t}-{p}-{o}".encode()
@@ -185,13 +187,15 @@ def test_failed_worker_is_retried_and_output_is_exactly_once(spark, zk, zk_conne
     assert (tmp_path / "failed").exists()
     assert any(w.attempt >= 1 for w in summary.workers)  # Spark retried the failed task
     assert summary.complete
-    # (summaries come from successful attempts only: what the failed one committed is not in them)
+    # (worker summaries come from successful attempts only; the output and the progress znodes count the rest)
+    assert result.output.written == 16000
+    assert summary.records_all_attempts >= summary.records
     offsets, keys = read_output(str(out / "records"))
     assert set(offsets) == expected("t", 4, 4000)
     assert max(offsets.values()) == 1  # ... but written exactly once
     assert result.output.overlaps == 0 and result.output.records == 16000
     assert result.output.counted == 16000 and result.output.distinct_keys == KEYS
-    assert not glob.glob(str(out / "records" / "*" / ".*.tmp"))
+    assert not glob.glob(str(out / "records" / "topic=*" / "partition=*" / ".*.tmp"))
     # The per-key counts written by Spark are exact.
     import pyarrow.parquet as pq
     counts = pq.read_table(result.output.counts_dir).to_pydict()
@@ -228,14 +232,19 @@ def test_redone_batch_is_cut_where_the_existing_file_ends(tmp_path):
 
 
 def test_pipeline_runs_continue_exactly_once_after_a_lost_commit(spark, zk, zk_connect, coordinator, data_dir,
-                                                                 tmp_path):
+                                                                 tmp_path, caplog):
     fill(zk, data_dir, "r", 2, 2500)
     out = str(tmp_path / "out")
     opts = dict(zk=zk_connect, data_dir=data_dir, group="gp", topic="r", out=out, workers=2, batch_size=1000,
                 consumer_config=WORKER_CONFIG, fsync=False)
-    first = run_pipeline(spark, mode="stream", duration_s=2, **opts)
+    caplog.set_level(logging.INFO, logger="zkgroups.spark.progress")
+    first = run_pipeline(spark, mode="stream", duration_s=2, progress_interval_s=0.3, **opts)
+    # The driver logged the run's progress while it ran, from the workers' progress znodes.
+    lines = [r.getMessage() for r in caplog.records if r.name == "zkgroups.spark.progress"]
+    assert lines and all(f"group gp run {first.summary.run_id}: " in line and "workers up, lag" in line
+                         for line in lines), lines
     assert first.summary.committed == {"r-0": 2500, "r-1": 2500}  # the partial batches were flushed on stop
-    assert sorted(os.listdir(os.path.join(out, "records", "r-0")))[-1] == \
+    assert sorted(os.listdir(os.path.join(out, "records", "topic=r", "partition=0")))[-1] == \
         "00000000000000002000-00000000000000002500.parquet"
     # As if the worker had died after writing [2000, 2500) but before committing it.
     for p in range(2):
@@ -249,9 +258,58 @@ def test_pipeline_runs_continue_exactly_once_after_a_lost_commit(spark, zk, zk_c
     assert set(offsets) == {("r", p, o) for p in range(2) for o in range(3600)} and max(offsets.values()) == 1
     assert second.output.overlaps == 0 and second.output.counted == 7200
     # [2000, 2500) was redone as it was first cut, then the multiples of 1000 again.
-    assert sorted(os.listdir(os.path.join(out, "records", "r-1")))[-3:] == [
+    assert sorted(os.listdir(os.path.join(out, "records", "topic=r", "partition=1")))[-3:] == [
         "00000000000000002000-00000000000000002500.parquet", "00000000000000002500-00000000000000003000.parquet",
         "00000000000000003000-00000000000000003600.parquet"]
+    # Spark reads the output as it is, from the root, with its Kafka source's schema.
+    df = spark.read.parquet(os.path.join(out, "records"))
+    assert [(f.name, f.dataType.simpleString()) for f in df.schema.fields] == KAFKA_FIELDS
+    assert df.count() == 7200 and df.select("topic", "partition", "offset").distinct().count() == 7200
+    assert df.filter("timestampType != 0 OR topic != 'r'").count() == 0
+    # The clean end left a manifest of what is in place.
+    manifest = json.loads((tmp_path / "out" / "records" / "_SUCCESS").read_text())
+    assert manifest["complete"] and manifest["run_id"] == second.summary.run_id
+    assert manifest["ranges"] == {"r-0": [[0, 3600]], "r-1": [[0, 3600]]} and manifest["records"] == 7200
+    assert second.output.written == 2 * 1100  # new files only: [2000, 2500) was rewritten in place
+
+
+KAFKA_FIELDS = [("key", "binary"), ("value", "binary"), ("topic", "string"), ("partition", "int"),
+                ("offset", "bigint"), ("timestamp", "timestamp"), ("timestampType", "int"),
+                ("headers", "array<struct<key:string,value:binary>>")]
+
+
+def test_batches_read_as_columns_from_the_log_equal_those_built_from_records(tmp_path):
+    """The sink's two ways to a batch's Arrow table (the embedded log's columns, or the
+    records a consumer got) give the same table: fixed and varying values, keys and none,
+    headers, timestamps constant, in runs and per record, ranges across stored batches."""
+    from consumer.spark.sink import columns_table, records_table
+
+    tp = TopicPartition("t", 0)
+    with Log(str(tmp_path), fsync="never") as lg:
+        lg.append("t", 0, [(None, b"v%05d" % i, 1000, ()) for i in range(50)])
+        lg.append("t", 0, [(b"k%d" % i if i % 3 else None, b"x" * i, 2000 + i // 10, ()) for i in range(40)])
+        lg.append("t", 0, [(b"", b"", 3000 + i * 7, (("h", b"1"), ("n", None)) if i % 2 else ()) for i in range(30)])
+        lg.append("t", 0, [(None, b"", 5, ())] * 3)
+        for a, b in [(0, 123), (10, 60), (55, 95), (89, 123), (122, 123), (3, 4)]:
+            want = records_table(tp, lg.fetch("t", 0, a, max_records=b - a, max_bytes=1 << 30))
+            got = columns_table(tp, lg.fetch_columns("t", 0, a, b))
+            assert got.schema == want.schema and got.to_pylist() == want.to_pylist(), (a, b)
+
+
+def test_worker_progress_znodes_round_trip_and_bad_ones_are_one_clear_error():
+    progress = protocol.SparkProgress(records=1200, batches=3, lag=None, at=1.5)
+    assert protocol.decode_spark_progress(protocol.encode_spark_progress(progress), "/p") == progress
+    for raw in (b"", b"[]", b'{"records": "x", "batches": 1, "at": 0}', b'{"batches": 1, "at": 0}'):
+        with pytest.raises(CorruptZnode) as e:
+            protocol.decode_spark_progress(raw, "/zkgroups-spark/runs/r/progress/w")
+        assert "/zkgroups-spark/runs/r/progress/w" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_output_of_another_layout_is_refused_before_anything_runs(tmp_path):
+    os.makedirs(tmp_path / "out" / "records" / "t-0")  # <topic>-<partition>/: not this layout
+    with pytest.raises(ZkGroupsError) as e:
+        run_pipeline(None, zk="127.0.0.1:1", group="g", topic="t", out=str(tmp_path / "out"))
+    assert "t-0" in str(e.value) and "\n" not in str(e.value)
 
 
 # ---------------------------------------------------------------- stream
@@ -417,4 +475,31 @@ def test_cli_drain_writes_records_and_counts(zk, zk_connect, coordinator, data_d
     assert report["output"]["files"] == 9  # 3 partitions x [0,1000) [1000,2000) [2000,2500)
     offsets, keys = read_output(str(out / "records"))
     assert set(offsets) == expected("c", 3, 2500) and max(offsets.values()) == 1
-    assert proc.stderr == ""  # Spark's own log went to <out>/_spark.log
+    # Spark's own log went to <out>/_spark.log: stderr has at most the driver's progress lines
+    assert all("zkgroups.spark.progress" in line for line in proc.stderr.splitlines()), proc.stderr[-2000:]
+    assert (out / "records" / "_SUCCESS").exists()
+
+
+def test_spark_submit_runs_the_pipeline_on_its_master(zk, zk_connect, coordinator, data_dir, subprocess_env,
+                                                       tmp_path):
+    """The pipeline's module as spark-submit's application: the master given to spark-submit is
+    the one the job runs on, and the output is exactly once."""
+    import pyspark
+
+    submit = os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-submit")
+    fill(zk, data_dir, "sub", 2, 1500)
+    out = tmp_path / "out"
+    env = {**subprocess_env, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    env.pop("SPARK_MASTER", None)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([submit, "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                           os.path.join(root, "consumer", "cli", "pipeline.py"), "--zk", zk_connect,
+                           "--data-dir", data_dir, "--group", "submitted", "--topic", "sub", "--out", str(out),
+                           "--workers", "1", "--batch-size", "1000", "--json"],
+                          env=env, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["summary"]["master"] == "local[1]"
+    assert report["summary"]["complete"] and report["output"]["overlaps"] == 0
+    offsets, _ = read_output(str(out / "records"))
+    assert set(offsets) == expected("sub", 2, 1500) and max(offsets.values()) == 1

@@ -41,8 +41,8 @@ def spark():
 def output_offsets(records_dir):
     """{(partition, offset): files holding it} from the Parquet files' names."""
     got = {}
-    for path in glob.glob(os.path.join(str(records_dir), "*", "*.parquet")):
-        p = int(os.path.basename(os.path.dirname(path)).rsplit("-", 1)[1])
+    for path in glob.glob(os.path.join(str(records_dir), "topic=*", "partition=*", "*.parquet")):
+        p = int(os.path.basename(os.path.dirname(path)).split("=", 1)[1])  # .../topic=<t>/partition=<p>/
         a, b = (int(x) for x in os.path.basename(path)[:-len(".parquet")].split("-"))
         for o in range(a, b):
             got[(p, o)] = got.get((p, o), 0) + 1
@@ -145,7 +145,8 @@ def test_trigger_interval_cuts_batches_of_a_slow_stream(spark, zk, zk_connect, c
         runner = threading.Thread(target=lambda: result.update(summary=job.run()), daemon=True)
         runner.start()
         # Far below the batch size, yet batches keep coming: several files per partition.
-        wait_for(lambda: all(len(glob.glob(str(records_dir / f"tr-{p}" / "*.parquet"))) >= 3 for p in range(3)),
+        wait_for(lambda: all(len(glob.glob(str(records_dir / "topic=tr" / f"partition={p}" / "*.parquet"))) >= 3
+                             for p in range(3)),
                  60, message="three triggered batches of every partition")
         job.request_stop()
         runner.join(30)

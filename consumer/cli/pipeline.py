@@ -2,8 +2,11 @@
 
 Reads a topic through consumer group ``--group`` on Spark workers (consumer.spark) and writes
 
-    <out>/records/<topic>-<partition>/<start:020d>-<end:020d>.parquet   every record, once
-    <out>/counts/                                                     per-key counts (Parquet)
+    <out>/records/topic=<topic>/partition=<p>/<start:020d>-<end:020d>.parquet   every record, once
+    <out>/records/_SUCCESS                          JSON manifest, after a run that ended cleanly
+    <out>/counts/                                   per-key counts (Parquet)
+
+``spark.read.parquet("<out>/records")`` gives Spark's Kafka-source schema.
 
 then prints the summary. The work is :func:`consumer.spark.sink.run_pipeline` (which says
 why the output is exactly once although consumption is at-least-once, also across reruns
@@ -48,7 +51,7 @@ from coordinator.errors import UnknownTopic, ZkGroupsError
 from consumer.cli.context import BOOTSTRAP_SERVERS, kafka_settings
 from consumer.dataplane import ENV_BOOTSTRAP_SERVERS
 from consumer.spark.driver import check_spark_conf, local_session
-from consumer.spark.sink import RECORDS_DIR, run_pipeline
+from consumer.spark.sink import DEFAULT_BATCH_SIZE, RECORDS_DIR, run_pipeline
 
 
 def _parse_conf(values) -> Dict[str, str]:
@@ -111,8 +114,9 @@ def _fail(message: str, code: int = 1):
               help="drain: what is in the topic now, then exit; stream: until --duration, --stop-file or Ctrl-C.")
 @click.option("--duration", type=Seconds(max=None),
               help="Seconds: stream for this long; in drain mode, give up after this long (exit 2).")
-@click.option("--batch-size", default=10000, show_default=True, type=click.IntRange(1),
-              help="Records per output file: partitions are cut at offsets that are multiples of this.")
+@click.option("--batch-size", default=DEFAULT_BATCH_SIZE, show_default=True, type=click.IntRange(1),
+              help="Records per output file: partitions are cut at offsets that are multiples of this "
+                   "(larger: fewer, bigger files; a worker holds up to this many records per partition).")
 # -- Spark: master, triggers, worker deaths
 @click.option("--master", default=None,
               help="Spark master [$SPARK_MASTER, else spark-submit's --master, else local[WORKERS]].")
@@ -127,11 +131,13 @@ def _fail(message: str, code: int = 1):
               help="Stop when this file appears: every worker writes and commits what it fetched, then all leave.")
 @click.option("--session-timeout-ms", type=Limited(1, MAX_MS, "ZooKeeper's largest session timeout"),
               help=f"Workers' ZooKeeper session timeout [{DEFAULT_SESSION_TIMEOUT_MS}].")
+@click.option("--progress-interval", default=10.0, show_default=True, type=Seconds(max=None), metavar="SECONDS",
+              help="Log the run's progress (records, batches, workers up, lag) on stderr this often.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--verbose", is_flag=True, help="Show Spark's own log on stderr (default: <out>/_spark.log).")
 def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, group, topic, out, workers, mode, duration,
          batch_size, master, trigger_interval, max_worker_deaths, death_window, confs, stop_file,
-         session_timeout_ms, as_json, verbose):
+         session_timeout_ms, progress_interval, as_json, verbose):
     """Read TOPIC through a consumer group on Spark; write the records and per-key counts as Parquet.
 
     Each offset is written once, also across reruns after the group's offsets were moved back.
@@ -142,6 +148,7 @@ def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, gro
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.ERROR)
     logging.getLogger("py4j").setLevel(logging.ERROR)
+    logging.getLogger("zkgroups.spark.progress").setLevel(logging.INFO)  # a line per --progress-interval
     # librdkafka's own lines (connection retries, ...) are detail: the errors say what failed.
     logging.getLogger("zkgroups.kafka").setLevel(logging.NOTSET if verbose else logging.CRITICAL)
     protocol.validate_name(group, "group")
@@ -176,7 +183,8 @@ def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, gro
                               group=group, topic=topic, out=out, workers=workers, mode=mode, duration_s=duration,
                               batch_size=batch_size, stop_file=stop_file, consumer_config=consumer_config,
                               job_ready=wire, trigger_interval_s=trigger_interval,
-                              max_worker_deaths=max_worker_deaths, death_window_s=death_window)
+                              max_worker_deaths=max_worker_deaths, death_window_s=death_window,
+                              progress_interval_s=progress_interval)
     except (ZkGroupsError, OSError) as e:
         log_hint = "" if verbose else f" (Spark's log: {os.path.join(out, '_spark.log')})"
         _fail(f"{e}{log_hint}")
@@ -193,7 +201,8 @@ def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, gro
         click.echo(result.summary.table())
         o = result.output
         click.echo(f"records: {o.counted:,} in {o.files} files under {os.path.join(out, RECORDS_DIR)}"
-                   f" (overlapping offsets: {o.overlaps})")
+                   f" (overlapping offsets: {o.overlaps}); {o.written:,} written by this run, any attempt")
+        click.echo(f"spark master: {result.summary.master}")
         click.echo(f"per-key counts: {o.distinct_keys:,} keys in {o.counts_dir}")
     if result.output.overlaps:
         _fail(f"{result.output.overlaps} offsets are in more than one file under {os.path.join(out, RECORDS_DIR)} "

@@ -19,16 +19,16 @@ Modules, from the bottom up (each imports only the ones above it: ``log`` → ``
   writer lock, retention, fsync policies. Its docstring states what the log guarantees and
   what it does not.
 
-The public API is what this package exports (:class:`Log`, its options' constants and the
-format's constants). Names without a leading underscore in ``batch`` and ``segment`` that are
+The public API is what this package exports (:class:`Log`, its options' constants, the
+format's constants, and :class:`Columns`, what :meth:`Log.fetch_columns` returns). Names without a leading underscore in ``batch`` and ``segment`` that are
 not exported here (``Encoded``, ``Batch``, ``decode``, ``Segment``, ...) are package-internal:
 the modules' API to one another, free to change with them.
 """
-from consumer.log.batch import (FLAG_FIXED_VALUES, FLAG_HEADERS, FLAG_KEYS, FLAG_TIMESTAMP_RUNS,
+from consumer.log.batch import (FLAG_FIXED_VALUES, Columns, FLAG_HEADERS, FLAG_KEYS, FLAG_TIMESTAMP_RUNS,
                                 FLAG_TIMESTAMPS, HEADER, HEADER_SIZE, MAGIC, MAX_BATCH_BYTES, Record)
 from consumer.log.log import DEFAULT_SEGMENT_BYTES, FSYNC_POLICIES, LOCK_FILE, Log
 from consumer.log.segment import SEGMENT_SUFFIX
 
-__all__ = ["Log", "Record", "FSYNC_POLICIES", "DEFAULT_SEGMENT_BYTES", "LOCK_FILE", "SEGMENT_SUFFIX",
+__all__ = ["Log", "Record", "Columns", "FSYNC_POLICIES", "DEFAULT_SEGMENT_BYTES", "LOCK_FILE", "SEGMENT_SUFFIX",
            "MAGIC", "HEADER", "HEADER_SIZE", "MAX_BATCH_BYTES", "FLAG_TIMESTAMPS", "FLAG_KEYS",
            "FLAG_HEADERS", "FLAG_FIXED_VALUES", "FLAG_TIMESTAMP_RUNS"]

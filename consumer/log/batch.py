@@ -40,7 +40,7 @@ from array import array
 from bisect import bisect_right
 from functools import lru_cache
 from itertools import accumulate, chain, groupby, islice, repeat
-from typing import List, Optional, Sequence, Tuple
+from typing import List, NamedTuple, Optional, Sequence, Tuple
 
 from consumer.records import ConsumerRecord, RecordColumns, records_built
 from coordinator.errors import LogCorrupted
@@ -347,6 +347,55 @@ class Batch:
             raise LogCorrupted(self.topic, self.partition, self.base + i, self.path, self.position,
                                f"the record headers of {span(self.base, end)} cannot be "
                                f"decoded ({e})", end) from None
+
+    def columns(self, i: int, j: int) -> Columns:
+        """Records ``i`` to ``j - 1`` as :class:`Columns`: array slices and run expansions in
+        C, no object per record (headers aside, which are decoded per record)."""
+        n = j - i
+        if self.ts is not None:
+            timestamps = self.ts[i:j]
+        elif self.run_ts is None:
+            timestamps = array("q", (self.min_ts,)) * n
+        else:
+            timestamps = array("q")
+            r = bisect_right(self.run_ends, i)
+            at = i
+            while at < j:
+                upto = min(self.run_ends[r], j)
+                timestamps += array("q", (self.run_ts[r],)) * (upto - at)
+                at, r = upto, r + 1
+        headers = None
+        if self.header_starts is not None:
+            headers = [rec.headers for rec in self.records(i, j)]  # LogCorrupted as for records()
+        return Columns(
+            self.buf, self.base + i, n, timestamps,
+            None if self.value_starts is None else self.value_starts[i:j + 1],
+            0 if self.value_starts is not None else self.value_pos + i * self.value_size,
+            0 if self.value_starts is not None else self.value_size,
+            None if self.key_starts is None else self.key_starts[i:j + 1],
+            None if self.key_starts is None else self.key_lengths[i:j],
+            headers)
+
+
+class Columns(NamedTuple):
+    """Records ``base`` to ``base + count - 1`` of one batch as columns, no object per record
+    (:meth:`~consumer.log.Log.fetch_columns`). Byte positions are into ``buf`` (the batch).
+
+    ``value_starts``: ``count + 1`` positions (value k is ``buf[s[k]:s[k+1]]``), or None when
+    every value has ``value_size`` bytes from ``value_pos``. ``key_starts`` (``count + 1``) and
+    ``key_lengths`` (-1: no key; 0 bytes in ``buf``): None when no record has a key.
+    ``timestamps``: ``count`` milliseconds. ``headers``: a tuple per record, None when no
+    record has headers."""
+    buf: bytes
+    base: int
+    count: int
+    timestamps: array
+    value_starts: Optional[array]
+    value_pos: int
+    value_size: int
+    key_starts: Optional[array]
+    key_lengths: Optional[array]
+    headers: Optional[list]
 
 
 def checksum_ok(data) -> bool:

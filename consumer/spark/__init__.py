@@ -17,7 +17,8 @@ Modules:
   its loop and commits; what ``process`` gets (:class:`Batch`, :class:`WorkerContext`);
   :func:`read_committed`, the group's progress.
 * :mod:`~consumer.spark.batching` — where a partition's records are cut into batches (pure).
-* :mod:`~consumer.spark.sink` — the exactly-once Parquet sink (:class:`ParquetBatchWriter`),
+* :mod:`~consumer.spark.sink` — the exactly-once Parquet sink (:class:`ParquetBatchWriter`;
+  Hive-style ``topic=<t>/partition=<p>/`` files Spark reads with its Kafka-source schema),
   the check of its output, per-key counts, and :func:`run_pipeline` (``bin/pipeline``).
 * :mod:`~consumer.spark.source` — ``spark.read.format("zkgroups")`` / ``readStream``:
   topics as a DataFrame in the shape of Spark's Kafka source, from a start position, with a
@@ -42,6 +43,13 @@ Without ``align`` a batch is whatever one ``poll()`` returned; with ``align=N`` 
 partition's records are cut at multiples of N, at the drain snapshot, or where the sink's
 ``batch_end`` says, so a batch redone after a failure is cut exactly as before: what an
 exactly-once sink needs (the rules: :mod:`~consumer.spark.batching`).
+
+Summary and progress
+--------------------
+Every worker attempt publishes a progress znode under the run's znode at most once a second
+(records, batches, lag); the driver logs a progress line every ``progress_interval_s``
+(logger ``zkgroups.spark.progress``) and the summary's ``records_all_attempts`` includes
+what killed attempts processed, as of their last report.
 
 Guarantees and limits
 ---------------------
@@ -77,10 +85,11 @@ from consumer.spark.batching import BatchCutter
 from consumer.spark.driver import (MODES, WORKER_DEFAULTS, GroupJob, JobSummary, SparkJobError, check_spark_conf,
                                    local_session, run_group_job)
 from consumer.spark.executor import Batch, WorkerContext, WorkerSummary, read_committed
-from consumer.spark.sink import OutputReport, ParquetBatchWriter, PipelineResult, count_keys, run_pipeline, scan_output
+from consumer.spark.sink import (KAFKA_SCHEMA_DDL, OutputReport, ParquetBatchWriter, PipelineResult, count_keys,
+                                 read_records, run_pipeline, scan_output)
 
 __all__ = [
-    "MODES", "WORKER_DEFAULTS", "Batch", "BatchCutter", "GroupJob", "JobSummary", "OutputReport",
+    "KAFKA_SCHEMA_DDL", "MODES", "WORKER_DEFAULTS", "Batch", "BatchCutter", "GroupJob", "JobSummary", "OutputReport",
     "ParquetBatchWriter", "PipelineResult", "SparkJobError", "WorkerContext", "WorkerSummary", "check_spark_conf",
-    "count_keys", "local_session", "read_committed", "run_group_job", "run_pipeline", "scan_output",
+    "count_keys", "local_session", "read_committed", "read_records", "run_group_job", "run_pipeline", "scan_output",
 ]

@@ -33,6 +33,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from kazoo.exceptions import KazooException, NoNodeError
+
 from coordinator import protocol
 from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS, default_data_dir
 from coordinator.errors import InvalidConfig, UnknownTopic, ZkGroupsError
@@ -45,11 +47,14 @@ from consumer.spark.batching import BatchEnd
 from consumer.spark.executor import Batch, WorkerSpec, WorkerSummary, read_committed, task
 
 log = logging.getLogger("zkgroups.spark")
+progress_log = logging.getLogger("zkgroups.spark.progress")
 
 MODES = ("drain", "stream")
 #: Default death budget: more than this many failed worker task attempts within the window end the job.
 MAX_WORKER_DEATHS = 3
 DEATH_WINDOW_S = 60.0
+#: How often the driver logs the run's progress (logger ``zkgroups.spark.progress``, INFO).
+PROGRESS_LOG_INTERVAL_S = 10.0
 #: Worker defaults (any ConsumerConfig key can be overridden through ``consumer_config``).
 WORKER_DEFAULTS = dict(auto_offset_reset="earliest", max_poll_records=10000)
 
@@ -76,10 +81,21 @@ class JobSummary:
     committed: Dict[str, Optional[int]] = field(default_factory=dict)  # after the job
     task_failures: int = 0
     restarts: int = 0                  # worker jobs the driver resubmitted after they failed
+    master: str = ""                   # the Spark master the job ran on
+    attempts: Dict[str, int] = field(default_factory=dict)  # records processed per worker attempt (consumer id),
+                                                            # failed attempts included (as of their last report)
 
     @property
     def records(self) -> int:
+        """Records processed by the attempts that returned (see ``records_all_attempts``)."""
         return sum(w.records for w in self.workers)
+
+    @property
+    def records_all_attempts(self) -> int:
+        """Records processed by every worker attempt, failed ones included (their last
+        progress report, at most a second old): a record redone after a failure counts twice."""
+        returned = {w.consumer_id: w.records for w in self.workers}
+        return sum({**self.attempts, **returned}.values())
 
     @property
     def complete(self) -> bool:
@@ -93,7 +109,8 @@ class JobSummary:
 
     def as_dict(self) -> dict:
         d = asdict(self)
-        d.update(records=self.records, complete=self.complete, time_to_first_record_s=self.time_to_first_record_s)
+        d.update(records=self.records, records_all_attempts=self.records_all_attempts, complete=self.complete,
+                 time_to_first_record_s=self.time_to_first_record_s)
         return d
 
     def table(self) -> str:
@@ -110,6 +127,8 @@ class JobSummary:
         lines.append(f"group {self.group_id} ({self.mode}): {self.records:,} records in {self.duration_s:.2f} s "
                      f"({rate:,.0f} records/s), task failures {self.task_failures}"
                      + f", restarts {self.restarts}"
+                     + (f", {self.records_all_attempts:,} records processed by all attempts"
+                        if self.records_all_attempts != self.records else "")
                      + (f", drained: {'yes' if self.complete else 'NO'}" if self.mode == "drain" else ""))
         return "\n".join(lines)
 
@@ -212,7 +231,8 @@ class GroupJob:
                  flush_partial: bool = True, poll_timeout_ms: int = 200, commit_interval_ms: int = 100,
                  trigger_interval_s: Optional[float] = None, max_worker_deaths: int = MAX_WORKER_DEATHS,
                  death_window_s: float = DEATH_WINDOW_S, consumer_config: Optional[dict] = None,
-                 log_options: Optional[dict] = None, require_coordinator: bool = True):
+                 log_options: Optional[dict] = None, require_coordinator: bool = True,
+                 progress_interval_s: Optional[float] = PROGRESS_LOG_INTERVAL_S):
         protocol.validate_name(group_id, "group")
         if isinstance(topics, str):
             topics = [topics]
@@ -234,6 +254,9 @@ class GroupJob:
             raise InvalidConfig(f"max_worker_deaths must be a whole number >= 0, got {max_worker_deaths!r}")
         if not death_window_s > 0:
             raise InvalidConfig(f"death_window_s must be > 0, got {death_window_s!r}")
+        if progress_interval_s is not None and not progress_interval_s > 0:
+            raise InvalidConfig(f"progress_interval_s must be > 0, got {progress_interval_s!r}")
+        self.progress_interval_s = progress_interval_s
         self.trigger_interval_s, self.max_worker_deaths = trigger_interval_s, max_worker_deaths
         self.death_window_s = death_window_s
         if not isinstance(zk, str):
@@ -325,7 +348,10 @@ class GroupJob:
                 commit_interval_ms=self.commit_interval_ms, trigger_interval_s=self.trigger_interval_s,
                 consumer_config=self.consumer_config, log_options=self.log_options)
             pool = _WorkerPool(self, sc, spec, f"zkgroups-{self.group_id}-{run_id}")
-            rows = pool.run()
+            reporter = _ProgressReporter(client, self.group_id, run_id, partitions, end_offsets,
+                                         self.progress_interval_s)
+            with reporter:
+                rows = pool.run()
             failures = pool.failures
             if pool.error is not None:
                 raise SparkJobError(f"the Spark job failed: {pool.error}")
@@ -336,7 +362,8 @@ class GroupJob:
                 started_at=started, duration_s=duration, workers=[WorkerSummary(**r) for r in rows],
                 end_offsets={str(tp): o for tp, o in end_offsets.items()},
                 committed={str(tp): o for tp, o in committed.items()}, task_failures=failures,
-                restarts=pool.restarts)
+                restarts=pool.restarts, master=sc.master,
+                attempts={cid: p.records for cid, p in read_progress(client, run_id).items()})
         finally:
             with self._lock:
                 self._client = None
@@ -346,6 +373,75 @@ class GroupJob:
                 except Exception:
                     pass
             close_client(client)
+
+
+def read_progress(client, run_id: str) -> Dict[str, protocol.SparkProgress]:
+    """Every worker attempt's last progress report in run ``run_id`` (consumer id -> progress);
+    an unreadable one is logged and left out (it only feeds reports)."""
+    parent = protocol.spark_progress_path(run_id)
+    try:
+        names = client.get_children(parent)
+    except NoNodeError:
+        return {}
+    found = {}
+    for name in names:
+        try:
+            raw, _ = client.get(f"{parent}/{name}")
+            found[name] = protocol.decode_spark_progress(raw, f"{parent}/{name}")
+        except NoNodeError:
+            continue
+        except ZkGroupsError as e:
+            log.warning("%s", e)
+    return found
+
+
+class _ProgressReporter:
+    """A driver thread logging one line every ``interval_s`` while the workers run: records
+    and batches processed (every attempt's progress znode), workers up, and the lag (a drain:
+    records below the snapshot not committed yet; a stream: what the live workers report).
+
+    Threads: its own; ``__exit__`` stops and joins it. Reads ZooKeeper only.
+    """
+
+    def __init__(self, client, group_id: str, run_id: str, partitions, end_offsets, interval_s: Optional[float]):
+        self.client, self.group_id, self.run_id = client, group_id, run_id
+        self.partitions, self.end_offsets, self.interval_s = partitions, end_offsets, interval_s
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def __enter__(self) -> "_ProgressReporter":
+        if self.interval_s:
+            self._thread = threading.Thread(target=self._run, name=f"zkgroups-progress-{self.run_id}", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                progress_log.info("%s", self.line())
+            except (ZkGroupsError, KazooException) as e:
+                progress_log.info("group %s run %s: progress not readable now (%s)", self.group_id, self.run_id, e)
+
+    def line(self) -> str:
+        attempts = read_progress(self.client, self.run_id)
+        try:
+            live = set(self.client.get_children(protocol.spark_workers_path(self.run_id)))
+        except NoNodeError:
+            live = set()
+        if self.end_offsets:
+            committed = read_committed(self.client, self.group_id, list(self.end_offsets))
+            lag: Optional[int] = sum(max(0, end - (committed[tp] or 0)) for tp, end in self.end_offsets.items())
+        else:
+            lags = [p.lag for cid, p in attempts.items() if cid in live]
+            lag = None if any(v is None for v in lags) else sum(lags)
+        return (f"group {self.group_id} run {self.run_id}: {sum(p.records for p in attempts.values()):,} records "
+                f"in {sum(p.batches for p in attempts.values()):,} batches, {len(live)} workers up, "
+                f"lag {'-' if lag is None else f'{lag:,}'}" + (" (to the snapshot)" if self.end_offsets else ""))
 
 
 class _WorkerPool:

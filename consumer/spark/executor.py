@@ -57,6 +57,7 @@ BARRIER_CHECK_INTERVAL_S = 0.05
 BARRIER_TIMEOUT_S = 10.0      # beyond the session timeout: a dead worker's znode is gone by then
 DRAIN_POLL_TIMEOUT_MS = 50    # drain: idle workers look at the group's progress this often
 STOP_FILE_CHECK_INTERVAL_S = 0.2
+PROGRESS_INTERVAL_S = 1.0     # a worker publishes its progress znode at most this often
 
 
 # ---------------------------------------------------------------- what the user function gets
@@ -213,6 +214,8 @@ class _Worker:
         self._generation_at_stop: Optional[int] = None     # the group's, when this worker stopped
         self._generation_at_barrier: Optional[int] = None  # this member's, while a worker had not flushed
         self._barrier_s = 0.0
+        self._next_progress = 0.0
+        self._progress_created = False
 
         worker = self
 
@@ -312,6 +315,7 @@ class _Worker:
                 self._commit(force=True)
                 if reason != "drained":
                     self._barrier(client)
+                self._publish_progress(client, force=True)  # after the barrier: the stop path waits for nothing else
                 return reason
             timeout = spec.poll_timeout_ms
             if spec.mode == "drain":
@@ -329,11 +333,45 @@ class _Worker:
                 self._next_trigger = time.monotonic() + spec.trigger_interval_s
                 self._flush_partial()
             self._commit()
+            self._publish_progress(client)
 
     def _flush_partial(self) -> None:
         partial = self.batches.partial()
         if partial:
             self._process(partial)
+
+    def _publish_progress(self, client, force: bool = False) -> None:
+        """Write this attempt's progress znode (at most every PROGRESS_INTERVAL_S unless
+        ``force``): the driver's progress lines and the summary's count of every attempt
+        read it. Persistent, so a killed attempt's count stays until the run ends. Only
+        for reporting: trouble writing it is logged, never fatal."""
+        now = time.monotonic()
+        if not force and now < self._next_progress:
+            return
+        self._next_progress = now + PROGRESS_INTERVAL_S
+        data = protocol.encode_spark_progress(protocol.SparkProgress(
+            self.ctx.records, self.ctx.batches, self._lag(), time.time()))
+        path = f"{protocol.spark_progress_path(self.spec.run_id)}/{self.ctx.consumer_id}"
+        try:
+            if self._progress_created:
+                client.set(path, data)
+            else:
+                client.create(path, data, makepath=True)
+                self._progress_created = True
+        except KazooException as e:
+            log.debug("worker %s: progress not published: %s", self.ctx.consumer_id, e)
+
+    def _lag(self) -> Optional[int]:
+        """Records behind the end offsets of this member's partitions (None: not known now)."""
+        try:
+            assigned = self.consumer.assignment()
+            if not assigned:
+                return 0
+            ends = self.consumer.end_offsets(assigned)
+            return sum(max(0, ends[tp] - self.consumer.position(tp)) for tp in assigned if tp in ends)
+        except Exception as e:  # only for the progress report: never the worker's failure
+            log.debug("worker %s: lag not known now: %s", self.ctx.consumer_id, e)
+            return None
 
     def _barrier(self, client) -> None:
         """Mark this worker flushed; wait until every live worker of the run has (bounded)."""

@@ -3,8 +3,18 @@
 :func:`run_pipeline` reads a topic through a consumer group on Spark (:class:`GroupJob`)
 and writes
 
-    <out>/records/<topic>-<partition>/<start:020d>-<end:020d>.parquet   every record, once
-    <out>/counts/                                                     per-key counts (Parquet)
+    <out>/records/topic=<topic>/partition=<p>/<start:020d>-<end:020d>.parquet   every record, once
+    <out>/records/_SUCCESS        JSON manifest, written when a run ended cleanly
+    <out>/counts/                 per-key counts (Parquet)
+
+What readers get: ``spark.read.parquet("<out>/records")`` returns every record once with
+Spark's Kafka-source schema (:data:`KAFKA_SCHEMA_DDL`; ``topic`` and ``partition`` are in the
+files and in the Hive-style directory names, whose discovered types agree unless a topic
+name is a number: :func:`read_records` gives the schema explicitly). Files appear only by
+rename from hidden names (``.…tmp``, which Spark skips), so a reader never sees a half-written
+one, and every file in place is final. ``_SUCCESS`` is removed when a run starts and written
+(atomically) when it returned cleanly; it names the run, the committed offsets and the
+offset ranges in place. An output directory of an older layout is refused.
 
 Why the output is exactly once although consumption is at-least-once: batch boundaries do
 not depend on timing. A worker cuts a partition's records at offsets that are multiples of
@@ -31,7 +41,12 @@ from ZooKeeper that keeps writing after its partitions moved (a zombie), and Kaf
 whose offsets have gaps (transactional producers' commit markers, compaction): batches are
 cut at offsets, and a drain ends when the records reach the snapshot.
 
-pyarrow and pyspark are imported only when a batch is written or the keys are counted.
+Speed: on the embedded log a batch's columns are read from the log again as arrays
+(``Log.fetch_columns``: the stored bytes and offsets become Arrow buffers, no object per
+record; the same bytes the records came from, the log being immutable); on Kafka they are
+taken from the records in C (``map(itemgetter)``, no per-record Python code). Parquet's
+dictionary encoding and statistics are kept to the columns where they pay. pyarrow and
+pyspark are imported only when a batch is written or the keys are counted.
 """
 from __future__ import annotations
 
@@ -40,55 +55,184 @@ import logging
 import os
 import re
 import uuid
+from array import array
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
+from coordinator.errors import ZkGroupsError
 from consumer.spark.driver import GroupJob, JobSummary
 
 log = logging.getLogger("zkgroups.pipeline")
 
 RECORDS_DIR = "records"
 COUNTS_DIR = "counts"
+#: Written into the records directory when a run ended cleanly: JSON (:func:`write_success`).
+SUCCESS_FILE = "_SUCCESS"
+#: Records per file unless told otherwise (``--batch-size``): at ~100-byte values about 10 MB
+#: per file before compression, a worker holding at most this many records per partition.
+DEFAULT_BATCH_SIZE = 100_000
 _FILE = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
+_PARTITION_DIR = re.compile(r"^topic=([a-zA-Z0-9._-]+)/partition=(\d+)$")
+
+
+def partition_dir(records_dir: str, topic: str, partition: int) -> str:
+    """``<records>/topic=<topic>/partition=<partition>``: Hive-style, so Spark's partition
+    discovery finds the two columns (topic names need no escaping: [a-zA-Z0-9._-])."""
+    return os.path.join(records_dir, f"topic={topic}", f"partition={partition}")
+
+
+def partition_dirs(records_dir: str) -> Dict[str, str]:
+    """``{"topic-partition": directory}`` of every partition directory under ``records_dir``."""
+    found = {}
+    for d in glob.glob(os.path.join(glob.escape(records_dir), "topic=*", "partition=*")):
+        m = _PARTITION_DIR.match(os.path.relpath(d, records_dir).replace(os.sep, "/"))
+        if m and os.path.isdir(d):
+            found[f"{m.group(1)}-{int(m.group(2))}"] = d
+    return found
+
+
+def foreign_entries(records_dir: str) -> List[str]:
+    """Entries of ``records_dir`` that are not this layout (e.g. ``<topic>-<partition>/``
+    directories of an older layout): their records would not be seen, so a run refuses."""
+    return sorted(n for n in _names(records_dir)
+                  if not n.startswith(("_", ".")) and not (n.startswith("topic=") and
+                                                         os.path.isdir(os.path.join(records_dir, n))))
 
 
 # ---------------------------------------------------------------- the sink (runs on the executors)
+
+#: The columns of every record, as Spark's Kafka source has them (``spark.read.parquet`` of the
+#: records directory gives exactly this schema; ``topic`` and ``partition`` are also the
+#: Hive-style directories, whose discovered types match as long as a topic name is not a number).
+KAFKA_SCHEMA_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
+                    "timestampType INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
+#: Kafka's CreateTime: the producer's timestamp (the only kind the log keeps).
+CREATE_TIME = 0
+
 
 def _schema():
     import pyarrow as pa
 
     return pa.schema([
-        ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.int64()),
-        ("key", pa.binary()), ("value", pa.binary()),
+        ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+        ("offset", pa.int64()), ("timestamp", pa.timestamp("ms", tz="UTC")), ("timestampType", pa.int32()),
         ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
     ])
 
 
+_KEY, _TIMESTAMP, _VALUE, _HEADERS = itemgetter(4), itemgetter(3), itemgetter(5), itemgetter(6)
+
+
 def records_table(tp, recs):
-    """One partition's contiguous records as an Arrow table of :func:`_schema` (Kafka's
-    columns: key, value, topic, partition, offset, timestamp, headers). Columns are built
-    from the transposed records (one pass in C, no per-record Python calls); the offsets
-    of a contiguous run are a range, and the headers column of a batch without headers is
-    built empty at once."""
+    """One partition's contiguous records as an Arrow table of :func:`_schema` (Spark's Kafka
+    source columns). Each column is taken from the records in C (``map(itemgetter)``, one
+    ``pa.array`` call); the offsets of a contiguous run are a range, the constant columns are
+    repeated scalars, and a batch without keys or headers gets those columns built at once."""
     import pyarrow as pa
 
     schema = _schema()
     n = len(recs)
-    _, _, _, timestamps, keys, values, headers = zip(*recs)
+    keys = list(map(_KEY, recs))
+    key_col = pa.nulls(n, pa.binary()) if keys.count(None) == n else pa.array(keys, pa.binary())
+    headers = list(map(_HEADERS, recs))
+    header_type = schema.field("headers").type
     if any(headers):
-        header_col = pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], schema.field("headers").type)
+        header_col = pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], header_type)
     else:
-        header_col = pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()),
-                                              pa.array([], schema.field("headers").type.value_type))
+        header_col = pa.ListArray.from_arrays(_fixed_width(pa.int32(), "i", bytes(4 * (n + 1)), n + 1),
+                                              pa.array([], header_type.value_type))
+    first = recs[0].offset
     return pa.Table.from_arrays([
+        key_col,
+        pa.array(list(map(_VALUE, recs)), pa.binary()),
         pa.repeat(pa.scalar(tp.topic, pa.string()), n),
         pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
-        pa.array(range(recs[0].offset, recs[0].offset + n), pa.int64()),
-        pa.array(timestamps, pa.int64()),
-        pa.array(keys, pa.binary()),
-        pa.array(values, pa.binary()),
+        _arange(pa.int64(), first, n),
+        _fixed_width(schema.field("timestamp").type, "q", map(_TIMESTAMP, recs), n),
+        pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
         header_col,
     ], schema=schema)
+
+
+def columns_table(tp, chunks):
+    """The same table as :func:`records_table`, from the embedded log's :class:`Columns`
+    (``Log.fetch_columns``): each column made from the stored bytes and arrays by Arrow, in C,
+    with no Python object per record (headers aside)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    schema = _schema()
+    header_type = schema.field("headers").type
+    columns: List[list] = [[] for _ in schema]
+    for c in chunks:
+        n = c.count
+        if c.value_starts is None:
+            offsets = _arange(pa.int32(), 0, n + 1, c.value_size)
+            first, last = c.value_pos, c.value_pos + c.value_size * n
+        else:
+            offsets, first, last = _relative(c.value_starts, n)
+        values = pa.Array.from_buffers(pa.binary(), n, [None, offsets.buffers()[1],
+                                                        pa.py_buffer(memoryview(c.buf)[first:last])])
+        if c.key_starts is None:
+            keys = pa.nulls(n, pa.binary())
+        else:
+            key_offsets, first, last = _relative(c.key_starts, n)
+            present = pc.greater_equal(_fixed_width(pa.int32(), "i", c.key_lengths, n), 0)
+            validity = None if pc.all(present).as_py() else present.buffers()[1]
+            keys = pa.Array.from_buffers(pa.binary(), n, [validity, key_offsets.buffers()[1],
+                                                          pa.py_buffer(memoryview(c.buf)[first:last])])
+        if c.headers is not None and any(c.headers):
+            headers = pa.array([[{"key": k, "value": v} for k, v in h] for h in c.headers], header_type)
+        else:
+            headers = pa.ListArray.from_arrays(_fixed_width(pa.int32(), "i", bytes(4 * (n + 1)), n + 1),
+                                               pa.array([], header_type.value_type))
+        for k, column in enumerate([
+                keys, values,
+                pa.repeat(pa.scalar(tp.topic, pa.string()), n),
+                pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
+                _arange(pa.int64(), c.base, n),
+                _fixed_width(schema.field("timestamp").type, "q", c.timestamps, n),
+                pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
+                headers]):
+            columns[k].append(column)
+    return pa.Table.from_arrays([pa.chunked_array(col, f.type) for col, f in zip(columns, schema)], schema=schema)
+
+
+def _arange(arrow_type, start: int, n: int, step: int = 1):
+    """``start, start + step, ...`` (``n`` values) as an Arrow array, computed in C."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.cumulative_sum(pa.repeat(pa.scalar(step, arrow_type), n), start=pa.scalar(start - step, arrow_type))
+
+
+def _relative(starts, n: int):
+    """``(int32 offsets from 0, first byte, end byte)`` of ``n + 1`` absolute positions."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    absolute = _fixed_width(pa.int64(), "q", starts, n + 1)
+    return pc.subtract(absolute, starts[0]).cast(pa.int32()), starts[0], starts[n]
+
+
+def _fixed_width(arrow_type, typecode: str, values, n: int):
+    """An Arrow array of ``n`` fixed-width ``values`` without nulls, filled in C through the
+    buffer of an ``array.array`` (``values`` may be bytes: taken as the buffer itself)."""
+    import pyarrow as pa
+
+    data = values if isinstance(values, (bytes, array)) else array(typecode, values)
+    return pa.Array.from_buffers(arrow_type, n, [None, pa.py_buffer(data)])
+
+
+def write_records(table, path: str) -> None:
+    """Write ``table`` as Parquet: snappy; dictionary encoding and statistics only where
+    they pay (the constant and ordered columns; not the keys and values, which cost most to
+    encode and which no reader filters by min/max)."""
+    import pyarrow.parquet as pq
+
+    pq.write_table(table, path, compression="snappy", use_dictionary=["topic", "partition", "timestampType"],
+                   write_statistics=["topic", "partition", "offset", "timestamp", "timestampType"])
 
 
 class ParquetBatchWriter:
@@ -99,14 +243,17 @@ class ParquetBatchWriter:
     """
 
     def __init__(self, records_dir: str, after_write: Optional[Callable] = None, fsync: bool = True,
-                 align: Optional[int] = None):
+                 align: Optional[int] = None, data_dir: str = ""):
         self.records_dir = os.path.abspath(records_dir)
         self.after_write = after_write
         self.fsync = fsync
         self.align = align  # the job's batch size: where a batch is cut when no file says otherwise
+        # The embedded log the job reads ("": Kafka): a batch's columns are read from it again,
+        # as arrays, rather than built from its records (same offsets, same bytes: the log is immutable).
+        self.data_dir = data_dir
 
     def partition_dir(self, tp) -> str:
-        return os.path.join(self.records_dir, f"{tp.topic}-{tp.partition}")
+        return partition_dir(self.records_dir, tp.topic, tp.partition)
 
     def path(self, tp, start: int, end: int) -> str:
         return os.path.join(self.partition_dir(tp), f"{start:020d}-{end:020d}.parquet")
@@ -142,19 +289,17 @@ class ParquetBatchWriter:
         return any(a <= start and end <= b and (a, b) != (start, end) for a, b in self.spans(tp))
 
     def __call__(self, batch) -> None:
-        import pyarrow.parquet as pq
-
         for tp, recs in batch.records.items():
             start, end = recs[0].offset, recs[-1].offset + 1
             if self.already_written(tp, start, end):
                 continue  # offsets moved back: these records are in place already
             d = self.partition_dir(tp)
             os.makedirs(d, exist_ok=True)
-            table = records_table(tp, recs)
             final = self.path(tp, start, end)
+            # Hidden until renamed: readers (Spark skips names starting with "." or "_") never see it half-written.
             tmp = os.path.join(d, f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.tmp")
             try:
-                pq.write_table(table, tmp)
+                write_records(self.table(tp, recs), tmp)
                 if self.fsync:
                     _fsync_file(tmp)
                 os.replace(tmp, final)  # a redone batch replaces the same name with the same records
@@ -165,6 +310,34 @@ class ParquetBatchWriter:
                 _fsync_file(d)
         if self.after_write is not None:
             self.after_write(batch)
+
+
+    def table(self, tp, recs):
+        """The batch's Arrow table: from the embedded log's columns when the job reads one,
+        else (Kafka, or the log cannot give them now) from the records."""
+        if self.data_dir:
+            start, end = recs[0].offset, recs[-1].offset + 1
+            try:
+                chunks = _reader(self.data_dir).fetch_columns(tp.topic, tp.partition, start, end)
+            except (ZkGroupsError, OSError) as e:
+                log.debug("%s [%d, %d): columns not read from the log (%s); built from the records", tp, start,
+                          end, e)
+            else:
+                if sum(c.count for c in chunks) == len(recs):
+                    return columns_table(tp, chunks)
+        return records_table(tp, recs)
+
+
+_READERS: Dict[str, object] = {}  # data_dir -> Log: one reader per Python worker process, reused by its tasks
+
+
+def _reader(data_dir: str):
+    from consumer.log import Log
+
+    reader = _READERS.get(data_dir)
+    if reader is None:
+        reader = _READERS[data_dir] = Log(data_dir)
+    return reader
 
 
 def _names(d: str) -> List[str]:
@@ -197,21 +370,23 @@ class OutputReport:
     records: int = 0                      # by file ranges
     overlaps: int = 0                     # offsets covered by more than one file (should be 0)
     ranges: Dict[str, List[Tuple[int, int]]] = field(default_factory=dict)  # merged, per partition
+    written: int = 0                      # offsets whose file appeared during this run (any attempt's)
     distinct_keys: int = 0
     counted: int = 0                      # records counted by the Spark job
     counts_dir: str = ""
+    success_file: str = ""                # the run's _SUCCESS manifest ("" when the run did not end cleanly)
 
 
 def scan_output(records_dir: str) -> OutputReport:
     """Files and offset ranges by name; removes leftover temporary files of dead workers."""
     report = OutputReport()
-    for d in sorted(glob.glob(os.path.join(records_dir, "*"))):
+    for name, d in sorted(partition_dirs(records_dir).items()):
         spans = []
-        for name in _names(d):
-            if name.startswith(".") and name.endswith(".tmp"):
-                _remove_quietly(os.path.join(d, name))
+        for entry in _names(d):
+            if entry.startswith(".") and entry.endswith(".tmp"):
+                _remove_quietly(os.path.join(d, entry))
                 continue
-            m = _FILE.match(name)
+            m = _FILE.match(entry)
             if m:
                 spans.append((int(m.group(1)), int(m.group(2))))
         spans.sort()
@@ -227,8 +402,38 @@ def scan_output(records_dir: str) -> OutputReport:
             else:
                 merged.append((a, b))
         if merged:
-            report.ranges[os.path.basename(d)] = merged
+            report.ranges[name] = merged
     return report
+
+
+def write_success(records_dir: str, summary: JobSummary, report: OutputReport, topic: str) -> str:
+    """Write ``<records>/_SUCCESS`` (atomically: hidden temporary file, then rename): JSON
+    naming the run, the group's committed offsets and the offset ranges in place. Present
+    only after a run that ended cleanly (removed when the next run starts); every file a
+    reader sees is complete either way, since files appear only by rename."""
+    import json
+    import time
+
+    path = os.path.join(records_dir, SUCCESS_FILE)
+    manifest = {"group": summary.group_id, "topic": topic, "mode": summary.mode, "app_id": summary.app_id,
+                "run_id": summary.run_id, "finished_at": time.time(), "complete": summary.complete,
+                "committed": summary.committed, "files": report.files, "records": report.records,
+                "ranges": report.ranges}
+    tmp = os.path.join(records_dir, f".{SUCCESS_FILE}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            json.dump(manifest, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    return path
+
+
+def read_records(spark, records_dir: str):
+    """The records under ``records_dir`` as a DataFrame of Spark's Kafka-source schema
+    (:data:`KAFKA_SCHEMA_DDL`, given explicitly so the types never depend on discovery)."""
+    return spark.read.schema(KAFKA_SCHEMA_DDL).parquet(records_dir)
 
 
 def count_keys(spark, records_dir: str, counts_dir: str, deduplicate: bool = True) -> Tuple[int, int]:
@@ -239,10 +444,8 @@ def count_keys(spark, records_dir: str, counts_dir: str, deduplicate: bool = Tru
     from pyspark.sql import functions as F
     from pyspark.sql.types import LongType, StructField, StructType, BinaryType, StringType
 
-    dirs = sorted(d for d in glob.glob(os.path.join(records_dir, "*"))
-                  if any(_FILE.match(n) for n in _names(d)))
-    if dirs:
-        df = spark.read.parquet(*dirs)  # one directory per partition (hidden .tmp files are skipped)
+    if partition_dirs(records_dir):
+        df = read_records(spark, records_dir)  # hidden temporary files and _SUCCESS are skipped
         if deduplicate:
             df = df.dropDuplicates(["topic", "partition", "offset"])  # distinct records, whatever the files
         counts = df.groupBy("key").count().withColumn("key_text", F.col("key").cast("string")) \
@@ -269,10 +472,10 @@ class PipelineResult:
 
 def run_pipeline(spark, *, zk: str, group: str, topic: str, out: str, data_dir: Optional[str] = None,
                  bootstrap_servers: Optional[str] = None, kafka: Optional[Mapping[str, object]] = None,
-                 workers: int = 2, mode: str = "drain", duration_s: Optional[float] = None, batch_size: int = 10000,
-                 stop_file: Optional[str] = None, consumer_config: Optional[dict] = None,
-                 after_write: Optional[Callable] = None, job_ready: Optional[Callable] = None,
-                 fsync: bool = True, **job_options) -> PipelineResult:
+                 workers: int = 2, mode: str = "drain", duration_s: Optional[float] = None,
+                 batch_size: int = DEFAULT_BATCH_SIZE, stop_file: Optional[str] = None,
+                 consumer_config: Optional[dict] = None, after_write: Optional[Callable] = None,
+                 job_ready: Optional[Callable] = None, fsync: bool = True, **job_options) -> PipelineResult:
     """Consume ``topic`` through ``group`` on Spark into ``out`` (see the module docstring):
     from Kafka with ``bootstrap_servers`` and librdkafka properties ``kafka``, else from the
     embedded log under ``data_dir`` (:class:`GroupJob`'s rule). ``job_ready(job)`` is called
@@ -280,16 +483,27 @@ def run_pipeline(spark, *, zk: str, group: str, topic: str, out: str, data_dir: 
     :class:`GroupJob` (``trigger_interval_s``, ``max_worker_deaths``, ``death_window_s``, ...)."""
     records_dir = os.path.join(os.path.abspath(out), RECORDS_DIR)
     os.makedirs(records_dir, exist_ok=True)
+    foreign = foreign_entries(records_dir)
+    if foreign:
+        raise ZkGroupsError(f"{records_dir} holds {', '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}, "
+                            "which is not topic=<topic>/partition=<p>/ output: move it away (its records would "
+                            "not be seen, and be written again)")
+    _remove_quietly(os.path.join(records_dir, SUCCESS_FILE))  # present again only if this run ends cleanly
+    before = scan_output(records_dir).records
     writer = ParquetBatchWriter(records_dir, after_write, fsync, align=batch_size)
     job = GroupJob(spark, group, [topic], writer, zk=zk, data_dir=data_dir, bootstrap_servers=bootstrap_servers,
                    kafka=kafka, workers=workers, mode=mode,
                    duration_s=duration_s, stop_file=stop_file, align=batch_size, batch_end=writer.existing_end,
                    flush_partial=True, consumer_config=consumer_config, **job_options)
+    writer.data_dir = job.data_dir  # the embedded log's directory, "" on Kafka (the job decided)
     if job_ready is not None:
         job_ready(job)
     summary = job.run()
     report = scan_output(records_dir)
+    report.written = max(0, report.records - before)
     report.counts_dir = os.path.join(os.path.abspath(out), COUNTS_DIR)
     report.distinct_keys, report.counted = count_keys(spark, records_dir, report.counts_dir,
                                                       deduplicate=report.overlaps > 0)
+    if not report.overlaps:
+        report.success_file = write_success(records_dir, summary, report, topic)
     return PipelineResult(summary, report)

@@ -27,6 +27,7 @@ import time
 
 from consumer.log import Log
 from consumer.spark import GroupJob, local_session, run_pipeline
+from consumer.spark.sink import DEFAULT_BATCH_SIZE
 from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.topics import TopicRegistry
 from tests.benchmarks.common import Row, Timer, print_table, scratch_dir, zk_client, workload_parser, zookeeper
@@ -111,7 +112,7 @@ def main(argv=None) -> None:
     ap = workload_parser("spark", __doc__, rounds=3)
     ap.add_argument("--workers", type=int, default=2, help="group members (Spark tasks)")
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--batch-size", type=int, default=10000, help="the pipeline's records per file")
+    ap.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="the pipeline's records per file")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("kazoo").setLevel(logging.ERROR)
