@@ -4,7 +4,7 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 
-from typing import List, NamedTuple, Optional, Sequence, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 
 class TopicPartition(NamedTuple):
@@ -24,21 +24,6 @@ class ConsumerRecord(NamedTuple):
     key: Optional[bytes]
     value: bytes
     headers: Tuple[Tuple[str, bytes], ...] = ()
-
-
-class RecordColumns(NamedTuple):
-    """Contiguous records of one partition column by column, without an object per record (what
-    a columnar reader such as the Spark data source takes): record k has the offset
-    ``first_offset + k`` and the value ``buf[value_starts[k]:value_starts[k + 1]]``."""
-    topic: str
-    partition: int
-    first_offset: int
-    count: int
-    timestamps: Sequence[int]                       # ms since the epoch
-    keys: Optional[List[Optional[bytes]]]           # None: no record has a key
-    buf: bytes
-    value_starts: Sequence[int]                     # count + 1 positions in buf
-    headers: Optional[List[Tuple[Tuple[str, bytes], ...]]]  # None: no record has headers
 
 
 class RecordMetadata(NamedTuple):

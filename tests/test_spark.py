@@ -292,7 +292,7 @@ def test_batches_read_as_columns_from_the_log_equal_those_built_from_records(tmp
         lg.append("t", 0, [(None, b"", 5, ())] * 3)
         for a, b in [(0, 123), (10, 60), (55, 95), (89, 123), (122, 123), (3, 4)]:
             want = records_table(tp, lg.fetch("t", 0, a, max_records=b - a, max_bytes=1 << 30))
-            got = columns_table(tp, lg.fetch_columns("t", 0, a, b))
+            got = columns_table(tp, lg.fetch_columns("t", 0, a, max_records=b - a, max_bytes=1 << 40))
             assert got.schema == want.schema and got.to_pylist() == want.to_pylist(), (a, b)
 
 

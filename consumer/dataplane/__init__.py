@@ -24,7 +24,7 @@ import abc
 import os
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
-from consumer.records import ConsumerRecord, RecordColumns, TopicPartition
+from consumer.records import ConsumerRecord, TopicPartition
 
 ENV_BOOTSTRAP_SERVERS = "KAFKA_BOOTSTRAP_SERVERS"
 
@@ -65,9 +65,10 @@ class DataPlane(abc.ABC):
         ``max_bytes``); [] at the end. Raises OffsetOutOfRange below the earliest offset."""
 
     def fetch_columns(self, tp: TopicPartition, offset: int, max_records: int = 500,
-                      max_bytes: int = 1 << 20) -> Optional[List[RecordColumns]]:
-        """What :meth:`fetch` returns, column by column, where the data plane has its records in
-        columns (the embedded log); None where it has not (call :meth:`fetch`)."""
+                      max_bytes: int = 1 << 20) -> Optional[list]:
+        """What :meth:`fetch` returns, column by column (the embedded log's
+        :class:`~consumer.log.Columns`, one per stored batch), where the data plane keeps its
+        records in columns; None where it does not (call :meth:`fetch`)."""
         return None
 
     @abc.abstractmethod

@@ -6,8 +6,8 @@ from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from consumer.dataplane import DataPlane, Record
 from consumer.fetcher import Fetcher
-from consumer.log import Log
-from consumer.records import ConsumerRecord, RecordColumns, TopicPartition
+from consumer.log import Columns, Log
+from consumer.records import ConsumerRecord, TopicPartition
 from coordinator.errors import IllegalStateError
 from coordinator.topics import TopicRegistry
 
@@ -46,7 +46,7 @@ class EmbeddedDataPlane(DataPlane):
         return self.log.fetch(tp.topic, tp.partition, offset, max_records=max_records, max_bytes=max_bytes)
 
     def fetch_columns(self, tp: TopicPartition, offset: int, max_records: int = 500,
-                      max_bytes: int = 1 << 20) -> List[RecordColumns]:
+                      max_bytes: int = 1 << 20) -> List[Columns]:
         return self.log.fetch_columns(tp.topic, tp.partition, offset, max_records=max_records, max_bytes=max_bytes)
 
     def open_fetcher(self, *, group_id: str, max_poll_records: int, max_partition_fetch_bytes: int,

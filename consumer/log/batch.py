@@ -42,7 +42,7 @@ from functools import lru_cache
 from itertools import accumulate, chain, groupby, islice, repeat
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
-from consumer.records import ConsumerRecord, RecordColumns, records_built
+from consumer.records import ConsumerRecord, records_built
 from coordinator.errors import LogCorrupted
 
 Record = Tuple[Optional[bytes], bytes, int, Sequence[Tuple[str, Optional[bytes]]]]
@@ -318,18 +318,6 @@ class Batch:
                 self.timestamps(i, j), repeat(None) if keys is None else keys, values,
                 repeat(()) if headers is None else headers)))
 
-    def columns(self, i: int, j: int) -> RecordColumns:
-        """Records ``i`` to ``j - 1`` column by column: the values stay in the batch's buffer."""
-        n = j - i
-        if self.value_starts is None:
-            first = self.value_pos + i * self.value_size
-            value_starts = range(first, first + (n + 1) * self.value_size, self.value_size)
-        else:
-            value_starts = self.value_starts[i:j + 1]
-        timestamps = self.ts[i:j] if self.ts is not None else array("q", islice(self.timestamps(i, j), n))
-        return RecordColumns(self.topic, self.partition, self.base + i, n, timestamps, self._keys(i, j), self.buf,
-                             value_starts, self._headers(i, j))
-
     def _keys(self, i: int, j: int) -> Optional[List[Optional[bytes]]]:
         if self.key_starts is None:
             return None
@@ -349,32 +337,19 @@ class Batch:
                                f"decoded ({e})", end) from None
 
     def columns(self, i: int, j: int) -> Columns:
-        """Records ``i`` to ``j - 1`` as :class:`Columns`: array slices and run expansions in
-        C, no object per record (headers aside, which are decoded per record)."""
+        """Records ``i`` to ``j - 1`` as :class:`Columns`: array slices, no object per record
+        (headers aside, decoded per record; LogCorrupted as for :meth:`records`)."""
         n = j - i
-        if self.ts is not None:
-            timestamps = self.ts[i:j]
-        elif self.run_ts is None:
-            timestamps = array("q", (self.min_ts,)) * n
-        else:
-            timestamps = array("q")
-            r = bisect_right(self.run_ends, i)
-            at = i
-            while at < j:
-                upto = min(self.run_ends[r], j)
-                timestamps += array("q", (self.run_ts[r],)) * (upto - at)
-                at, r = upto, r + 1
-        headers = None
-        if self.header_starts is not None:
-            headers = [rec.headers for rec in self.records(i, j)]  # LogCorrupted as for records()
+        fixed = self.value_starts is None
         return Columns(
-            self.buf, self.base + i, n, timestamps,
-            None if self.value_starts is None else self.value_starts[i:j + 1],
-            0 if self.value_starts is not None else self.value_pos + i * self.value_size,
-            0 if self.value_starts is not None else self.value_size,
+            self.buf, self.base + i, n,
+            self.ts[i:j] if self.ts is not None else array("q", islice(self.timestamps(i, j), n)),
+            None if fixed else self.value_starts[i:j + 1],
+            self.value_pos + i * self.value_size if fixed else 0,
+            self.value_size if fixed else 0,
             None if self.key_starts is None else self.key_starts[i:j + 1],
             None if self.key_starts is None else self.key_lengths[i:j],
-            headers)
+            self._headers(i, j))
 
 
 class Columns(NamedTuple):

@@ -64,7 +64,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from consumer.log.batch import Batch, Columns, Encoded, Record, decode, span
 from consumer.log.segment import HOLE, Segment, segment_base, segment_name
-from consumer.records import ConsumerRecord, RecordColumns
+from consumer.records import ConsumerRecord
 from coordinator.errors import (IllegalStateError, InvalidConfig, InvalidPartitions, LogCorrupted,
                                 OffsetOutOfRange)
 from coordinator.protocol import validate_name
@@ -167,9 +167,10 @@ class Log:
         return out
 
     def fetch_columns(self, topic: str, partition: int, offset: int, max_records: int = 500,
-                      max_bytes: int = 1 << 20) -> List[RecordColumns]:
-        """What :meth:`fetch` returns, column by column (one :class:`RecordColumns` per stored
-        batch it spans), without building a record object each."""
+                      max_bytes: int = 1 << 20) -> List[Columns]:
+        """What :meth:`fetch` returns, column by column (one :class:`Columns` per stored batch
+        it spans, in offset order), without building an object per record: for readers that
+        want arrays (Arrow), not records."""
         return self._locked_read(topic, partition, offset, max_records, max_bytes, Batch.columns)
 
     def _locked_read(self, topic: str, partition: int, offset: int, max_records: int, max_bytes: int, build) -> list:
@@ -180,29 +181,6 @@ class Log:
             except FileNotFoundError:  # a segment went away under us (retention elsewhere)
                 self._refresh(p)
                 return self._read(p, offset, max_records, max_bytes, build)
-
-    def fetch_columns(self, topic: str, partition: int, start: int, end: int) -> List[Columns]:
-        """Records ``start`` to ``end - 1`` as columns, one :class:`Columns` per stored batch
-        they span, in offset order: for readers that want arrays, not records (no object per
-        record is built). Raises :class:`OffsetOutOfRange` unless ``earliest <= start <= end
-        <= latest``, and :class:`LogCorrupted` for damaged data; fewer records than asked
-        only at an incomplete tail."""
-        p = self._partition(topic, partition)
-        with p.lock:
-            self._refresh_for(p, max(start, end - 1))
-            if start < p.earliest or end > p.latest or start > end:
-                raise OffsetOutOfRange(p.topic, p.partition, start if start < p.earliest else end,
-                                       p.earliest, p.latest)
-            out: List[Columns] = []
-            offset = start
-            while offset < end:
-                batch = self._batch_at(p, offset)
-                if batch is None:
-                    break
-                i, j = offset - batch.base, min(batch.count, end - batch.base)
-                out.append(batch.columns(i, j))
-                offset = batch.base + j
-            return out
 
     def earliest_offset(self, topic: str, partition: int) -> int:
         """The first retained offset (``latest_offset`` when the partition is empty)."""

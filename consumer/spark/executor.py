@@ -382,8 +382,11 @@ class _Worker:
         session_s = self.spec.consumer_config.get("session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS) / 1000.0
         give_up = started + session_s + BARRIER_TIMEOUT_S
         while True:
-            workers = set(client.get_children(protocol.spark_workers_path(run_id)))
-            waiting = workers - set(client.get_children(protocol.spark_flushed_path(run_id)))
+            # Flushed marks first: a worker that has left since drops out of both listings at once
+            # (its ephemeral znodes go with its session), so it is never taken for one that has
+            # not flushed; one that flushes between the two reads is only waited for once more.
+            flushed = set(client.get_children(protocol.spark_flushed_path(run_id)))
+            waiting = set(client.get_children(protocol.spark_workers_path(run_id))) - flushed
             if not waiting:
                 break
             # Read right after seeing a worker that has not flushed: any generation applied so

@@ -109,6 +109,8 @@ KAFKA_SCHEMA_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offs
                     "timestampType INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
 #: Kafka's CreateTime: the producer's timestamp (the only kind the log keeps).
 CREATE_TIME = 0
+#: A fetch bound no batch reaches: a batch's columns are read in one call.
+WHOLE_BATCH_BYTES = 1 << 62
 
 
 def _schema():
@@ -318,7 +320,8 @@ class ParquetBatchWriter:
         if self.data_dir:
             start, end = recs[0].offset, recs[-1].offset + 1
             try:
-                chunks = _reader(self.data_dir).fetch_columns(tp.topic, tp.partition, start, end)
+                chunks = _reader(self.data_dir).fetch_columns(tp.topic, tp.partition, start, max_records=end - start,
+                                                              max_bytes=WHOLE_BATCH_BYTES)
             except (ZkGroupsError, OSError) as e:
                 log.debug("%s [%d, %d): columns not read from the log (%s); built from the records", tp, start,
                           end, e)

@@ -93,8 +93,6 @@ SCHEMA = StructType([
     StructField("headers", ArrayType(StructType([StructField("key", StringType()),
                                                  StructField("value", BinaryType())]))),
 ])
-#: ``timestampType`` of every record: CreateTime (Kafka's 0).
-CREATE_TIME = 0
 #: Records per data-plane fetch, and so per Arrow record batch.
 FETCH_RECORDS = 10_000
 FETCH_BYTES = 64 << 20
@@ -345,6 +343,8 @@ def read_range(options: SourceOptions, r: Range) -> Iterator:
     per record)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    from consumer.spark.sink import columns_table, records_table
+
     schema = to_arrow_schema(SCHEMA, timezone="UTC")
     tp = TopicPartition(r.topic, r.partition)
     with options.plane() as plane:
@@ -356,74 +356,15 @@ def read_range(options: SourceOptions, r: Range) -> Iterator:
                 recs = plane.fetch(tp, offset, max_records=want, max_bytes=FETCH_BYTES)
                 if recs and recs[-1].offset >= r.end:
                     recs = [rec for rec in recs if rec.offset < r.end]
-                batches = [record_batch(schema, tp, recs)] if recs else []
+                table = records_table(tp, recs) if recs else None
                 next_offset = recs[-1].offset + 1 if recs else offset
             else:
-                batches = [columns_batch(schema, cols) for cols in parts]
-                next_offset = parts[-1].first_offset + parts[-1].count if parts else offset
+                table = columns_table(tp, parts) if parts else None
+                next_offset = parts[-1].base + parts[-1].count if parts else offset
             if next_offset <= offset:
                 raise RuntimeError(f"{tp}: no records at offset {offset} (below {r.end})")
-            yield from batches
+            yield from table.cast(schema).to_batches()  # the pipeline's columns, Spark's timestamp unit
             offset = next_offset
-
-
-def record_batch(schema, tp: TopicPartition, recs):
-    """Records of one partition as an Arrow record batch of ``schema`` (columns built from the
-    transposed records: no Python call per record)."""
-    import pyarrow as pa
-
-    _, _, offsets, timestamps, keys, values, headers = zip(*recs)
-    return _arrow_batch(schema, tp, len(recs), pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
-                        pa.array(offsets, pa.int64()), pa.array(timestamps, pa.int64()),
-                        headers if any(headers) else None)
-
-
-def columns_batch(schema, cols):
-    """:class:`~consumer.records.RecordColumns` as an Arrow record batch of ``schema``: the
-    values are the stored bytes, with their start positions as Arrow's offsets."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    n, first, last = cols.count, cols.value_starts[0], cols.value_starts[-1]
-    starts = _int64s(cols.value_starts, n + 1)
-    value_offsets = pc.subtract(starts, pa.scalar(first, pa.int64())).cast(pa.int32())
-    values = pa.Array.from_buffers(pa.binary(), n, [None, value_offsets.buffers()[1],
-                                                    pa.py_buffer(memoryview(cols.buf)[first:last])])
-    keys = pa.nulls(n, pa.binary()) if cols.keys is None else pa.array(cols.keys, pa.binary())
-    return _arrow_batch(schema, TopicPartition(cols.topic, cols.partition), n, keys, values,
-                        pa.array(range(cols.first_offset, cols.first_offset + n), pa.int64()),
-                        _int64s(cols.timestamps, n), cols.headers)
-
-
-def _int64s(values, n: int):
-    """An Arrow int64 array of ``values`` (an ``array('q')`` is taken as it is, without a copy)."""
-    import pyarrow as pa
-    from array import array
-
-    if isinstance(values, array) and values.typecode == "q":
-        return pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(values)])
-    return pa.array(values, pa.int64())
-
-
-def _arrow_batch(schema, tp: TopicPartition, n: int, keys, values, offsets, timestamps_ms, headers):
-    import pyarrow as pa
-
-    headers_type = schema.field("headers").type
-    if headers:
-        header_col = pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], headers_type)
-    else:
-        header_col = pa.ListArray.from_arrays(pa.array([0] * (n + 1), pa.int32()),
-                                              pa.array([], headers_type.value_type), type=headers_type)
-    return pa.RecordBatch.from_arrays([
-        keys,
-        values,
-        pa.repeat(pa.scalar(tp.topic, pa.string()), n),
-        pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
-        offsets,
-        timestamps_ms.cast(pa.timestamp("ms", tz="UTC")).cast(schema.field("timestamp").type, safe=False),
-        pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
-        header_col,
-    ], schema=schema)
 
 
 # ---------------------------------------------------------------- Spark's interfaces

@@ -14,7 +14,9 @@ Reported: records/s of each (wall time of the Spark job, seen from the driver), 
 to the direct read (target for the pipeline >= 0.5), and the fixed overhead: time from submitting the job to the first record
 processed (the group's includes joining the group and the coordinator's rebalance). The two
 alternate for ``--rounds`` rounds; the best of each is reported. A warm-up job runs first so
-neither pays for starting Python workers.
+neither pays for starting Python workers. Then the ``zkgroups`` data source on the same log in
+the same session (:mod:`tests.benchmarks.bench_spark_source`: a batch read and an availableNow
+stream into the ``noop`` sink, target >= 0.7 of the direct read).
 
     bin/bench spark [--records N] [--partitions P] [--workers W] [--master M] [--rounds R]
 """
@@ -173,6 +175,10 @@ def main(argv=None) -> None:
                     Row("Spark session start (setup)", boot.seconds, "s"),
                 ], title=f"bench spark: {args.records:,} x {args.size} B, {args.partitions} partitions, "
                          f"{sc.master}, {os.cpu_count()} CPUs")
+                print()
+                from tests.benchmarks.bench_spark_source import measure  # it imports this module
+                print_table(measure(spark, connect, data_dir, args.records, args.partitions, args.rounds),
+                            title="bench spark: the zkgroups data source (consumer.spark.source), same log, same session")
             finally:
                 spark.stop()
         finally:
