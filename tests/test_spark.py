@@ -238,7 +238,21 @@ def test_pipeline_runs_continue_exactly_once_after_a_lost_commit(spark, zk, zk_c
     opts = dict(zk=zk_connect, data_dir=data_dir, group="gp", topic="r", out=out, workers=2, batch_size=1000,
                 consumer_config=WORKER_CONFIG, fsync=False)
     caplog.set_level(logging.INFO, logger="zkgroups.spark.progress")
-    first = run_pipeline(spark, mode="stream", duration_s=2, progress_interval_s=0.3, **opts)
+    stop_file = tmp_path / "STOP"
+
+    def committed(p):
+        raw = zk.exists(protocol.offsets_path("gp", "r", p)) and zk.get(protocol.offsets_path("gp", "r", p))[0]
+        return int(raw) if raw else 0
+
+    def stop_once_whole_batches_are_committed():  # the tails [2000, 2500) stay partial until the stop
+        wait_for(lambda: min(committed(0), committed(1)) >= 2000, 60, message="whole batches committed")
+        stop_file.touch()
+
+    stopper = threading.Thread(target=stop_once_whole_batches_are_committed, daemon=True)
+    stopper.start()
+    first = run_pipeline(spark, mode="stream", duration_s=90, stop_file=str(stop_file), progress_interval_s=0.3,
+                         **opts)
+    stopper.join(5)
     # The driver logged the run's progress while it ran, from the workers' progress znodes.
     lines = [r.getMessage() for r in caplog.records if r.name == "zkgroups.spark.progress"]
     assert lines and all(f"group gp run {first.summary.run_id}: " in line and "workers up, lag" in line

@@ -184,11 +184,13 @@ def test_a_stream_outlives_more_worker_deaths_than_task_retries(spark, zk, zk_co
     helpers.fill(data_dir, "wd", [3000] * 2, zk=zk)
     records_dir = tmp_path / "out" / "records"
     # Five deaths of worker 0 over the job's life, more than spark.task.maxFailures - 1 of any
-    # default; each restart joins and writes a batch before it dies again, so no two deaths
-    # fall within the (small) window and each time the worker is started again.
+    # default; each restart joins and writes a batch before it dies again, so deaths do not pile
+    # up within the (small) window (two may, when the driver hears of one late) and each time
+    # the worker is started again.
     result = run_pipeline(spark, zk=zk_connect, data_dir=data_dir, group="gwd", topic="wd", out=str(tmp_path / "out"),
                           workers=2, mode="drain", batch_size=500, consumer_config=WORKER_CONFIG, fsync=False,
-                          after_write=KillWorker(tmp_path / "kills", 5, index=0, others_wait_s=0.5), max_worker_deaths=1, death_window_s=0.2)
+                          after_write=KillWorker(tmp_path / "kills", 5, index=0, others_wait_s=0.5), max_worker_deaths=2,
+                          death_window_s=0.2)
     assert len(os.listdir(tmp_path / "kills")) == 5
     assert result.summary.restarts == 5 and result.summary.task_failures == 5
     assert result.summary.complete
