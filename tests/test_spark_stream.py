@@ -100,14 +100,19 @@ class StopAfter:
             open(self.stop_file, "w").close()
 
     def _stable(self):
-        from coordinator.zkclient import close_client, start_client
-        client = start_client(self.zk_connect)
-        try:
-            raw, _ = client.get(protocol.state_path(self.group))
-            state = protocol.GroupState.decode(raw, protocol.state_path(self.group))
-            return state.state == protocol.STABLE and len(state.members) == self.workers
-        finally:
-            close_client(client)
+        state, _ = group_now(self.zk_connect, self.group)
+        return state.state == protocol.STABLE and len(state.members) == self.workers
+
+
+def group_now(zk_connect, group):
+    """(the group's state, its registered member ids) now, read from an executor."""
+    from coordinator.zkclient import close_client, start_client
+    client = start_client(zk_connect)
+    try:
+        raw, _ = client.get(protocol.state_path(group))
+        return protocol.GroupState.decode(raw, protocol.state_path(group)), client.get_children(protocol.ids_path(group))
+    finally:
+        close_client(client)
 
 
 #: No worker dies in the stop test: sessions long enough that a busy machine expires none.
@@ -133,6 +138,84 @@ def test_stops_at_bad_moments_lose_no_fetched_record_and_cost_no_rebalance(spark
             committed = {int(k.rsplit("-", 1)[1]): v for k, v in summary.committed.items()}
             assert_output_is_committed(records_dir, committed, 6)
     assert zk.get_children(protocol.SPARK_RUNS) == []  # each run's barrier znodes are gone
+
+
+class StopInRebalance:
+    """after_write hook: marks the run's first batch (``first_batch``), then creates
+    ``stop_file`` at the first batch written while a rebalance is in flight, as ``when`` says:
+    "joined" (more members registered than at this worker's first batch: a worker joined and
+    the group has not settled it yet), "unstable" (the group's state is not Stable),
+    "generation" (the group's generation moved since this worker's first batch). The stop
+    file names what held."""
+
+    def __init__(self, stop_file, first_batch, zk_connect, group, when):
+        self.stop_file, self.first_batch = str(stop_file), str(first_batch)
+        self.zk_connect, self.group, self.when = zk_connect, group, when
+        self.first = None  # (generation, registered members) at this task's first batch
+
+    def __call__(self, batch):
+        open(self.first_batch, "a").close()
+        if os.path.exists(self.stop_file):
+            return
+        state, ids = group_now(self.zk_connect, self.group)
+        if self.first is None:
+            self.first = (state.generation, len(ids))
+        held = {"joined": len(ids) > self.first[1], "unstable": state.state != protocol.STABLE,
+                "generation": state.generation != self.first[0]}
+        # The chosen moment, else the first batch after a generation change (a rebalance may
+        # settle between two batches): every run stops.
+        when = self.when if held[self.when] else "generation" if held["generation"] else None
+        if when:
+            with open(self.stop_file, "w") as f:
+                f.write(f"{when} {state.state} generation {state.generation} members {len(ids)}")
+
+
+def hold_slot(held, release, timeout_s):
+    """A Spark task that holds its slot until ``release`` exists (at most ``timeout_s``): the
+    group job's worker waiting for that slot starts late."""
+    def hold(_):
+        open(held, "a").close()
+        deadline = time.monotonic() + timeout_s
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return []
+    return hold
+
+
+def test_stops_with_a_rebalance_in_flight_lose_no_fetched_record(spark, zk, zk_connect, coordinator, data_dir,
+                                                                 tmp_path):
+    # Three workers on three task slots, one or two of which another job holds until the first
+    # batch is written: the late workers join a group in full flow and the stop comes while
+    # one of those rebalances is in flight (or before they start: then they must not join).
+    helpers.fill(data_dir, "sr", [3000] * 6, zk=zk)
+    records_dir = tmp_path / "out" / "records"
+    rng = random.Random(11)
+    stops = []
+    with Producer(data_dir, "sr", 6, 5):
+        for run in range(20):
+            stop_file, first_batch = tmp_path / f"STOP-{run}", str(tmp_path / f"first-{run}")
+            align, late = rng.choice([40, 80, 150]), rng.choice([1, 2])
+            held = [str(tmp_path / f"held-{run}-{i}") for i in range(late)]
+            holders = [threading.Thread(target=lambda h=h: spark.sparkContext.parallelize([0], 1).mapPartitions(
+                hold_slot(h, first_batch, 30)).collect(), daemon=True) for h in held]
+            for t in holders:
+                t.start()
+            wait_for(lambda: all(os.path.exists(h) for h in held), 30, message="the slots are held")
+            writer = ParquetBatchWriter(str(records_dir), StopInRebalance(
+                stop_file, first_batch, zk_connect, "gsr", rng.choice(["joined", "unstable", "generation"])),
+                fsync=False, align=align)
+            summary = GroupJob(spark, "gsr", ["sr"], writer, zk=zk_connect, data_dir=data_dir, workers=3,
+                               mode="stream", duration_s=60, stop_file=str(stop_file), align=align,
+                               batch_end=writer.existing_end, consumer_config=STOP_TEST_CONFIG,
+                               progress_interval_s=None).run()
+            for t in holders:
+                t.join(30)
+            assert {w.stop_reason for w in summary.workers} == {"stopped"}, run
+            stops.append(stop_file.read_text())
+            committed = {int(k.rsplit("-", 1)[1]): v for k, v in summary.committed.items()}
+            assert_output_is_committed(records_dir, committed, 6)  # every fetched record processed, once
+    assert len(stops) == 20
+    assert zk.get_children(protocol.SPARK_RUNS) == []
 
 
 # ---------------------------------------------------------------- processing-time trigger
