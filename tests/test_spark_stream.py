@@ -242,6 +242,42 @@ def test_trigger_interval_cuts_batches_of_a_slow_stream(spark, zk, zk_connect, c
     assert_output_is_committed(records_dir, committed, 3)
 
 
+# ---------------------------------------------------------------- metrics
+
+def test_the_driver_serves_the_runs_progress_as_metrics(spark, zk, zk_connect, coordinator, data_dir, tmp_path):
+    from tests.test_metrics import scrape, value
+
+    helpers.fill(data_dir, "mt", [300] * 3, zk=zk)
+    writer = ParquetBatchWriter(str(tmp_path / "out" / "records"), fsync=False, align=100)
+    with Producer(data_dir, "mt", 3, 2, pause_s=0.05):
+        job = GroupJob(spark, "gmt", ["mt"], writer, zk=zk_connect, data_dir=data_dir, workers=2, mode="stream",
+                       duration_s=60, align=100, batch_end=writer.existing_end, metrics_port=0,
+                       progress_interval_s=None, consumer_config=WORKER_CONFIG)
+        result = {}
+        runner = threading.Thread(target=lambda: result.update(summary=job.run()), daemon=True)
+        runner.start()
+        url = wait_for(lambda: job.metrics_server, 60, message="the metrics server").url
+
+        def flowing(more_than=0.0):
+            samples = scrape(url)
+            return samples if (value(samples, "zkgroups_spark_records_processed_total") > more_than
+                               and value(samples, "zkgroups_spark_workers_up") == 2
+                               and ("zkgroups_spark_lag", ()) in samples) else None
+
+        first = wait_for(flowing, 60, message="records processed by both workers, their lag known")
+        assert value(first, "zkgroups_spark_info", group="gmt", run=job.run_id, mode="stream") == 1
+        assert value(first, "zkgroups_spark_batches_total") > 0 and value(first, "zkgroups_spark_lag") >= 0
+        assert ("zkgroups_spark_worker_restarts_total", ()) in first and ("zkgroups_spark_task_failures_total", ()) in first
+        later = wait_for(lambda: flowing(value(first, "zkgroups_spark_records_processed_total")), 60,
+                         message="the records counter moves")
+        assert value(later, "zkgroups_spark_batches_total") > value(first, "zkgroups_spark_batches_total")
+        job.request_stop()
+        runner.join(30)
+    assert not runner.is_alive()
+    assert job.metrics_server is None  # served while the run runs
+    assert result["summary"].records_all_attempts >= value(later, "zkgroups_spark_records_processed_total")
+
+
 # ---------------------------------------------------------------- worker deaths
 
 class KillWorker:

@@ -47,7 +47,8 @@ from coordinator.acl import parse_auth
 from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, MAX_MS, ZK_CONNECT, CliCommand, CliError, CliUsageError,
                                     Limited, Seconds)
 from coordinator.config import DEFAULT_CONNECT, DEFAULT_DATA_DIR, DEFAULT_SESSION_TIMEOUT_MS, ENV_DATA_DIR, ENV_ZK_CONNECT
-from coordinator.errors import UnknownTopic, ZkGroupsError
+from coordinator.errors import InvalidConfig, UnknownTopic, ZkGroupsError
+from coordinator.metrics import check_port
 from consumer.cli.context import BOOTSTRAP_SERVERS, kafka_settings
 from consumer.dataplane import ENV_BOOTSTRAP_SERVERS
 from consumer.spark.driver import check_spark_conf, local_session
@@ -133,11 +134,13 @@ def _fail(message: str, code: int = 1):
               help=f"Workers' ZooKeeper session timeout [{DEFAULT_SESSION_TIMEOUT_MS}].")
 @click.option("--progress-interval", default=10.0, show_default=True, type=Seconds(max=None), metavar="SECONDS",
               help="Log the run's progress (records, batches, workers up, lag) on stderr this often.")
+@click.option("--metrics-port", type=int, metavar="PORT",
+              help="Serve the run's Prometheus metrics at http://HOST:PORT/metrics while it runs (0: any free port).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--verbose", is_flag=True, help="Show Spark's own log on stderr (default: <out>/_spark.log).")
 def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, group, topic, out, workers, mode, duration,
          batch_size, master, trigger_interval, max_worker_deaths, death_window, confs, stop_file,
-         session_timeout_ms, progress_interval, as_json, verbose):
+         session_timeout_ms, progress_interval, metrics_port, as_json, verbose):
     """Read TOPIC through a consumer group on Spark; write the records and per-key counts as Parquet.
 
     Each offset is written once, also across reruns after the group's offsets were moved back.
@@ -155,6 +158,11 @@ def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, gro
     protocol.validate_name(topic)
     bootstrap_servers, kafka = kafka_settings(bootstrap_servers, kafka_config)
     conf = _parse_conf(confs)
+    if metrics_port is not None:
+        try:
+            check_port(metrics_port)
+        except InvalidConfig as e:
+            _fail(str(e), 2)
     check_spark_conf(conf)  # before paying for a JVM
     parse_auth(zk_auth)  # a malformed value or a missing file: one line, before anything starts
     _preflight(zk, zk_timeout, data_dir, bootstrap_servers, kafka, topic, zk_auth)
@@ -184,7 +192,7 @@ def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, gro
                               batch_size=batch_size, stop_file=stop_file, consumer_config=consumer_config,
                               job_ready=wire, trigger_interval_s=trigger_interval,
                               max_worker_deaths=max_worker_deaths, death_window_s=death_window,
-                              progress_interval_s=progress_interval)
+                              progress_interval_s=progress_interval, metrics_port=metrics_port)
     except (ZkGroupsError, OSError) as e:
         log_hint = "" if verbose else f" (Spark's log: {os.path.join(out, '_spark.log')})"
         _fail(f"{e}{log_hint}")

@@ -34,11 +34,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from kazoo.exceptions import KazooException, NoNodeError
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from coordinator import protocol
 from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS, default_data_dir
 from coordinator.errors import InvalidConfig, UnknownTopic, ZkGroupsError
 from coordinator.kafka import check_bootstrap_servers
+from coordinator.metrics import MetricsServer, check_port
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 from consumer.dataplane import DataPlane, bootstrap_servers_from, open_data_plane
@@ -218,6 +221,9 @@ class GroupJob:
     Consumer), which must be the same files for the driver and every executor (whose own
     ``KAFKA_BOOTSTRAP_SERVERS`` must then be unset: a Consumer given no brokers reads it).
 
+    ``metrics_port``: serve the run's Prometheus metrics there while ``run`` runs
+    (:func:`serve_job_metrics`; 0 picks a free port, ``metrics_server.url`` says which).
+
     Threads: ``run`` on one thread; ``request_stop`` from any thread (``_lock`` guards the
     run's ZooKeeper client and run id, which ``run`` sets and clears).
     """
@@ -232,7 +238,7 @@ class GroupJob:
                  trigger_interval_s: Optional[float] = None, max_worker_deaths: int = MAX_WORKER_DEATHS,
                  death_window_s: float = DEATH_WINDOW_S, consumer_config: Optional[dict] = None,
                  log_options: Optional[dict] = None, require_coordinator: bool = True,
-                 progress_interval_s: Optional[float] = PROGRESS_LOG_INTERVAL_S):
+                 progress_interval_s: Optional[float] = PROGRESS_LOG_INTERVAL_S, metrics_port: Optional[int] = None):
         protocol.validate_name(group_id, "group")
         if isinstance(topics, str):
             topics = [topics]
@@ -257,6 +263,10 @@ class GroupJob:
         if progress_interval_s is not None and not progress_interval_s > 0:
             raise InvalidConfig(f"progress_interval_s must be > 0, got {progress_interval_s!r}")
         self.progress_interval_s = progress_interval_s
+        if metrics_port is not None:
+            check_port(metrics_port, "metrics_port")
+        self.metrics_port = metrics_port
+        self.metrics_server = None  # while run() serves the metrics (metrics_port): its MetricsServer
         self.trigger_interval_s, self.max_worker_deaths = trigger_interval_s, max_worker_deaths
         self.death_window_s = death_window_s
         if not isinstance(zk, str):
@@ -350,8 +360,17 @@ class GroupJob:
             pool = _WorkerPool(self, sc, spec, f"zkgroups-{self.group_id}-{run_id}")
             reporter = _ProgressReporter(client, self.group_id, run_id, partitions, end_offsets,
                                          self.progress_interval_s)
-            with reporter:
-                rows = pool.run()
+            if self.metrics_port is not None:
+                self.metrics_server = serve_job_metrics(self.metrics_port, self.group_id, self.mode, run_id,
+                                                        reporter, pool)
+                progress_log.info("metrics served at %s", self.metrics_server.url)
+            try:
+                with reporter:
+                    rows = pool.run()
+            finally:
+                if self.metrics_server is not None:
+                    self.metrics_server.close()
+                    self.metrics_server = None
             failures = pool.failures
             if pool.error is not None:
                 raise SparkJobError(f"the Spark job failed: {pool.error}")
@@ -427,7 +446,9 @@ class _ProgressReporter:
             except (ZkGroupsError, KazooException) as e:
                 progress_log.info("group %s run %s: progress not readable now (%s)", self.group_id, self.run_id, e)
 
-    def line(self) -> str:
+    def snapshot(self) -> "RunProgress":
+        """The run's progress now: one read of the progress znodes and the live workers (and,
+        for a drain, the committed offsets)."""
         attempts = read_progress(self.client, self.run_id)
         try:
             live = set(self.client.get_children(protocol.spark_workers_path(self.run_id)))
@@ -439,9 +460,87 @@ class _ProgressReporter:
         else:
             lags = [p.lag for cid, p in attempts.items() if cid in live]
             lag = None if any(v is None for v in lags) else sum(lags)
-        return (f"group {self.group_id} run {self.run_id}: {sum(p.records for p in attempts.values()):,} records "
-                f"in {sum(p.batches for p in attempts.values()):,} batches, {len(live)} workers up, "
-                f"lag {'-' if lag is None else f'{lag:,}'}" + (" (to the snapshot)" if self.end_offsets else ""))
+        return RunProgress(records=sum(p.records for p in attempts.values()),
+                           batches=sum(p.batches for p in attempts.values()), workers_up=len(live), lag=lag,
+                           lag_to_snapshot=bool(self.end_offsets))
+
+    def line(self) -> str:
+        now = self.snapshot()
+        return (f"group {self.group_id} run {self.run_id}: {now.records:,} records "
+                f"in {now.batches:,} batches, {now.workers_up} workers up, "
+                f"lag {'-' if now.lag is None else f'{now.lag:,}'}" + (" (to the snapshot)" if now.lag_to_snapshot else ""))
+
+
+@dataclass
+class RunProgress:
+    """What :meth:`_ProgressReporter.snapshot` read: records and batches processed by every
+    attempt (as of its last report), live workers, and the lag (None: a live worker did not
+    know its own; ``lag_to_snapshot``: a drain's, records below the snapshot not committed)."""
+    records: int
+    batches: int
+    workers_up: int
+    lag: Optional[int]
+    lag_to_snapshot: bool
+
+
+# ---------------------------------------------------------------- metrics
+
+def serve_job_metrics(port: int, group_id: str, mode: str, run_id: str, reporter: _ProgressReporter,
+                      pool: "_WorkerPool") -> MetricsServer:
+    """Serve the run's Prometheus metrics on ``port`` (a private registry) until closed.
+
+    ==========================================  =======  ================  ===================================
+    name                                        type     labels            meaning
+    ==========================================  =======  ================  ===================================
+    zkgroups_spark_info                         gauge    group, run, mode  1; which run
+    zkgroups_spark_records_processed_total      counter                    records processed by every attempt
+    zkgroups_spark_batches_total                counter                    batches processed by every attempt
+    zkgroups_spark_workers_up                   gauge                      workers in the group now
+    zkgroups_spark_lag                          gauge                      records behind (see the progress line)
+    zkgroups_spark_worker_restarts_total        counter                    worker jobs started again after a failure
+    zkgroups_spark_task_failures_total          counter                    failed worker task attempts
+    ==========================================  =======  ================  ===================================
+
+    Each scrape reads the progress znodes once (:meth:`_ProgressReporter.snapshot`); the
+    restarts and failures are the driver's own counts.
+    """
+    registry = CollectorRegistry()
+    registry.register(_JobCollector(group_id, mode, run_id, reporter, pool))
+    return MetricsServer(registry, port).start()
+
+
+class _JobCollector:
+    """The scrape-time view of a run (the HTTP server's thread: reads ZooKeeper and the pool's counters)."""
+
+    def __init__(self, group_id, mode, run_id, reporter: _ProgressReporter, pool: "_WorkerPool"):
+        self.group_id, self.mode, self.run_id, self.reporter, self.pool = group_id, mode, run_id, reporter, pool
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        info = GaugeMetricFamily("zkgroups_spark_info", "Which run.", labels=["group", "run", "mode"])
+        info.add_metric([self.group_id, self.run_id, self.mode], 1)
+        with self.pool._lock:
+            restarts, failures = self.pool.restarts, self.pool.failures
+        families = [info,
+                    CounterMetricFamily("zkgroups_spark_worker_restarts", "Worker jobs started again after a failure.",
+                                        value=restarts),
+                    CounterMetricFamily("zkgroups_spark_task_failures", "Failed worker task attempts.", value=failures)]
+        try:
+            now = self.reporter.snapshot()
+        except (ZkGroupsError, KazooException):
+            return families  # ZooKeeper not answering now: the driver's own counts only
+        families += [
+            CounterMetricFamily("zkgroups_spark_records_processed", "Records processed by every worker attempt.",
+                                value=now.records),
+            CounterMetricFamily("zkgroups_spark_batches", "Batches processed by every worker attempt.",
+                                value=now.batches),
+            GaugeMetricFamily("zkgroups_spark_workers_up", "Workers in the group now.", value=now.workers_up)]
+        if now.lag is not None:
+            families.append(GaugeMetricFamily("zkgroups_spark_lag", "Records behind: a drain's below the snapshot "
+                                              "not committed, a stream's behind the log end.", value=now.lag))
+        return families
 
 
 class _WorkerPool:
