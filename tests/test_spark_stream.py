@@ -278,6 +278,14 @@ def test_the_driver_serves_the_runs_progress_as_metrics(spark, zk, zk_connect, c
     assert result["summary"].records_all_attempts >= value(later, "zkgroups_spark_records_processed_total")
 
 
+@pytest.mark.parametrize("port", [-1, 65536, "9090", True])
+def test_a_bad_metrics_port_is_refused_before_the_job_starts(port):
+    from coordinator.errors import InvalidConfig
+
+    with pytest.raises(InvalidConfig, match="metrics_port must be a port number"):
+        GroupJob(None, "g", ["t"], print, zk="127.0.0.1:1", data_dir="/nonexistent", metrics_port=port)
+
+
 # ---------------------------------------------------------------- worker deaths
 
 class KillWorker:
