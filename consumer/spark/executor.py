@@ -21,10 +21,10 @@ group. So no member leaves while another still holds fetched records: no rebalan
 stop moves a partition away from records that were fetched and not processed
 (``WorkerSummary.stop_rebalances`` counts the generations newer than the group's at a
 worker's stop that it applied while another worker had not flushed: 0 unless a worker died
-meanwhile; a generation decided before the stop and applied just after it is not one). Once released, the members leave at
-about the same time; a revocation that reaches one still leaving finds nothing to commit
-and nobody fetches again. A worker started
-after the stop (a retry, or a task waiting for a slot) does not join the group at all.
+meanwhile; a generation decided before the stop and applied just after it is not one). Once
+released, the members leave at about the same time; a revocation that reaches one still
+leaving finds nothing to commit and nobody fetches again. A worker started after the stop (a
+retry, or a task waiting for a slot) does not join the group at all.
 
 Triggers (``trigger_interval_s``, like Structured Streaming's processing-time trigger): a
 batch is cut when it is full (``align``) or when the interval has passed since the last

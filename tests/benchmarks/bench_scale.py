@@ -253,38 +253,34 @@ def scenario(connect: str, zk_pid: Optional[int], groups: int, members: int, par
     return r
 
 
+#: (what, Result field, unit, how the baseline's value is shown) of every compared row.
+COMPARED = [
+    ("cold start -> all Stable", "cold_s", "s", "{:.2f} s"),
+    ("cold start: coordinators' CPU", "cold_coord_cpu_s", "s", "{:.2f} s"),
+    ("cold start: ZooKeeper's CPU", "cold_zk_cpu_s", "s", "{:.2f} s"),
+    ("cold start: member processes' CPU", "cold_members_cpu_s", "s", "{:.2f} s"),
+    ("SIGKILL -> shards led again", "elect_s", "s", "{:.2f} s"),
+    ("then -> all verified", "verify_s", "s", "{:.2f} s"),
+    ("last shard placed -> all verified", "takeover_s", "s", "{:.2f} s"),
+    ("idle coordinators CPU", "idle_coord_pct", "% core", "{:.2f} %"),
+    ("idle ZooKeeper CPU", "idle_zk_pct", "% core", "{:.2f} %"),
+    ("coordinator RSS (largest)", "coord_rss_mb", "MB", "{:.0f} MB"),
+]
+
+
 def rows_for(label: str, cur: Result, base: Optional[Result], args) -> List[Row]:
-    def ratio(field_name):
-        if base is None:
-            return None
-        mine, theirs = getattr(cur, field_name), getattr(base, field_name)
-        return theirs / mine if mine else None
-
-    def note(field_name, fmt):
-        return "" if base is None else "baseline " + fmt.format(getattr(base, field_name))
-
-    return [
-        Row(f"{label} cold start -> all Stable", cur.cold_s, "s", ratio("cold_s"), note("cold_s", "{:.2f} s")),
-        Row(f"{label} cold start: coordinators' CPU", cur.cold_coord_cpu_s, "s", ratio("cold_coord_cpu_s"),
-            note("cold_coord_cpu_s", "{:.2f} s")),
-        Row(f"{label} cold start: ZooKeeper's CPU", cur.cold_zk_cpu_s, "s", ratio("cold_zk_cpu_s"),
-            note("cold_zk_cpu_s", "{:.2f} s")),
-        Row(f"{label} cold start: member processes' CPU", cur.cold_members_cpu_s, "s", ratio("cold_members_cpu_s"),
-            note("cold_members_cpu_s", "{:.2f} s")),
-        Row(f"{label} SIGKILL -> shards led again", cur.elect_s, "s", ratio("elect_s"),
-            note("elect_s", "{:.2f} s") + f" (session {args.session_ms} ms)"),
-        Row(f"{label} then -> all verified", cur.verify_s, "s", ratio("verify_s"), note("verify_s", "{:.2f} s")),
-        Row(f"{label} last shard placed -> all verified", cur.takeover_s, "s", ratio("takeover_s"),
-            note("takeover_s", "{:.2f} s")),
-        Row(f"{label} idle coordinators CPU", cur.idle_coord_pct, "% core", ratio("idle_coord_pct"),
-            note("idle_coord_pct", "{:.2f} %")),
-        Row(f"{label} idle ZooKeeper CPU", cur.idle_zk_pct, "% core", ratio("idle_zk_pct"),
-            note("idle_zk_pct", "{:.2f} %")),
-        Row(f"{label} coordinator RSS (largest)", cur.coord_rss_mb, "MB", ratio("coord_rss_mb"),
-            note("coord_rss_mb", "{:.0f} MB")),
-        Row(f"{label} ZooKeeper RSS", cur.zk_rss_mb, "MB", None),
-        Row(f"{label} znodes", cur.znodes, "", None),
-    ]
+    rows = []
+    for what, name, unit, fmt in COMPARED:
+        mine = getattr(cur, name)
+        ratio = note = None
+        if base is not None:
+            theirs = getattr(base, name)
+            ratio, note = (theirs / mine if mine else None), "baseline " + fmt.format(theirs)
+        if name == "elect_s":
+            note = (note or "") + f" (session {args.session_ms} ms)"
+        rows.append(Row(f"{label} {what}", mine, unit, ratio, note or ""))
+    return rows + [Row(f"{label} ZooKeeper RSS", cur.zk_rss_mb, "MB", None),
+                   Row(f"{label} znodes", cur.znodes, "", None)]
 
 
 def main():
