@@ -236,6 +236,10 @@ class GroupMember:
         self._known_offset_dirs: Set[str] = set()
         self._applied = channel.NOTHING_APPLIED
         self._epoch_path: Optional[str] = None   # this group's shard epoch znode, once known
+        # The number of the last command seen in the channel (-1: a channel we made, none yet;
+        # None: not known), and whether its last listing found it empty. Member thread only.
+        self._last_command: Optional[int] = None
+        self._channel_empty = False
         self._thread: Optional[threading.Thread] = None
         self._joined_at = 0.0
         self._warned_no_coordinator = False
@@ -269,6 +273,8 @@ class GroupMember:
                                + [d for t in topics for d in (protocol.owners_path(g, t), protocol.offsets_path(g, t))])
             self._known_offset_dirs.update(topics)
             new_channel = channel_async.get() is None
+            if new_channel:
+                self._last_command = -1
             self._learn_epoch_path(shards)
             self._register(create_channel=new_channel)
         except NoAuthError:
@@ -653,10 +659,10 @@ class GroupMember:
             except UNREACHABLE:
                 pass
 
-    def _channel_commands(self, watch=None) -> List[str]:
+    def _channel_commands(self) -> List[str]:
         base = protocol.channel_path(self.group, self.consumer_id)
         try:
-            return [f"{base}/{c}" for c in sorted(self.client.get_children(base, watch=watch))]
+            return [f"{base}/{c}" for c in sorted(self.client.get_children(base))]
         except NoNodeError:
             return []
 
@@ -664,15 +670,45 @@ class GroupMember:
 
     def _read_channel(self):
         """The channel's commands (decoded, or why not), then the epoch and the group's
-        generation as read after them."""
-        paths = self._channel_commands(watch=self._watch_channel)
+        generation as read after them.
+
+        One pipelined round trip when the channel was empty at its last listing and its last
+        command is known: the next ones are numbered after it (:func:`protocol.command_path`),
+        so the listing (which re-arms the watch), the gets of the two commands a coordinator
+        writes at once (a stop and a start) and the reads of the epoch and the state go out
+        together. ZooKeeper answers one session's requests in order, so the epoch and the
+        state are read after the commands. Commands the guess missed take a second round
+        trip, with the epoch and the state read again after them. (A non-empty last listing
+        means this wake-up is most likely our own acks: no guess, no wasted gets.)"""
+        base = protocol.channel_path(self.group, self.consumer_id)
+        listing = self.client.get_children_async(base, watch=self._watch_channel)
+        guessed = {}
+        if self._channel_empty and self._last_command is not None:
+            guessed = {path: self.client.get_async(path) for path in
+                       (protocol.command_path(self.group, self.consumer_id, self._last_command + i) for i in (1, 2))}
+        after = self._epoch_and_state_async() if guessed else None
+        try:
+            paths = [f"{base}/{c}" for c in sorted(listing.get())]
+        except NoNodeError:
+            paths = []
+        self._channel_empty = not paths
         if not paths:
             return [], None, None
-        gets = [(p, self.client.get_async(p)) for p in paths]
+        self._last_command = protocol.command_sequence(paths[-1])
+        missing = [p for p in paths if p not in guessed]
+        if missing or after is None:
+            guessed.update((p, self.client.get_async(p)) for p in missing)
+            after = self._epoch_and_state_async()
+        commands = decode_commands([(p, guessed[p]) for p in paths])
+        return (commands,) + self._epoch_and_generation(*after)
+
+    def _epoch_and_state_async(self):
+        """Ask for the shard epoch znode's stat and the group state (answers: see :meth:`_epoch_and_generation`)."""
         epoch_path = self._shard_epoch_path()
-        epoch_async = self.client.exists_async(epoch_path) if epoch_path else None
-        state_async = self.client.get_async(protocol.state_path(self.group))
-        commands = decode_commands(gets)
+        return (self.client.exists_async(epoch_path) if epoch_path else None,
+                self.client.get_async(protocol.state_path(self.group)))
+
+    def _epoch_and_generation(self, epoch_async, state_async) -> Tuple[Optional[int], Optional[int]]:
         stat = epoch_async.get() if epoch_async is not None else None
         epoch = stat.version if stat is not None else None
         try:
@@ -680,7 +716,7 @@ class GroupMember:
             generation = protocol.GroupState.decode(raw, protocol.state_path(self.group)).generation
         except (NoNodeError, CorruptZnode):
             generation = None  # not checked: the epoch check still applies
-        return commands, epoch, generation
+        return epoch, generation
 
     def _shard_epoch_path(self) -> Optional[str]:
         """The epoch znode of this group's shard (its version bounds the epoch of any command a
@@ -763,10 +799,12 @@ class GroupMember:
         """Claim ``added`` and delete ``acks``; return the committed offsets of ``added``, or
         None if a newer decision or a shutdown interrupted the claim.
 
-        A claim is one transaction per round: create the owner nodes of the partitions that are
-        free and rewrite their offsets znodes at the versions just read (the fencing token);
-        the last round deletes the acks too. Nodes still held by their previous owner are
-        waited for (a watch wakes us when they are released)."""
+        Each round is two round trips: one looks at which of the partitions are still held (a
+        listing of owners/<topic> per topic, whose watch wakes us when an owner node goes) and
+        reads their offsets znodes (after the listing, so a partition released before it has
+        its final commit in them); one transaction creates the owner nodes of those that are
+        free and rewrites their offsets znodes at the versions just read (the fencing token).
+        The round that claims the last of them deletes the acks too."""
         session = self._session()
         for topic in {tp.topic for tp in added}:
             self._ensure_dirs(topic)
@@ -777,15 +815,17 @@ class GroupMember:
         def watch(_event):
             released.set()  # kazoo's thread: record only
 
-        free = dict(waiting)
         while True:
+            released.clear()
+            held, current = self._look_at(waiting, watch)
+            free = {tp: s for tp, s in waiting.items() if tp not in held}
             last = len(free) == len(waiting)  # also when there is nothing to claim: just ack
             if free or last:
-                current = self._read_offsets(free)
                 t = self.client.transaction()
                 for tp, stream in free.items():
                     t.create(protocol.owners_path(self.group, tp.topic, tp.partition), stream.encode(), ephemeral=True)
-                for tp, (raw, version) in current.items():
+                for tp in free:
+                    raw, version = current[tp]
                     path = protocol.offsets_path(self.group, tp.topic, tp.partition)
                     if version is None:
                         t.create(path, protocol.NO_OFFSET)
@@ -797,33 +837,47 @@ class GroupMember:
                 try:
                     if t.operations:
                         commit(t)
-                    tokens = {tp: 0 if version is None else version + 1 for tp, (_, version) in current.items()}
-                    self._record_claim(free, current, tokens, session, sent, committed)
+                    claimed = {tp: current[tp] for tp in free}
+                    tokens = {tp: 0 if version is None else version + 1 for tp, (_, version) in claimed.items()}
+                    self._record_claim(free, claimed, tokens, session, sent, committed)
                     for tp in free:
                         del waiting[tp]
                     if last:
                         return committed
+                    continue  # claim the others as they are released
                 except TransactionFailed as e:
                     if isinstance(e.error, NoNodeError) and e.index >= 2 * len(free):  # an ack already gone
                         acks = [p for p in acks if self.client.exists(p)]
-                    # else an owner node is still held or an offset changed meanwhile: look again
+                    # else an owner node was taken or an offset written since we looked: look again
             if self._superseded(acks):
                 return None
-            # One listing per topic (not a read per partition) says which are still held, and
-            # its watch wakes us when an owner node goes away.
-            released.clear()
-            topics = {tp.topic for tp in waiting}
-            listings = [(t, self.client.get_children_async(protocol.owners_path(self.group, t), watch=watch))
-                        for t in topics]
-            held = {TopicPartition(t, int(p)) for t, a in listings for p in a.get()}
-            free = {tp: s for tp, s in waiting.items() if tp not in held}
             if not free and not released.wait(0.25):
                 self._adopt_own(waiting, session, committed)  # quiet for a while: is one of them ours?
 
+    def _look_at(self, waiting: Dict[TopicPartition, str], watch):
+        """Which of ``waiting`` hold an owner node (listings watched by ``watch``), and the
+        offsets znodes of all of them read after the listings: one pipelined round trip."""
+        topics = sorted({tp.topic for tp in waiting})
+        listings = [(t, self.client.get_children_async(protocol.owners_path(self.group, t), watch=watch)) for t in topics]
+        offsets = self._read_offsets_async(waiting)
+        held = set()
+        for topic, a in listings:
+            try:
+                held |= {TopicPartition(topic, int(p)) for p in a.get()}
+            except NoNodeError:
+                pass  # the directory is made before the claim; gone means nothing is held
+        return held, self._offsets_answers(offsets)
+
     def _read_offsets(self, partitions) -> Dict[TopicPartition, Tuple[bytes, Optional[int]]]:
         """{tp: (data, znode version)} of the offsets znodes; version None when absent."""
-        gets = [(tp, self.client.get_async(protocol.offsets_path(self.group, tp.topic, tp.partition)))
+        return self._offsets_answers(self._read_offsets_async(partitions))
+
+    def _read_offsets_async(self, partitions):
+        return [(tp, self.client.get_async(protocol.offsets_path(self.group, tp.topic, tp.partition)))
                 for tp in partitions]
+
+    @staticmethod
+    def _offsets_answers(gets) -> Dict[TopicPartition, Tuple[bytes, Optional[int]]]:
         out = {}
         for tp, a in gets:
             try:

@@ -168,6 +168,19 @@ def command_prefix(group: str, consumer_id: str) -> str:
     return f"{channel_path(group, consumer_id)}/{COMMAND_PREFIX}"
 
 
+def command_path(group: str, consumer_id: str, sequence: int) -> str:
+    """The path of the channel's command numbered ``sequence``. ZooKeeper numbers a sequential
+    node with a counter its parent keeps (one more for every child created under it, whatever
+    was deleted since), and only coordinators create children in a channel, so a member that
+    saw the channel's last command knows the names of the next ones."""
+    return f"{command_prefix(group, consumer_id)}{sequence:010d}"
+
+
+def command_sequence(path: str) -> int:
+    """The number of a command (the inverse of :func:`command_path`)."""
+    return int(path[-10:])
+
+
 def owners_path(group: str, topic: Optional[str] = None, partition: Optional[int] = None) -> str:
     base = f"{GROUPS}/{group}/owners"
     if topic is None:

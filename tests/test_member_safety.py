@@ -17,6 +17,7 @@ import time
 import pytest
 
 from consumer import Consumer, Producer, TopicPartition
+from consumer.member import GroupMember
 from coordinator import protocol
 from coordinator.config import CoordinatorConfig
 from coordinator.controller import Controller
@@ -233,3 +234,56 @@ def test_a_consumer_frozen_past_its_session_hands_out_nothing_of_partitions_anot
     after = {(r["partition"], r["offset"]) for r in _lines(tmp_path / "a.out") if r["at"] >= resumed_at}
     delivered_by_b = {(r["partition"], r["offset"]) for r in _lines(tmp_path / "b.out")}
     assert not after & delivered_by_b, f"{len(after & delivered_by_b)} records handed out again by the frozen member"
+
+
+def test_commands_are_numbered_one_after_the_last_created(zk):
+    """What a member relies on to read its commands in the listing's round trip: ZooKeeper
+    numbers a sequential node one after the last child created under its parent, whatever was
+    deleted since, also inside one transaction (a coordinator writes stop and start at once)."""
+    zk.ensure_path(protocol.channel_path("g", "m"))
+    last = -1
+    for _ in range(3):
+        t = zk.transaction()
+        for _ in range(2):
+            t.create(protocol.command_prefix("g", "m"), b"{}", sequence=True)
+        created = t.commit()
+        assert created == [protocol.command_path("g", "m", last + i) for i in (1, 2)]
+        assert protocol.command_sequence(created[-1]) == last + 2
+        last += 2
+        for path in created:
+            zk.delete(path)
+
+
+def test_a_member_reads_its_commands_whether_or_not_their_names_were_guessed(zk):
+    """The channel listed empty and its last command known: the next two are read with the
+    listing. A command the guess missed (someone else's node was created in the channel
+    meanwhile) is read in a second round trip; the epoch and generation are always read after
+    the commands."""
+    member = GroupMember(zk, "g", {"t": 1}, consumer_id="m")
+    member._last_command = -1  # as after start() made the channel
+    zk.ensure_path(protocol.channel_path("g", "m"))
+    assert member._read_channel() == ([], None, None)
+
+    def write(generation):  # as a coordinator does: the state, then stop and start
+        state = protocol.GroupState(generation=generation).encode()
+        if zk.exists(protocol.state_path("g")):
+            zk.set(protocol.state_path("g"), state)
+        else:
+            zk.create(protocol.state_path("g"), state, makepath=True)
+        t = zk.transaction()
+        t.create(protocol.command_prefix("g", "m"), protocol.Command(protocol.STOP_FETCHER, generation, 1,
+                                                                     consumer_id="m").encode(), sequence=True)
+        t.create(protocol.command_prefix("g", "m"), protocol.Command(protocol.START_FETCHER, generation, 1, {},
+                                                                     consumer_id="m").encode(), sequence=True)
+        return t.commit()
+
+    for generation, disturb in ((1, False), (2, False), (3, True)):
+        if disturb:  # the guess is now wrong
+            zk.delete(zk.create(protocol.command_prefix("g", "m"), b"", sequence=True))
+        paths = write(generation)
+        commands, _, seen_generation = member._read_channel()
+        assert [p for p, _ in commands] == paths and seen_generation == generation
+        assert [c.option for _, c in commands] == [protocol.STOP_FETCHER, protocol.START_FETCHER]
+        for path in paths:  # the acks
+            zk.delete(path)
+        assert member._read_channel() == ([], None, None)

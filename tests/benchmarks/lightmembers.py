@@ -7,12 +7,15 @@ the wire what :class:`consumer.member.GroupMember` does for its group's coordina
   ``ids/<consumer id>`` with a real :class:`~coordinator.protocol.Registration` (the group's
   directories are made once per process instead of being looked at by every member);
 * watches its channel (a one-shot watch re-armed by every read) and, when it fires, reads
-  every command, then its shard's epoch znode, then the group state, and decides what applies
-  with the member's own pure :func:`consumer.commands.decide`;
+  every command, then its shard's epoch znode, then the group state (all in the listing's
+  round trip when the channel was empty at its last listing: the next commands are numbered
+  after the last one seen), and decides what applies with the member's own pure
+  :func:`consumer.commands.decide`;
 * releases what moves away (one transaction: the offsets token checked, the owner node
-  deleted, the applied commands deleted) and claims what is new (one transaction: ephemeral
-  owner nodes created, offsets znodes rewritten compare-and-set at the versions just read,
-  the applied commands deleted — the ack), as the member does.
+  deleted, the applied commands deleted) and claims what is new (its owners directory listed
+  and the offsets znodes read in one round trip, then one transaction: ephemeral owner nodes
+  created, offsets znodes rewritten compare-and-set at the versions just read, the applied
+  commands deleted — the ack), as the member does.
 
 Members are handled in batches: one worker thread per client takes every member whose channel
 fired and runs each step for the whole batch as pipelined asynchronous calls, so a batch costs
@@ -49,7 +52,8 @@ BATCH = 500
 class LightMember:
     """One member's protocol state (touched only by its client's worker thread)."""
 
-    __slots__ = ("group", "consumer_id", "client", "wake", "applied", "owned", "tokens", "rebalances", "left")
+    __slots__ = ("group", "consumer_id", "client", "wake", "applied", "owned", "tokens", "rebalances", "left",
+                 "last_command", "channel_empty")
 
     def __init__(self, group: str, consumer_id: str, client, wake):
         self.group, self.consumer_id, self.client = group, consumer_id, client
@@ -59,6 +63,8 @@ class LightMember:
         self.tokens: Dict[Tuple[str, int], int] = {}   # offsets znode version after our claim
         self.rebalances = 0
         self.left = False
+        self.last_command = -1        # the number of the last command seen (it made its channel: none yet)
+        self.channel_empty = False    # whether its last listing found the channel empty
 
 
 class _Worker:
@@ -130,36 +136,42 @@ class _Worker:
 def handle_batch(client, batch: List[LightMember], epoch_path) -> List[LightMember]:
     """Read the channels of ``batch`` and apply what applies (``epoch_path(group)``: its shard
     epoch znode, None while unknown); returns the members whose claim was refused."""
-    listings = [(m, client.get_children_async(protocol.channel_path(m.group, m.consumer_id), watch=m.wake))
-                for m in batch]
-    busy = []
+    listings, guessed, guessing = [], {}, set()
+    for m in batch:
+        listings.append((m, client.get_children_async(protocol.channel_path(m.group, m.consumer_id), watch=m.wake)))
+        if m.channel_empty:
+            guessing.add(m.group)
+            for path in (protocol.command_path(m.group, m.consumer_id, m.last_command + i) for i in (1, 2)):
+                guessed[path] = client.get_async(path)
+    # After the commands: the epochs and the states (so both are at least as new as them).
+    after = _epochs_and_states(client, guessing, epoch_path)
+    busy, missed = [], False
     for m, a in listings:
         try:
             names = sorted(a.get())
         except NoNodeError:
-            continue
-        if names:
-            base = protocol.channel_path(m.group, m.consumer_id)
-            busy.append((m, [(f"{base}/{c}", client.get_async(f"{base}/{c}")) for c in names]))
+            names = []
+        base = protocol.channel_path(m.group, m.consumer_id)
+        paths = [f"{base}/{c}" for c in names]
+        guessed_here, m.channel_empty = m.channel_empty, not paths
+        if paths:
+            m.last_command = protocol.command_sequence(paths[-1])
+            for path in paths:
+                if path not in guessed:
+                    guessed[path] = client.get_async(path)
+                    missed = True
+            missed = missed or not guessed_here
+            busy.append((m, [(path, guessed[path]) for path in paths]))
     if not busy:
         return []
-    # After the commands: the epochs and the states (so both are at least as new as them).
-    groups = sorted({m.group for m, _ in busy})
-    paths = {g: epoch_path(g) for g in groups}
-    epochs = {p: client.exists_async(p) for p in set(paths.values()) if p}
-    states = {g: client.get_async(protocol.state_path(g)) for g in groups}
-    epoch_of = {p: (a.get().version if a.get() is not None else None) for p, a in epochs.items()}
-    generations = {}
-    for group, a in states.items():
-        try:
-            generations[group] = protocol.GroupState.decode(a.get()[0], protocol.state_path(group)).generation
-        except (NoNodeError, CorruptZnode):
-            generations[group] = None
+    if missed:  # commands read in a second round trip: the epochs and states again after them
+        after = _epochs_and_states(client, {m.group for m, _ in busy}, epoch_path)
+    epoch_of, generations = after()
     plans, ignored = [], []
     for m, gets in busy:
         commands = decode_commands(gets)
-        epoch = epoch_of.get(paths[m.group])
-        decision = channel.decide(commands, m.consumer_id, m.applied, epoch, generations[m.group])
+        decision = channel.decide(commands, m.consumer_id, m.applied, epoch_of.get(epoch_path(m.group)),
+                                  generations.get(m.group))
         if decision.target is None:
             ignored += decision.ignored_paths
         else:
@@ -167,6 +179,25 @@ def handle_batch(client, batch: List[LightMember], epoch_path) -> List[LightMemb
     for a in [client.delete_async(p) for p in ignored]:
         _quietly(a)
     return _apply(client, plans)
+
+
+def _epochs_and_states(client, groups, epoch_path):
+    """Ask now (pipelined) for the shard epochs and the states of ``groups``; returns a
+    function that waits for the answers: (epoch znode path -> version, group -> generation)."""
+    paths = {epoch_path(g) for g in groups} - {None}
+    epochs = {p: client.exists_async(p) for p in paths}
+    states = {g: client.get_async(protocol.state_path(g)) for g in groups}
+
+    def resolve():
+        epoch_of = {p: (a.get().version if a.get() is not None else None) for p, a in epochs.items()}
+        generations = {}
+        for group, a in states.items():
+            try:
+                generations[group] = protocol.GroupState.decode(a.get()[0], protocol.state_path(group)).generation
+            except (NoNodeError, CorruptZnode):
+                generations[group] = None
+        return epoch_of, generations
+    return resolve
 
 
 def _apply(client, plans) -> List[LightMember]:
@@ -201,10 +232,17 @@ def _apply(client, plans) -> List[LightMember]:
         for tp in revoked:
             m.owned.pop(tp, None)
             m.tokens.pop(tp, None)
-    reads = [(m, d, added, claim_acks, [(tp, client.get_async(protocol.offsets_path(m.group, *tp))) for tp in added])
+    # As the member: its owners directories listed, then the offsets znodes read, in one round trip.
+    reads = [(m, d, added, claim_acks,
+              [client.get_children_async(protocol.owners_path(m.group, t)) for t in sorted({t for t, _ in added})],
+              [(tp, client.get_async(protocol.offsets_path(m.group, *tp))) for tp in added])
              for m, d, _, _, added, claim_acks in moves]
-    claims = []
-    for m, d, added, claim_acks, gets in reads:
+    claims, refused = [], []
+    for m, d, added, claim_acks, listings, gets in reads:
+        held = {(t, int(p)) for t, a in zip(sorted({t for t, _ in added}), listings) for p in _children(a)}
+        if held & set(added):
+            refused.append(m)  # its previous owner has not released it yet
+            continue
         t = client.transaction()
         versions = {}
         for tp, stream in added.items():
@@ -220,7 +258,6 @@ def _apply(client, plans) -> List[LightMember]:
         for path in claim_acks:
             t.delete(path)
         claims.append((m, d, added, versions, t.commit_async() if t.operations else None))
-    refused = []
     for m, d, added, versions, a in claims:
         if a is not None and any(isinstance(r, Exception) for r in a.get()):
             refused.append(m)  # an owner node still held, or an offset written meanwhile
@@ -253,6 +290,13 @@ def _leave(client, m: LightMember) -> None:
 def _applied(m: LightMember, d) -> None:
     m.applied = d.applied
     m.rebalances += 1
+
+
+def _children(pending) -> List[str]:
+    try:
+        return pending.get()
+    except NoNodeError:
+        return []
 
 
 def _quietly(pending) -> None:
