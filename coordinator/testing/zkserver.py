@@ -21,7 +21,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import List, Optional
+from typing import List, Optional, Sequence, Tuple
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +77,19 @@ def die_with_parent():
     os.setsid()
 
 
+#: JVM options of a test server: tests start many short-lived servers, and a small heap, the
+#: serial collector and the C1 compiler alone start fastest and cost least over seconds.
+TEST_JVM = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+#: A benchmark's server runs for minutes, as an installation's does: with the JVM's defaults
+#: (Debian's zkServer.sh passes none), so the CPU measured is what a production server spends.
+SERVER_JVM: Tuple[str, ...] = ()
+
+
 class Server:
     """One ZooKeeper server process (standalone or one member of an ensemble)."""
 
     def __init__(self, myid: int, workdir: str, client_port: int, peers: List[str],
-                 tick_ms: int, fsync: bool, classpath: str):
+                 tick_ms: int, fsync: bool, classpath: str, jvm: Sequence[str] = TEST_JVM):
         self.myid, self.client_port = myid, client_port
         self.dir = os.path.join(workdir, f"server{myid}")
         self.data_dir = os.path.join(self.dir, "data")
@@ -96,7 +104,7 @@ class Server:
                  f"forceSync={'yes' if fsync else 'no'}"] + peers
         with open(self.cfg, "w") as f:
             f.write("\n".join(lines) + "\n")
-        self.classpath = classpath
+        self.classpath, self.jvm = classpath, list(jvm)
         self.proc: Optional[subprocess.Popen] = None
 
     @property
@@ -107,8 +115,7 @@ class Server:
         if self.running:
             return
         logf = open(os.path.join(self.dir, "server.log"), "ab")
-        cmd = [shutil.which("java") or "java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-               "-Dzookeeper.admin.enableServer=false", "-cp", self.classpath, MAIN_CLASS, self.cfg]
+        cmd = [shutil.which("java") or "java", *self.jvm, "-Dzookeeper.admin.enableServer=false", "-cp", self.classpath, MAIN_CLASS, self.cfg]
         self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                      preexec_fn=die_with_parent, cwd=self.dir)
         logf.close()
@@ -145,7 +152,7 @@ class Ensemble:
     """
 
     def __init__(self, size: int = 1, tick_ms: int = 200, fsync: bool = True,
-                 workdir: Optional[str] = None, classpath: Optional[str] = None):
+                 workdir: Optional[str] = None, classpath: Optional[str] = None, jvm: Sequence[str] = TEST_JVM):
         classpath = classpath or local_classpath()
         if not classpath:
             raise ZooKeeperNotFound(INSTALL_HINT)
@@ -156,7 +163,7 @@ class Ensemble:
         self.tick_ms = tick_ms
         ports = [(free_port(), free_port(), free_port()) for _ in range(size)]
         peers = [f"server.{i + 1}=127.0.0.1:{p[1]}:{p[2]}" for i, p in enumerate(ports)] if size > 1 else []
-        self.servers = [Server(i + 1, self.workdir, p[0], peers, tick_ms, fsync, classpath)
+        self.servers = [Server(i + 1, self.workdir, p[0], peers, tick_ms, fsync, classpath, jvm)
                         for i, p in enumerate(ports)]
 
     @property
@@ -229,12 +236,12 @@ def _docker_answers() -> bool:
         return False
 
 
-def provide_zookeeper(tick_ms: int = 200, fsync: bool = True) -> ProvidedZooKeeper:
+def provide_zookeeper(tick_ms: int = 200, fsync: bool = True, jvm: Sequence[str] = TEST_JVM) -> ProvidedZooKeeper:
     external = os.environ.get("ZK_CONNECT")
     if external:
         return ProvidedZooKeeper(external)
     if local_classpath():
-        ensemble = Ensemble(1, tick_ms=tick_ms, fsync=fsync).start()
+        ensemble = Ensemble(1, tick_ms=tick_ms, fsync=fsync, jvm=jvm).start()
         return ProvidedZooKeeper(ensemble.connect, ensemble)
     if _docker_answers():
         from testcontainers.core.container import DockerContainer

@@ -1,6 +1,6 @@
 """bin/bench scale — how the coordinator copes with many groups: cold start, failover, idle cost.
 
-One ZooKeeper (fsync on). For each size (G groups x M members, one topic of P partitions
+One ZooKeeper (fsync on, the JVM's default options). For each size (G groups x M members, one topic of P partitions
 every group consumes) and each node count (1 or 3 ``coordinatord`` processes):
 
 * members are light members (:mod:`tests.benchmarks.lightmembers`: each registers, watches
@@ -42,7 +42,7 @@ from kazoo.exceptions import NoNodeError
 
 from coordinator import protocol, read
 from coordinator.errors import CorruptZnode
-from coordinator.testing.zkserver import die_with_parent, four_letter, provide_zookeeper
+from coordinator.testing.zkserver import SERVER_JVM, die_with_parent, four_letter, provide_zookeeper
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 from tests.benchmarks.common import Row, print_table
@@ -351,7 +351,7 @@ def main():
     if args.large:
         sizes.append((1, 500, 5000))
     rows: List[Row] = []
-    with provide_zookeeper(tick_ms=200, fsync=True) as zk:
+    with provide_zookeeper(tick_ms=200, fsync=True, jvm=SERVER_JVM) as zk:
         zk_pid = zk.ensemble.servers[0].proc.pid if zk.ensemble else None
         for g, m, p in sizes:
             for n in [int(x) for x in args.nodes.split(",")]:

@@ -15,7 +15,7 @@ from typing import Iterable, Iterator, Optional
 
 from consumer.producer import Producer
 from coordinator.zkclient import close_client, start_client
-from coordinator.testing.zkserver import provide_zookeeper
+from coordinator.testing.zkserver import SERVER_JVM, provide_zookeeper
 
 
 def workload_parser(name: str, doc: str, rounds: int, data_dir: bool = True) -> argparse.ArgumentParser:
@@ -33,8 +33,9 @@ def workload_parser(name: str, doc: str, rounds: int, data_dir: bool = True) -> 
 
 @contextlib.contextmanager
 def zookeeper(fsync: bool = True) -> Iterator[str]:
-    """A ZooKeeper for the run (``ZK_CONNECT``, a local server or a container): its connect string."""
-    with provide_zookeeper(tick_ms=200, fsync=fsync) as provided:
+    """A ZooKeeper for the run (``ZK_CONNECT``, a local server or a container): its connect
+    string. A local server runs with the JVM's defaults, as an installation's does."""
+    with provide_zookeeper(tick_ms=200, fsync=fsync, jvm=SERVER_JVM) as provided:
         yield provided.connect
 
 
