@@ -93,7 +93,7 @@ from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
 from coordinator.errors import (AuthFailed, CommitFailedError, CorruptZnode, FencedInstanceIdError, InvalidConfig,
                                ZooKeeperUnavailable)
 from coordinator.protocol import Command, Registration
-from coordinator.zkclient import UNREACHABLE, TransactionFailed, commit, session_id
+from coordinator.zkclient import UNREACHABLE, TransactionFailed, commit, session_id, wait_in_order
 from consumer import commands as channel
 from consumer.records import TopicPartition
 
@@ -687,6 +687,8 @@ class GroupMember:
             guessed = {path: self.client.get_async(path) for path in
                        (protocol.command_path(self.group, self.consumer_id, self._last_command + i) for i in (1, 2))}
         after = self._epoch_and_state_async() if guessed else None
+        if after is not None:
+            wait_in_order([after[1]])  # the state: read last
         try:
             paths = [f"{base}/{c}" for c in sorted(listing.get())]
         except NoNodeError:
@@ -699,6 +701,7 @@ class GroupMember:
         if missing or after is None:
             guessed.update((p, self.client.get_async(p)) for p in missing)
             after = self._epoch_and_state_async()
+            wait_in_order([after[1]])
         commands = decode_commands([(p, guessed[p]) for p in paths])
         return (commands,) + self._epoch_and_generation(*after)
 
@@ -860,6 +863,7 @@ class GroupMember:
         topics = sorted({tp.topic for tp in waiting})
         listings = [(t, self.client.get_children_async(protocol.owners_path(self.group, t), watch=watch)) for t in topics]
         offsets = self._read_offsets_async(waiting)
+        wait_in_order([a for _, a in offsets] or [a for _, a in listings])
         held = set()
         for topic, a in listings:
             try:
@@ -870,7 +874,9 @@ class GroupMember:
 
     def _read_offsets(self, partitions) -> Dict[TopicPartition, Tuple[bytes, Optional[int]]]:
         """{tp: (data, znode version)} of the offsets znodes; version None when absent."""
-        return self._offsets_answers(self._read_offsets_async(partitions))
+        gets = self._read_offsets_async(partitions)
+        wait_in_order([a for _, a in gets])
+        return self._offsets_answers(gets)
 
     def _read_offsets_async(self, partitions):
         return [(tp, self.client.get_async(protocol.offsets_path(self.group, tp.topic, tp.partition)))

@@ -54,7 +54,7 @@ from coordinator.rebalance import (Abandoned, Deposed, GroupRebalancer, Supersed
                                    still_as_recorded)
 from coordinator.shards import Fence, ShardTerm, Term
 from coordinator.topics import TopicRegistry
-from coordinator.zkclient import TransactionFailed, close_client, commit, session_id, start_client
+from coordinator.zkclient import TransactionFailed, close_client, commit, session_id, start_client, wait_in_order
 
 log = logging.getLogger("zkgroups.coordinator")
 
@@ -629,6 +629,7 @@ class GroupCoordinator:
         if self.count is None:
             return
         reads = [(s, self.client.get_async(protocol.shard_path(s))) for s in range(self.count)]
+        wait_in_order([a for _, a in reads])
         for s, a in reads:
             try:
                 self._on_assignment(s, a.get()[0])
@@ -748,6 +749,7 @@ class GroupCoordinator:
         which fires when it appears; there is nothing to rebalance until then."""
         reads = [(g, self.client.get_children_async(protocol.ids_path(g), watch=self.group_watches[g]))
                  for g in groups]
+        wait_in_order([a for _, a in reads])
         for group, pending in reads:
             try:
                 pending.get()
@@ -800,6 +802,7 @@ class GroupCoordinator:
                 self._request(group, changed=False)
             else:
                 pending.append((group, known, [self.client.exists_async(p) for p in known.paths(group)]))
+        wait_in_order([a for *_, stats in pending for a in stats])
         for group, known, stats in pending:
             if not known.matches([a.get() for a in stats], self.topics):
                 self._request(group, changed=False)

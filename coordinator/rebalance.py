@@ -44,7 +44,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.shards import Fence
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode
 from coordinator.protocol import GroupState, Ownership, Registration, StaticMember
-from coordinator.zkclient import MAX_REQUEST_BYTES, TransactionFailed, commit, transaction_bytes
+from coordinator.zkclient import MAX_REQUEST_BYTES, TransactionFailed, commit, transaction_bytes, wait_in_order
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,7 @@ def read_snapshot(client, group: str, topics: Dict[str, int], members_watch=None
     channels = set(channels)
     members, rejected = {}, {}
     pending = [(cid, client.get_async(protocol.ids_path(group, cid))) for cid in ids]
+    wait_in_order([a for _, a in pending])
     for cid, a in pending:
         path = protocol.ids_path(group, cid)
         try:
@@ -154,6 +155,7 @@ def read_owners(client, group: str, topics, pzxids: Optional[Dict[str, int]] = N
             pzxids[topic] = pzxid
         for p in listed:
             gets.append((topic, p, client.get_async(protocol.owners_path(group, topic, p))))
+    wait_in_order([a for _, _, a in gets])
     owners: Ownership = {}
     for topic, p, a in gets:
         try:
@@ -235,6 +237,7 @@ def owners_as_assigned(client, group: str, assignment: Ownership) -> Optional[Di
     with its stream in them, and owner nodes are never rewritten; a member gone since then
     changed ids/ too, which the record shows."""
     listings = {t: client.get_children_async(protocol.owners_path(group, t), include_data=True) for t in assignment}
+    wait_in_order(list(listings.values()))
     pzxids = {}
     for topic, pending in listings.items():
         children, pzxid = _children_and_pzxid(pending)
@@ -253,6 +256,7 @@ def still_as_verified(client, snapshot: Snapshot, plan: "Plan") -> Optional[Dict
             or set(record["owners"]) != set(plan.assignment)):
         return None
     stats = [(t, client.exists_async(protocol.owners_path(snapshot.group, t))) for t in record["owners"]]
+    wait_in_order([a for _, a in stats])
     now = {t: (a.get().pzxid if a.get() is not None else -1) for t, a in stats}
     return now if now == record["owners"] else None
 
@@ -271,6 +275,7 @@ def still_as_recorded(client, groups, topics: Dict[str, int]) -> Dict[str, Finge
     owner nodes were found as the state assigns them. The others need a full run."""
     first = [(g, client.get_async(protocol.state_path(g)), client.exists_async(protocol.ids_path(g)),
               client.exists_async(protocol.channel_path(g))) for g in groups]
+    wait_in_order([a for *_, a in first])
     candidates = []
     for group, state_async, ids_async, channels_async in first:
         try:
@@ -287,6 +292,7 @@ def still_as_recorded(client, groups, topics: Dict[str, int]) -> Dict[str, Finge
             continue
         owners = [(t, client.exists_async(protocol.owners_path(group, t))) for t in record["owners"]]
         candidates.append((group, stat.mzxid, record, owners))
+    wait_in_order([a for *_, owners in candidates for _, a in owners])
     out = {}
     for group, mzxid, record, owners in candidates:
         now = {t: (a.get().pzxid if a.get() is not None else -1) for t, a in owners}
@@ -309,6 +315,7 @@ def find_squatters(client, group: str, partitions) -> Dict[Tuple[str, int], int]
     ids = read.children(client, protocol.ids_path(group))
     registrations = [client.exists_async(protocol.ids_path(group, cid)) for cid in ids]
     owners = [(tp, client.exists_async(protocol.owners_path(group, *tp))) for tp in partitions]
+    wait_in_order([a for _, a in owners])
     sessions = {stat.ephemeralOwner for stat in (a.get() for a in registrations) if stat is not None}
     out = {}
     for tp, a in owners:
@@ -518,6 +525,7 @@ def wait_for_acks(client, commands: Dict[str, List[str]], timeout: float,
         if now >= recheck:
             recheck = now + ACK_RECHECK_S
             checks = [(path, client.exists_async(path, watch=watch)) for path in pending]
+            wait_in_order([a for _, a in checks])
             for path, a in checks:
                 if a.get() is None:
                     del pending[path]

@@ -4,7 +4,7 @@ import threading
 import pytest
 from kazoo.exceptions import ConnectionLoss
 
-from coordinator.zkclient import close_client, start_client
+from coordinator.zkclient import close_client, start_client, wait_in_order
 from coordinator.testing.zkserver import Ensemble, local_classpath
 from tests.helpers import wait_for
 
@@ -24,3 +24,13 @@ def test_a_request_queued_while_disconnected_fails_when_the_client_closes(tmp_pa
         assert not closing.is_alive(), "stop() hangs"
         with pytest.raises(ConnectionLoss):
             queued.get(timeout=5)
+
+
+def test_waiting_for_the_last_of_pipelined_requests_waits_for_all(zk):
+    """ZooKeeper answers one session's requests in order: once the last is in, all are."""
+    zk.ensure_path("/pipelined")
+    for _ in range(20):
+        answers = [zk.get_async("/pipelined") for _ in range(50)] + [zk.get_children_async("/pipelined")]
+        assert wait_in_order(answers, timeout=10) is answers
+        assert all(a.ready() for a in answers)
+    assert wait_in_order([]) == []

@@ -42,6 +42,7 @@ from consumer.member import decode_commands
 from coordinator import protocol
 from coordinator.errors import CorruptZnode
 from coordinator.protocol import Registration
+from coordinator.zkclient import wait_in_order
 
 #: A member whose claim was refused looks at its channel again after this long.
 RETRY_S = 0.1
@@ -144,7 +145,8 @@ def handle_batch(client, batch: List[LightMember], epoch_path) -> List[LightMemb
             for path in (protocol.command_path(m.group, m.consumer_id, m.last_command + i) for i in (1, 2)):
                 guessed[path] = client.get_async(path)
     # After the commands: the epochs and the states (so both are at least as new as them).
-    after = _epochs_and_states(client, guessing, epoch_path)
+    after = _EpochsAndStates(client, guessing, epoch_path)
+    wait_in_order([a for _, a in listings] + list(guessed.values()) + after.sent)
     busy, missed = [], False
     for m, a in listings:
         try:
@@ -165,8 +167,8 @@ def handle_batch(client, batch: List[LightMember], epoch_path) -> List[LightMemb
     if not busy:
         return []
     if missed:  # commands read in a second round trip: the epochs and states again after them
-        after = _epochs_and_states(client, {m.group for m, _ in busy}, epoch_path)
-    epoch_of, generations = after()
+        after = _EpochsAndStates(client, {m.group for m, _ in busy}, epoch_path)
+    epoch_of, generations = after.answers()
     plans, ignored = [], []
     for m, gets in busy:
         commands = decode_commands(gets)
@@ -181,23 +183,26 @@ def handle_batch(client, batch: List[LightMember], epoch_path) -> List[LightMemb
     return _apply(client, plans)
 
 
-def _epochs_and_states(client, groups, epoch_path):
-    """Ask now (pipelined) for the shard epochs and the states of ``groups``; returns a
-    function that waits for the answers: (epoch znode path -> version, group -> generation)."""
-    paths = {epoch_path(g) for g in groups} - {None}
-    epochs = {p: client.exists_async(p) for p in paths}
-    states = {g: client.get_async(protocol.state_path(g)) for g in groups}
+class _EpochsAndStates:
+    """The shard epochs and the states of some groups, asked for at once (pipelined)."""
 
-    def resolve():
-        epoch_of = {p: (a.get().version if a.get() is not None else None) for p, a in epochs.items()}
+    def __init__(self, client, groups, epoch_path):
+        paths = {epoch_path(g) for g in groups} - {None}
+        self.epochs = {p: client.exists_async(p) for p in paths}
+        self.states = {g: client.get_async(protocol.state_path(g)) for g in groups}
+        self.sent = list(self.epochs.values()) + list(self.states.values())
+
+    def answers(self):
+        """(epoch znode path -> version, group -> generation), waiting for them."""
+        wait_in_order(self.sent)
+        epoch_of = {p: (a.get().version if a.get() is not None else None) for p, a in self.epochs.items()}
         generations = {}
-        for group, a in states.items():
+        for group, a in self.states.items():
             try:
                 generations[group] = protocol.GroupState.decode(a.get()[0], protocol.state_path(group)).generation
             except (NoNodeError, CorruptZnode):
                 generations[group] = None
         return epoch_of, generations
-    return resolve
 
 
 def _apply(client, plans) -> List[LightMember]:
@@ -227,6 +232,7 @@ def _apply(client, plans) -> List[LightMember]:
             for path in release_acks:
                 t.delete(path)
             releases.append((m, revoked, t.commit_async()))
+    wait_in_order([a for *_, a in releases])
     for m, revoked, a in releases:
         a.get()  # a refused release (a token taken over) leaves the node to its new owner
         for tp in revoked:
@@ -237,6 +243,7 @@ def _apply(client, plans) -> List[LightMember]:
               [client.get_children_async(protocol.owners_path(m.group, t)) for t in sorted({t for t, _ in added})],
               [(tp, client.get_async(protocol.offsets_path(m.group, *tp))) for tp in added])
              for m, d, _, _, added, claim_acks in moves]
+    wait_in_order([a for *_, listings, gets in reads for a in listings + [a for _, a in gets]])
     claims, refused = [], []
     for m, d, added, claim_acks, listings, gets in reads:
         held = {(t, int(p)) for t, a in zip(sorted({t for t, _ in added}), listings) for p in _children(a)}
@@ -258,6 +265,7 @@ def _apply(client, plans) -> List[LightMember]:
         for path in claim_acks:
             t.delete(path)
         claims.append((m, d, added, versions, t.commit_async() if t.operations else None))
+    wait_in_order([a for *_, a in claims if a is not None])
     for m, d, added, versions, a in claims:
         if a is not None and any(isinstance(r, Exception) for r in a.get()):
             refused.append(m)  # an owner node still held, or an offset written meanwhile
