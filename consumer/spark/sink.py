@@ -41,10 +41,10 @@ from ZooKeeper that keeps writing after its partitions moved (a zombie), and Kaf
 whose offsets have gaps (transactional producers' commit markers, compaction): batches are
 cut at offsets, and a drain ends when the records reach the snapshot.
 
-Speed: on the embedded log a batch's columns are read from the log again as arrays
-(``Log.fetch_columns``: the stored bytes and offsets become Arrow buffers, no object per
-record; the same bytes the records came from, the log being immutable); on Kafka they are
-taken from the records in C (``map(itemgetter)``, no per-record Python code). Parquet's
+Speed: on the embedded log the workers poll columns (``Consumer.poll_columns``): a batch
+arrives as the log's :class:`~consumer.log.Columns` and its stored bytes and offsets become
+Arrow buffers, so a record is read once and never becomes a Python object; on Kafka the
+columns are taken from the records in C (``map(itemgetter)``, no per-record Python code). Parquet's
 dictionary encoding and statistics are kept to the columns where they pay. pyarrow and
 pyspark are imported only when a batch is written or the keys are counted.
 """
@@ -109,8 +109,6 @@ KAFKA_SCHEMA_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offs
                     "timestampType INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
 #: Kafka's CreateTime: the producer's timestamp (the only kind the log keeps).
 CREATE_TIME = 0
-#: A fetch bound no batch reaches: a batch's columns are read in one call.
-WHOLE_BATCH_BYTES = 1 << 62
 
 
 def _schema():
@@ -245,14 +243,11 @@ class ParquetBatchWriter:
     """
 
     def __init__(self, records_dir: str, after_write: Optional[Callable] = None, fsync: bool = True,
-                 align: Optional[int] = None, data_dir: str = ""):
+                 align: Optional[int] = None):
         self.records_dir = os.path.abspath(records_dir)
         self.after_write = after_write
         self.fsync = fsync
         self.align = align  # the job's batch size: where a batch is cut when no file says otherwise
-        # The embedded log the job reads ("": Kafka): a batch's columns are read from it again,
-        # as arrays, rather than built from its records (same offsets, same bytes: the log is immutable).
-        self.data_dir = data_dir
 
     def partition_dir(self, tp) -> str:
         return partition_dir(self.records_dir, tp.topic, tp.partition)
@@ -291,8 +286,8 @@ class ParquetBatchWriter:
         return any(a <= start and end <= b and (a, b) != (start, end) for a, b in self.spans(tp))
 
     def __call__(self, batch) -> None:
-        for tp, recs in batch.records.items():
-            start, end = recs[0].offset, recs[-1].offset + 1
+        columns = batch.columns
+        for tp, (start, end) in batch.ranges.items():
             if self.already_written(tp, start, end):
                 continue  # offsets moved back: these records are in place already
             d = self.partition_dir(tp)
@@ -301,7 +296,8 @@ class ParquetBatchWriter:
             # Hidden until renamed: readers (Spark skips names starting with "." or "_") never see it half-written.
             tmp = os.path.join(d, f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.tmp")
             try:
-                write_records(self.table(tp, recs), tmp)
+                write_records(columns_table(tp, columns[tp]) if columns is not None
+                              else records_table(tp, batch.records[tp]), tmp)
                 if self.fsync:
                     _fsync_file(tmp)
                 os.replace(tmp, final)  # a redone batch replaces the same name with the same records
@@ -312,35 +308,6 @@ class ParquetBatchWriter:
                 _fsync_file(d)
         if self.after_write is not None:
             self.after_write(batch)
-
-
-    def table(self, tp, recs):
-        """The batch's Arrow table: from the embedded log's columns when the job reads one,
-        else (Kafka, or the log cannot give them now) from the records."""
-        if self.data_dir:
-            start, end = recs[0].offset, recs[-1].offset + 1
-            try:
-                chunks = _reader(self.data_dir).fetch_columns(tp.topic, tp.partition, start, max_records=end - start,
-                                                              max_bytes=WHOLE_BATCH_BYTES)
-            except (ZkGroupsError, OSError) as e:
-                log.debug("%s [%d, %d): columns not read from the log (%s); built from the records", tp, start,
-                          end, e)
-            else:
-                if sum(c.count for c in chunks) == len(recs):
-                    return columns_table(tp, chunks)
-        return records_table(tp, recs)
-
-
-_READERS: Dict[str, object] = {}  # data_dir -> Log: one reader per Python worker process, reused by its tasks
-
-
-def _reader(data_dir: str):
-    from consumer.log import Log
-
-    reader = _READERS.get(data_dir)
-    if reader is None:
-        reader = _READERS[data_dir] = Log(data_dir)
-    return reader
 
 
 def _names(d: str) -> List[str]:
@@ -498,7 +465,6 @@ def run_pipeline(spark, *, zk: str, group: str, topic: str, out: str, data_dir: 
                    kafka=kafka, workers=workers, mode=mode,
                    duration_s=duration_s, stop_file=stop_file, align=batch_size, batch_end=writer.existing_end,
                    flush_partial=True, consumer_config=consumer_config, **job_options)
-    writer.data_dir = job.data_dir  # the embedded log's directory, "" on Kafka (the job decided)
     if job_ready is not None:
         job_ready(job)
     summary = job.run()
