@@ -81,10 +81,16 @@ class RangeRecorder:
                 data_dir, topic, partition, n = self.append_on_first
                 with Log(data_dir) as lg:
                     lg.append(topic, partition, [(None, b"late", 0, ())] * n)
+        # On the embedded log a batch comes as the log's columns; its records are built from them.
+        columns = batch.columns
+        assert columns is not None and set(columns) == set(batch.records)
         # Each record's own offset, so a test can tell a contiguous run from a claimed one.
         with open(os.path.join(self.dir, f"{batch.worker.consumer_id}.txt"), "a") as f:
             for tp, recs in batch.records.items():
                 assert [r.offset for r in recs] == list(range(recs[0].offset, recs[-1].offset + 1))
+                assert (columns[tp][0].base, columns[tp][-1].end) == (recs[0].offset, recs[-1].offset + 1)
+                assert all(r.value == f"{tp.topic}-{tp.partition}-{r.offset}".encode() or r.value == b"late"
+                           for r in recs)
                 f.write(f"{tp.topic} {tp.partition} {recs[0].offset} {recs[-1].offset + 1}\n")
 
 

@@ -302,6 +302,21 @@ class Batch:
                      chain.from_iterable(map(repeat, islice(self.run_ts, r + 1, None),
                                              islice(self.run_lengths, r + 1, None))))
 
+    def _timestamp_array(self, i: int, j: int) -> array:
+        """The timestamps of records ``i`` to ``j - 1`` as an array, a run at a time (array
+        repetition, in C)."""
+        if self.ts is not None:
+            return self.ts[i:j]
+        if self.run_ts is None:
+            return array("q", (self.min_ts,)) * (j - i)
+        out = array("q")
+        r, at = bisect_right(self.run_ends, i), i
+        while at < j:
+            end = min(self.run_ends[r], j)
+            out += array("q", (self.run_ts[r],)) * (end - at)
+            at, r = end, r + 1
+        return out
+
     def records(self, i: int, j: int) -> List[ConsumerRecord]:
         """Records ``i`` to ``j - 1`` of the batch."""
         buf = self.buf
@@ -343,7 +358,7 @@ class Batch:
         fixed = self.value_starts is None
         return Columns(
             self.buf, self.base + i, n,
-            self.ts[i:j] if self.ts is not None else array("q", islice(self.timestamps(i, j), n)),
+            self._timestamp_array(i, j),
             None if fixed else self.value_starts[i:j + 1],
             self.value_pos + i * self.value_size if fixed else 0,
             self.value_size if fixed else 0,
