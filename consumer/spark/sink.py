@@ -57,6 +57,7 @@ import re
 import uuid
 from array import array
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 from operator import itemgetter
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
@@ -131,72 +132,74 @@ def records_table(tp, recs):
     repeated scalars, and a batch without keys or headers gets those columns built at once."""
     import pyarrow as pa
 
-    schema = _schema()
     n = len(recs)
     keys = list(map(_KEY, recs))
-    key_col = pa.nulls(n, pa.binary()) if keys.count(None) == n else pa.array(keys, pa.binary())
     headers = list(map(_HEADERS, recs))
-    header_type = schema.field("headers").type
-    if any(headers):
-        header_col = pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], header_type)
-    else:
-        header_col = pa.ListArray.from_arrays(_fixed_width(pa.int32(), "i", bytes(4 * (n + 1)), n + 1),
-                                              pa.array([], header_type.value_type))
-    first = recs[0].offset
-    return pa.Table.from_arrays([
-        key_col,
-        pa.array(list(map(_VALUE, recs)), pa.binary()),
-        pa.repeat(pa.scalar(tp.topic, pa.string()), n),
-        pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
-        _arange(pa.int64(), first, n),
-        _fixed_width(schema.field("timestamp").type, "q", map(_TIMESTAMP, recs), n),
-        pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
-        header_col,
-    ], schema=schema)
+    return _table(tp, recs[0].offset, n,
+                  pa.nulls(n, pa.binary()) if keys.count(None) == n else pa.array(keys, pa.binary()),
+                  pa.array(list(map(_VALUE, recs)), pa.binary()), map(_TIMESTAMP, recs),
+                  headers if any(headers) else None)
 
 
 def columns_table(tp, chunks):
-    """The same table as :func:`records_table`, from the embedded log's :class:`Columns`
-    (``Log.fetch_columns``): each column made from the stored bytes and arrays by Arrow, in C,
-    with no Python object per record (headers aside)."""
+    """The same table as :func:`records_table`, from the embedded log's :class:`Columns` of a
+    contiguous run (``Log.fetch_columns``, ``Consumer.poll_columns``): keys and values made
+    from the stored bytes by Arrow, a chunk per stored batch, the other columns once for the
+    whole run; in C, with no Python object per record (headers aside)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    schema = _schema()
-    header_type = schema.field("headers").type
-    columns: List[list] = [[] for _ in schema]
+    keys, values, timestamps = [], [], array("q")
+    fixed_offsets: Dict[Tuple[int, int], object] = {}  # (value size, count) -> offsets: most chunks share one
     for c in chunks:
         n = c.count
         if c.value_starts is None:
-            offsets = _arange(pa.int32(), 0, n + 1, c.value_size)
+            offsets = fixed_offsets.get((c.value_size, n))
+            if offsets is None:
+                offsets = fixed_offsets[(c.value_size, n)] = _arange(pa.int32(), 0, n + 1, c.value_size)
             first, last = c.value_pos, c.value_pos + c.value_size * n
         else:
             offsets, first, last = _relative(c.value_starts, n)
-        values = pa.Array.from_buffers(pa.binary(), n, [None, offsets.buffers()[1],
-                                                        pa.py_buffer(memoryview(c.buf)[first:last])])
+        values.append(pa.Array.from_buffers(pa.binary(), n, [None, offsets.buffers()[1],
+                                                             pa.py_buffer(memoryview(c.buf)[first:last])]))
         if c.key_starts is None:
-            keys = pa.nulls(n, pa.binary())
+            keys.append(pa.nulls(n, pa.binary()))
         else:
             key_offsets, first, last = _relative(c.key_starts, n)
             present = pc.greater_equal(_fixed_width(pa.int32(), "i", c.key_lengths, n), 0)
             validity = None if pc.all(present).as_py() else present.buffers()[1]
-            keys = pa.Array.from_buffers(pa.binary(), n, [validity, key_offsets.buffers()[1],
-                                                          pa.py_buffer(memoryview(c.buf)[first:last])])
-        if c.headers is not None and any(c.headers):
-            headers = pa.array([[{"key": k, "value": v} for k, v in h] for h in c.headers], header_type)
-        else:
-            headers = pa.ListArray.from_arrays(_fixed_width(pa.int32(), "i", bytes(4 * (n + 1)), n + 1),
-                                               pa.array([], header_type.value_type))
-        for k, column in enumerate([
-                keys, values,
-                pa.repeat(pa.scalar(tp.topic, pa.string()), n),
-                pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
-                _arange(pa.int64(), c.base, n),
-                _fixed_width(schema.field("timestamp").type, "q", c.timestamps, n),
-                pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
-                headers]):
-            columns[k].append(column)
-    return pa.Table.from_arrays([pa.chunked_array(col, f.type) for col, f in zip(columns, schema)], schema=schema)
+            keys.append(pa.Array.from_buffers(pa.binary(), n, [validity, key_offsets.buffers()[1],
+                                                               pa.py_buffer(memoryview(c.buf)[first:last])]))
+        timestamps += c.timestamps
+    headers = None
+    if any(c.headers is not None and any(c.headers) for c in chunks):
+        headers = list(chain.from_iterable(repeat((), c.count) if c.headers is None else c.headers for c in chunks))
+    return _table(tp, chunks[0].base if chunks else 0, len(timestamps), pa.chunked_array(keys, pa.binary()),
+                  pa.chunked_array(values, pa.binary()), timestamps, headers)
+
+
+def _table(tp, first: int, n: int, keys, values, timestamps, headers):
+    """The table of :func:`_schema` of ``n`` records of ``tp`` from offset ``first``: ``keys``
+    and ``values`` as Arrow arrays, ``timestamps`` (ms) as an array or an iterable, ``headers``
+    a tuple per record (None: no record has any)."""
+    import pyarrow as pa
+
+    schema = _schema()
+    header_type = schema.field("headers").type
+    if headers is not None:
+        header_col = pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], header_type)
+    else:
+        header_col = pa.ListArray.from_arrays(_fixed_width(pa.int32(), "i", bytes(4 * (n + 1)), n + 1),
+                                              pa.array([], header_type.value_type))
+    return pa.Table.from_arrays([
+        keys, values,
+        pa.repeat(pa.scalar(tp.topic, pa.string()), n),
+        pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
+        _arange(pa.int64(), first, n),
+        _fixed_width(schema.field("timestamp").type, "q", timestamps, n),
+        pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
+        header_col,
+    ], schema=schema)
 
 
 def _arange(arrow_type, start: int, n: int, step: int = 1):
