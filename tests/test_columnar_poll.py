@@ -324,3 +324,26 @@ def test_a_partition_moved_away_is_never_in_a_later_poll_of_columns(cluster, zk,
     moved = next(iter(revoked))
     start = min(r.offset for r in b_got if r.partition == moved.partition)
     assert start == a.committed(moved)
+
+
+@pytest.mark.kafka
+def test_on_kafka_poll_columns_is_refused_and_poll_goes_on(cluster, zk, zk_connect, kafka_cluster, kafka_topic_name):
+    ck = pytest.importorskip("confluent_kafka")
+    from coordinator.topics import TopicRegistry
+
+    kafka_cluster.create_topic(kafka_topic_name, 1)
+    TopicRegistry(zk).create(kafka_topic_name, 1)
+    producer = ck.Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers})
+    for i in range(20):
+        producer.produce(kafka_topic_name, b"v%d" % i, partition=0)
+    producer.flush(10)
+    cluster.node("n")
+    with Consumer("gk", [kafka_topic_name], zk=zk_connect, bootstrap_servers=kafka_cluster.bootstrap_servers,
+                  auto_offset_reset="earliest", session_timeout_ms=3000) as c:
+        assert not c.columnar
+        with pytest.raises(IllegalStateError):
+            c.poll_columns(timeout_ms=10)
+        got = []
+        wait_for(lambda: got.extend(r for recs in c.poll(timeout_ms=100).values() for r in recs) or len(got) >= 20,
+                 30, message="records from Kafka")
+        assert [r.value for r in got] == [b"v%d" % i for i in range(20)]
