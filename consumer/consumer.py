@@ -40,6 +40,7 @@ from coordinator.acl import parse_auth
 from coordinator.metrics import check_port
 from coordinator.zkclient import close_client, start_client
 from consumer.dataplane import DataPlane, open_data_plane
+from consumer.log import Columns
 from consumer.member import GroupMember, MemberListener
 from consumer.metrics import ConsumerMetrics
 from consumer.records import ConsumerRecord, OffsetAndTimestamp, TopicPartition
@@ -382,7 +383,28 @@ class Consumer:
             return self._metrics.timed_poll(self._poll, timeout_ms, max_records)
         return self._poll(timeout_ms, max_records)
 
-    def _poll(self, timeout_ms: int, max_records: Optional[int]) -> Dict[TopicPartition, List[ConsumerRecord]]:
+    @property
+    def columnar(self) -> bool:
+        """Whether :meth:`poll_columns` works: the data plane keeps records in columns (the
+        embedded log; not Kafka)."""
+        return getattr(self._fetcher, "columnar", False)
+
+    def poll_columns(self, timeout_ms: int = 0, max_records: Optional[int] = None) -> Dict[TopicPartition, List[Columns]]:
+        """What :meth:`poll` returns, each partition's records as the embedded log's
+        :class:`~consumer.log.Columns` (one per stored batch they span, in offset order; no
+        object per record), for readers that want arrays. Everything else is as for ``poll``:
+        callbacks first, only owned partitions, nothing handed out without the lease, positions
+        advanced over what is returned (so ``commit()`` and ``position()`` mean the same),
+        ``max_records``, pause and seek. Mixing it with ``poll()`` works but reads the buffered
+        records again at each switch. Not counted in :attr:`metrics`. IllegalStateError where
+        the data plane has no columns (:attr:`columnar` is False: call ``poll()``)."""
+        if not self.columnar:
+            raise IllegalStateError(f"{self._plane.describe()} hands out records, not columns: call poll()")
+        return self._poll(timeout_ms, max_records, self._fetcher.poll_columns)
+
+    def _poll(self, timeout_ms: int, max_records: Optional[int], take: Optional[Callable] = None) -> dict:
+        """``poll()``, or with ``take`` (the fetcher's ``poll_columns``) ``poll_columns()``."""
+        take = take or self._fetcher.poll
         self._check_open()
         if self._member.fenced is not None:
             raise self._member.fenced
@@ -404,7 +426,7 @@ class Consumer:
                     continue
                 self._maybe_auto_commit()
                 remaining = deadline - time.monotonic()
-                records = self._fetcher.poll(max_records, timeout=max(0.0, min(remaining, 0.5)))
+                records = take(max_records, timeout=max(0.0, min(remaining, 0.5)))
                 if records:
                     if self._member.holds_lease():
                         return records

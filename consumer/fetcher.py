@@ -23,6 +23,13 @@ Implements seed 004 (KIP-41, ``max.poll.records``):
   large another partition's backlog is.
 * **Positions** advance only over records actually returned. Records fetched but not
   returned stay buffered.
+* **Columns.** On a log that keeps its records in columns (the embedded log's
+  ``fetch_columns``), ``poll_columns()`` hands out the same records as the log's
+  :class:`~consumer.log.Columns` (one per stored batch a partition's records span), with no
+  object per record; everything above holds for it as for ``poll()``. The fetcher buffers
+  one form at a time, the one last asked for: switching (the first ``poll_columns()``, or a
+  ``poll()`` after one) drops the buffers and reads again from the positions, as a ``seek``
+  to each position does, so nothing is skipped or handed out twice.
 * **Idle partitions** (no new data) are re-checked every ``fetch_max_wait_ms``; appends by
   other processes are therefore seen within about that long. The thread sleeps on a
   condition in between; it never spins.
@@ -67,6 +74,7 @@ import time
 from collections import deque
 from typing import Callable, Dict, Iterable, List, Optional, Set
 
+from consumer.log.batch import Columns
 from consumer.records import ConsumerRecord, TopicPartition
 from coordinator.errors import IllegalStateError, InvalidConfig, OffsetOutOfRange
 
@@ -90,7 +98,7 @@ class _Partition:
         self.tp = tp
         self.position = offset        # next offset poll() returns
         self.fetch_offset = offset    # next offset to ask the log for
-        self.chunks: deque = deque()  # lists of records; chunks[0][idx:] is next in line
+        self.chunks: deque = deque()  # lists of records, or Columns; chunks[0][idx:] is next in line
         self.idx = 0
         self.count = 0                # buffered records
         self.epoch = epoch
@@ -106,6 +114,16 @@ class _Partition:
         self.epoch = epoch
         self.error = None
         self.next_fetch = 0.0
+
+    def refetch(self, epoch: int) -> None:
+        """Drop the buffer and read again from the position. A parked error stays parked
+        unless records read before it are dropped (read again, they lead to it again)."""
+        if self.count:
+            self.error = None
+        self.fetch_offset = self.position
+        self.chunks.clear()
+        self.idx = self.count = 0
+        self.epoch = epoch
 
     def take(self, n: int) -> List[ConsumerRecord]:
         """Remove and return up to ``n`` (>= 1) buffered records; no per-record work."""
@@ -138,6 +156,30 @@ class _Partition:
         self.count -= len(out)
         self.position = out[-1].offset + 1
         return out
+
+    def take_columns(self, n: int) -> List[Columns]:
+        """Remove and return up to ``n`` (>= 1) buffered records held as Columns."""
+        chunks, out, left = self.chunks, [], n
+        while left and chunks:
+            head, i = chunks[0], self.idx
+            avail = head.count - i
+            if avail > left:
+                out.append(head.slice(i, i + left))
+                self.idx = i + left
+                left = 0
+                break
+            out.append(head.slice(i, head.count) if i else head)
+            chunks.popleft()
+            self.idx = 0
+            left -= avail
+        self.count -= n - left
+        self.position = out[-1].end
+        return out
+
+
+def _rest(chunk, i: int):
+    """What is left of a buffered chunk (a list of records or Columns) from its ``i``-th record."""
+    return chunk.slice(i, chunk.count) if isinstance(chunk, Columns) else chunk[i:]
 
 
 class Fetcher:
@@ -187,6 +229,7 @@ class Fetcher:
         self._returned_at: Optional[float] = None
         self._wakeup = False
         self._closed = False
+        self._columns = False                   # buffers hold Columns (poll_columns), not records
         self._thread: Optional[threading.Thread] = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -351,6 +394,23 @@ class Fetcher:
         thread (a thread hand-off per chunk costs more than the read); so a call may take as
         long as one ``Log.fetch``, even with ``timeout=0``.
         """
+        return self._poll(max_records, timeout, False)
+
+    @property
+    def columnar(self) -> bool:
+        """Whether the log hands out columns (``poll_columns`` works)."""
+        return callable(getattr(self._log, "fetch_columns", None))
+
+    def poll_columns(self, max_records: Optional[int] = None,
+                     timeout: Optional[float] = 0.0) -> Dict[TopicPartition, List[Columns]]:
+        """What :meth:`poll` returns, each partition's records as the log's Columns (one per
+        stored batch they span, in offset order): same limits, fairness, positions and
+        waits. IllegalStateError if the log does not keep columns (:attr:`columnar`)."""
+        if not self.columnar:
+            raise IllegalStateError("this log hands out records, not columns: call poll()")
+        return self._poll(max_records, timeout, True)
+
+    def _poll(self, max_records: Optional[int], timeout: Optional[float], columns: bool) -> dict:
         n = self.max_poll_records if max_records is None else max_records
         if n < 1:
             raise ValueError(f"max_records must be >= 1, not {n!r}")
@@ -362,13 +422,15 @@ class Fetcher:
                 raise IllegalStateError("fetcher is closed")
             if self._returned_at is not None:
                 self._away_s = time.monotonic() - self._returned_at
+            if self._columns != columns:
+                self._switch_form(columns)
             while True:
                 if self._wakeup:
                     self._wakeup = False
                     return {}
                 if self._closed:
                     return {}
-                result = self._drain(n)
+                result = self._drain(n, columns)
                 if result:
                     # The buffer shrank: let the thread read ahead while the application is
                     # away, if it stays away long enough for that to pay (in a tight poll loop
@@ -407,22 +469,39 @@ class Fetcher:
             self._returned_at = time.monotonic()
             lock.release()
 
-    def give_back(self, records: Dict[TopicPartition, List[ConsumerRecord]]) -> None:
-        """Undo a ``poll()`` whose records the caller could not hand out: put them back in front
-        of their partitions' buffers and move the positions back. Partitions revoked, seeked or
-        polled again since are left alone (their records are dropped)."""
+    def give_back(self, taken: Dict[TopicPartition, list]) -> None:
+        """Undo a ``poll()`` or ``poll_columns()`` whose records the caller could not hand out:
+        put them back in front of their partitions' buffers and move the positions back.
+        Partitions revoked, seeked or polled again since are left alone (their records are
+        dropped)."""
         with self._lock:
-            for tp, recs in records.items():
+            for tp, items in taken.items():
                 st = self._parts.get(tp)
-                if st is None or not recs or st.position != recs[-1].offset + 1:
+                if st is None or not items:
+                    continue
+                columns = isinstance(items[0], Columns)
+                if columns != self._columns:
+                    continue  # the buffers changed form since: these were read again
+                first, end = (items[0].base, items[-1].end) if columns else (items[0].offset, items[-1].offset + 1)
+                if st.position != end:
                     continue
                 if st.idx:  # the head chunk was partly taken: keep only its untaken part
-                    st.chunks[0] = st.chunks[0][st.idx:]
+                    st.chunks[0] = _rest(st.chunks[0], st.idx)
                     st.idx = 0
-                st.chunks.appendleft(recs)
-                st.count += len(recs)
-                st.position = recs[0].offset
+                st.chunks.extendleft(reversed(items) if columns else (items,))
+                st.count += end - first
+                st.position = first
             self._data_cv.notify_all()
+
+    def _switch_form(self, columns: bool) -> None:
+        """Under the lock: buffer Columns (or records) from now on. What is buffered in the
+        other form is dropped and read again from the positions (as a ``seek`` to each
+        position; a read in flight is discarded)."""
+        self._columns = columns
+        for st in self._parts.values():
+            self._epoch += 1
+            st.refetch(self._epoch)
+        self._fetch_cv.notify_all()
 
     def _rotation(self, start: int):
         """(index, state) of every assigned partition, from ``start`` round to ``start - 1``."""
@@ -434,7 +513,7 @@ class Fetcher:
                 i -= size
             yield i, parts[order[i]]
 
-    def _drain(self, n: int) -> Dict[TopicPartition, List[ConsumerRecord]]:
+    def _drain(self, n: int, columns: bool) -> dict:
         """Greedy round-robin (under the lock): start at the rotating partition, take as much
         as possible from each until ``n`` are taken; the next poll starts after the partition
         where this one stopped."""
@@ -445,9 +524,9 @@ class Fetcher:
         start = i = self._poll_next
         for i, st in self._rotation(start):
             if st.count and not st.paused:
-                records = st.take(n)
-                result[st.tp] = records
-                n -= len(records)
+                before = st.count
+                result[st.tp] = st.take_columns(n) if columns else st.take(n)
+                n -= before - st.count
                 if not n:
                     break
         else:
@@ -512,7 +591,7 @@ class Fetcher:
             if st.next_fetch <= now:
                 self._fetch_next = i + 1 if i + 1 < size else 0
                 self._busy = True
-                return (st, st.epoch, st.fetch_offset), None
+                return (st, st.epoch, st.fetch_offset, self._columns), None
             delay = st.next_fetch - now
             if wait is None or delay < wait:
                 wait = delay
@@ -526,15 +605,25 @@ class Fetcher:
         lock, or discard it if its partition was revoked, re-assigned or seeked meanwhile.
         ``wait``: how long a read may wait for data (a ``poll()``'s time left; None from the
         prefetch thread). The log never waits; a data plane that pushes records may."""
-        st, epoch, offset = job
+        st, epoch, offset, columns = job
         tp = st.tp
-        records = exc = None
+        chunks, count, end, exc = [], 0, offset, None
         started = time.monotonic()
         try:
-            records = self._log.fetch(tp.topic, tp.partition, offset,
-                                      max_records=self._chunk, max_bytes=self._fetch_bytes)
-            if records and records[0].offset < offset:  # defensive: never an old record
-                records = [r for r in records if r.offset >= offset]
+            if columns:
+                chunks = self._log.fetch_columns(tp.topic, tp.partition, offset,
+                                                 max_records=self._chunk, max_bytes=self._fetch_bytes)
+                if chunks and chunks[0].base != offset:  # defensive: never an old record, never a gap
+                    raise IllegalStateError(f"{tp}: asked for offset {offset}, read offset {chunks[0].base}")
+                if chunks:
+                    count, end = sum(c.count for c in chunks), chunks[-1].end
+            else:
+                records = self._log.fetch(tp.topic, tp.partition, offset,
+                                          max_records=self._chunk, max_bytes=self._fetch_bytes)
+                if records and records[0].offset < offset:  # defensive: never an old record
+                    records = [r for r in records if r.offset >= offset]
+                if records:
+                    chunks, count, end = [records], len(records), records[-1].offset + 1
         except Exception as e:
             exc = e
         except BaseException:
@@ -546,12 +635,12 @@ class Fetcher:
             if not self._current(st, epoch) or st.fetch_offset != offset:
                 return
             if exc is None:
-                if records:
+                if count:
                     took = time.monotonic() - started
                     self._read_s += (took - self._read_s) / 8  # moving average
-                    st.chunks.append(records)
-                    st.count += len(records)
-                    st.fetch_offset = last = records[-1].offset + 1
+                    st.chunks.extend(chunks)
+                    st.count += count
+                    st.fetch_offset = last = end
                     if st.highwater is None or last > st.highwater:
                         st.highwater = last
                 else:

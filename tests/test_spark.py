@@ -81,10 +81,14 @@ class RangeRecorder:
                 data_dir, topic, partition, n = self.append_on_first
                 with Log(data_dir) as lg:
                     lg.append(topic, partition, [(None, b"late", 0, ())] * n)
+        # On the embedded log a batch comes as the log's columns; its records are built from them.
+        columns = batch.columns
+        assert columns is not None and set(columns) == set(batch.records)
         # Each record's own offset, so a test can tell a contiguous run from a claimed one.
         with open(os.path.join(self.dir, f"{batch.worker.consumer_id}.txt"), "a") as f:
             for tp, recs in batch.records.items():
                 assert [r.offset for r in recs] == list(range(recs[0].offset, recs[-1].offset + 1))
+                assert (columns[tp][0].base, columns[tp][-1].end) == (recs[0].offset, recs[-1].offset + 1)
                 f.write(f"{tp.topic} {tp.partition} {recs[0].offset} {recs[-1].offset + 1}\n")
 
 
@@ -394,6 +398,33 @@ def test_stream_stops_on_request_and_on_stop_file(spark, zk, zk_connect, coordin
 
 
 # ---------------------------------------------------------------- mixed group
+
+class PidRecorder:
+    """A picklable ``process``: writes its Python worker's pid to <dir>/<consumer id>."""
+
+    def __init__(self, directory):
+        self.dir = str(directory)
+
+    def __call__(self, batch):
+        with open(os.path.join(self.dir, batch.worker.consumer_id), "w") as f:
+            f.write(str(os.getpid()))
+
+
+def test_worker_tasks_leave_their_python_worker_to_be_reused(spark, zk, zk_connect, coordinator, data_dir, tmp_path):
+    """pyspark reuses a Python worker only after a task that read its input to the end; a
+    worker task that does not costs every worker start a fresh process and its imports. Four
+    one-worker jobs in a row on two task slots: some Python worker runs two of them."""
+    fill(zk, data_dir, "pid", 1, 10)
+    pids = []
+    for run in range(4):
+        out = tmp_path / f"pids-{run}"
+        out.mkdir()
+        summary = GroupJob(spark, f"gpid{run}", ["pid"], PidRecorder(out), zk=zk_connect, data_dir=data_dir,
+                           workers=1, mode="drain", consumer_config=WORKER_CONFIG).run()
+        assert summary.complete and summary.records == 10
+        pids += [int((out / name).read_text()) for name in os.listdir(out)]
+    assert len(pids) == 4 and len(set(pids)) < 4, pids
+
 
 def test_spark_workers_and_a_plain_consumer_share_a_group(spark, zk, zk_connect, coordinator, data_dir, tmp_path):
     fill(zk, data_dir, "m", 4, 4000)

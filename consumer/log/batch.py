@@ -302,6 +302,21 @@ class Batch:
                      chain.from_iterable(map(repeat, islice(self.run_ts, r + 1, None),
                                              islice(self.run_lengths, r + 1, None))))
 
+    def _timestamp_array(self, i: int, j: int) -> array:
+        """The timestamps of records ``i`` to ``j - 1`` as an array, a run at a time (array
+        repetition, in C)."""
+        if self.ts is not None:
+            return self.ts[i:j]
+        if self.run_ts is None:
+            return array("q", (self.min_ts,)) * (j - i)
+        out = array("q")
+        r, at = bisect_right(self.run_ends, i), i
+        while at < j:
+            end = min(self.run_ends[r], j)
+            out += array("q", (self.run_ts[r],)) * (end - at)
+            at, r = end, r + 1
+        return out
+
     def records(self, i: int, j: int) -> List[ConsumerRecord]:
         """Records ``i`` to ``j - 1`` of the batch."""
         buf = self.buf
@@ -343,7 +358,7 @@ class Batch:
         fixed = self.value_starts is None
         return Columns(
             self.buf, self.base + i, n,
-            self.ts[i:j] if self.ts is not None else array("q", islice(self.timestamps(i, j), n)),
+            self._timestamp_array(i, j),
             None if fixed else self.value_starts[i:j + 1],
             self.value_pos + i * self.value_size if fixed else 0,
             self.value_size if fixed else 0,
@@ -371,6 +386,41 @@ class Columns(NamedTuple):
     key_starts: Optional[array]
     key_lengths: Optional[array]
     headers: Optional[list]
+
+    @property
+    def end(self) -> int:
+        """The offset after the last record."""
+        return self.base + self.count
+
+    def slice(self, i: int, j: int) -> "Columns":
+        """Records ``base + i`` to ``base + j - 1`` (``0 <= i <= j <= count``): array slices,
+        the same ``buf``."""
+        fixed = self.value_starts is None
+        return Columns(
+            self.buf, self.base + i, j - i, self.timestamps[i:j],
+            None if fixed else self.value_starts[i:j + 1],
+            self.value_pos + i * self.value_size if fixed else 0,
+            self.value_size if fixed else 0,
+            None if self.key_starts is None else self.key_starts[i:j + 1],
+            None if self.key_lengths is None else self.key_lengths[i:j],
+            None if self.headers is None else self.headers[i:j])
+
+    def records(self, topic: str, partition: int) -> List[ConsumerRecord]:
+        """The records these columns hold, as :meth:`Batch.records` builds them (for a reader
+        of columns that needs record objects after all)."""
+        buf, n = self.buf, self.count
+        if self.value_starts is None:
+            values = _split_fixed(buf, self.value_pos, self.value_size, n)
+        else:
+            starts = self.value_starts
+            values = [buf[a:b] for a, b in zip(starts, islice(starts, 1, None))]
+        keys = None if self.key_starts is None else \
+            [None if k < 0 else buf[a:a + k] for a, k in zip(self.key_starts, self.key_lengths)]
+        with records_built():
+            return list(map(tuple.__new__, repeat(ConsumerRecord), zip(
+                repeat(topic), repeat(partition), range(self.base, self.base + n), self.timestamps,
+                repeat(None) if keys is None else keys, values,
+                repeat(()) if self.headers is None else self.headers)))
 
 
 def checksum_ok(data) -> bool:

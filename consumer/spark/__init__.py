@@ -6,7 +6,8 @@ offsets after ``process`` returned (at-least-once), then leaves the group cleanl
 are coalesced: at most one every ``commit_interval_ms`` (100 ms; 0 commits every batch), and
 always before a partition is handed over, when a partition reaches the drain snapshot and
 when the worker stops. Members are ordinary group members: plain Python consumers can share
-the group with them.
+the group with them. On the embedded log workers poll columns (``Consumer.poll_columns``):
+``batch.columns`` holds the log's Columns and ``batch.records`` is built only if read.
 
 Modules:
 

@@ -23,6 +23,13 @@ are not processed: the limit is the snapshot, or a fixed cut beyond it, so that 
 batch is rewritten whole. Partitions outside the snapshot have a snapshot of 0: nothing of
 them is drained.
 
+Runs
+----
+A partition's records are a *run*: a list of :class:`~consumer.records.ConsumerRecord`
+(what ``poll()`` returns), or a :class:`ColumnRun` (what ``poll_columns()`` returns on the
+embedded log: the log's :class:`~consumer.log.Columns`, no object per record). The cutter
+takes either, one kind per partition run, and hands out the same kind.
+
 Guaranteed: what :class:`BatchCutter` hands out for a partition is contiguous, starts where
 the previous batch of the same run ended and never runs past the cut; with ``align`` it ends
 exactly at the cut (a stopping stream's partial batches aside). Not handled here: what was
@@ -32,12 +39,89 @@ new one (positions jumped); the caller is told.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
+from consumer.log import Columns
 from consumer.records import ConsumerRecord, TopicPartition
 
 #: ``batch_end(tp, start)``: the end of a batch already written from ``start``, or None.
 BatchEnd = Callable[[TopicPartition, int], Optional[int]]
+
+
+class ColumnRun:
+    """A contiguous run of one partition's records held as the log's Columns (``parts``, in
+    offset order), with the slice operations a run of records has: ``len``, ``run[a:b]``
+    (a new run), ``del run[:k]``, ``extend``. Array slices only, no object per record.
+    Threads: none; whoever holds it."""
+
+    __slots__ = ("parts", "count")
+
+    def __init__(self, parts: Sequence[Columns] = ()):
+        self.parts: List[Columns] = [c for c in parts if c.count]
+        self.count = sum(c.count for c in self.parts)
+
+    @property
+    def first_offset(self) -> int:
+        return self.parts[0].base
+
+    @property
+    def end_offset(self) -> int:
+        return self.parts[-1].end
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, item: slice) -> "ColumnRun":
+        start, stop, step = item.indices(self.count)
+        if step != 1:
+            raise ValueError("a run is sliced with step 1 only")
+        return ColumnRun(self._between(start, stop))
+
+    def __delitem__(self, item: slice) -> None:
+        start, stop, _ = item.indices(self.count)
+        if start != 0:
+            raise ValueError("only a run's head is deleted")
+        self.parts = list(self._between(stop, self.count))
+        self.count -= max(0, stop)
+
+    def extend(self, other: "ColumnRun") -> None:
+        self.parts.extend(other.parts)
+        self.count += other.count
+
+    def records(self, tp: TopicPartition) -> List[ConsumerRecord]:
+        """The run's records as objects (for a user function that wants them)."""
+        out: List[ConsumerRecord] = []
+        for c in self.parts:
+            out += c.records(tp.topic, tp.partition)
+        return out
+
+    def _between(self, start: int, stop: int) -> Iterator[Columns]:
+        """The parts' slices covering records ``start`` to ``stop - 1`` of the run."""
+        at = 0
+        for c in self.parts:
+            i, j = max(start - at, 0), min(stop - at, c.count)
+            if i < j:
+                yield c if (i, j) == (0, c.count) else c.slice(i, j)
+            at += c.count
+            if at >= stop:
+                break
+
+    def __repr__(self) -> str:
+        return f"ColumnRun([{self.first_offset}, {self.end_offset}))" if self.count else "ColumnRun([])"
+
+
+#: A partition's run of records: record objects, or their columns.
+Run = Union[List[ConsumerRecord], ColumnRun]
+
+
+def first_offset(run: Run) -> int:
+    """The offset of a non-empty run's first record."""
+    return run.first_offset if isinstance(run, ColumnRun) else run[0].offset
+
+
+def end_offset(run: Run) -> int:
+    """The offset after a non-empty run's last record."""
+    return run.end_offset if isinstance(run, ColumnRun) else run[-1].offset + 1
 
 
 def batch_cut(start: int, align: Optional[int], snapshot: Optional[int],
@@ -65,9 +149,9 @@ class _Run:
 
     __slots__ = ("start", "records", "cut", "fixed")
 
-    def __init__(self, start: int):
+    def __init__(self, start: int, empty: Run):
         self.start = start
-        self.records: List[ConsumerRecord] = []
+        self.records: Run = empty          # records or columns, as they came
         self.cut: Optional[int] = None   # end offset of the current batch (None: unbounded)
         self.fixed = False               # cut decided by batch_end() or the drain snapshot: never cut earlier
 
@@ -105,28 +189,32 @@ class BatchCutter:
         self.align, self.snapshot, self.batch_end = align, snapshot, batch_end
         self.runs: Dict[TopicPartition, _Run] = {}
 
-    def accept(self, records: Dict[TopicPartition, List[ConsumerRecord]]) -> Accepted:
-        """Add what ``poll()`` returned; in a drain, drop records at or past the limit."""
+    def accept(self, records: Dict[TopicPartition, Run]) -> Accepted:
+        """Add what ``poll()`` (or ``poll_columns()``, as ColumnRuns) returned; in a drain,
+        drop records at or past the limit."""
         found = Accepted()
         for tp, recs in records.items():
             if not recs:
                 continue
+            first = first_offset(recs)
             run = self.runs.get(tp)
-            if run is None or run.next_offset != recs[0].offset:
+            if run is not None and type(run.records) is not type(recs):
+                raise TypeError(f"{tp}: records and columns in one run")  # one poll kind per worker
+            if run is None or run.next_offset != first:
                 if run is not None:  # cannot happen unless positions jumped (reset): start over
-                    found.jumps.append((tp, run.next_offset, recs[0].offset))
-                run = self.runs[tp] = _Run(recs[0].offset)
+                    found.jumps.append((tp, run.next_offset, first))
+                run = self.runs[tp] = _Run(first, recs[:0])
                 self._cut(tp, run)
             limit = self._limit(tp, run)
-            if limit is not None and recs[-1].offset + 1 >= limit:
-                recs = recs[:max(0, limit - recs[0].offset)]
+            if limit is not None and end_offset(recs) >= limit:
+                recs = recs[:max(0, limit - first)]
                 found.complete.append(tp)
             run.records.extend(recs)
             if not run.records and (limit is not None and run.start >= limit):
                 del self.runs[tp]
         return found
 
-    def ready(self) -> Dict[TopicPartition, List[ConsumerRecord]]:
+    def ready(self) -> Dict[TopicPartition, Run]:
         """The next batch: at most one contiguous run per partition whose batch is complete."""
         out = {}
         for tp, run in self.runs.items():
@@ -144,11 +232,11 @@ class BatchCutter:
                 out[tp] = run.records[:take]
         return out
 
-    def partial(self) -> Dict[TopicPartition, List[ConsumerRecord]]:
+    def partial(self) -> Dict[TopicPartition, Run]:
         """On stop: the incomplete batches, except where the end is fixed."""
-        return {tp: list(run.records) for tp, run in self.runs.items() if run.records and not run.fixed}
+        return {tp: run.records[:] for tp, run in self.runs.items() if run.records and not run.fixed}
 
-    def processed(self, batch: Dict[TopicPartition, List[ConsumerRecord]]) -> bool:
+    def processed(self, batch: Dict[TopicPartition, Run]) -> bool:
         """``batch`` (from ``ready`` or ``partial``) was processed: cut what follows it.
         True if a partition reached its drain limit."""
         finished = False
@@ -156,7 +244,7 @@ class BatchCutter:
             run = self.runs.get(tp)
             if run is None:
                 continue
-            end = recs[-1].offset + 1
+            end = end_offset(recs)
             del run.records[:end - run.start]
             run.start = end
             limit = self._limit(tp, run)

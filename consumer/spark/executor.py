@@ -9,6 +9,11 @@ cleanly and returns its :class:`WorkerSummary`. Commits are coalesced: at most o
 ``commit_interval_ms`` (0 commits every batch), and always before a partition is handed
 over, when a partition reaches the drain snapshot and when the worker stops.
 
+On the embedded log a worker polls columns (``Consumer.poll_columns``): its batches hold the
+log's :class:`~consumer.log.Columns` and no record object is built unless ``process`` reads
+``batch.records``; everything else (owned partitions only, the lease, positions, commits) is
+what ``poll()`` gives. On Kafka it polls records.
+
 A worker stops when the group drained the snapshot (drain), at the deadline, when the run's
 stop znode appears, or when the stop file appears. Nothing here imports pyspark except the
 task function, when it runs.
@@ -47,8 +52,9 @@ from coordinator import protocol, read
 from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
 from coordinator.errors import CommitFailedError, ZkGroupsError
 from coordinator.zkclient import close_client, start_client
+from consumer.log import Columns
 from consumer.records import ConsumerRecord, TopicPartition
-from consumer.spark.batching import BatchCutter, BatchEnd
+from consumer.spark.batching import BatchCutter, BatchEnd, ColumnRun, Run, end_offset, first_offset
 
 log = logging.getLogger("zkgroups.spark")
 
@@ -76,21 +82,41 @@ class WorkerContext:
 
 
 class Batch:
-    """One call's worth of records: ``records`` maps each partition to a contiguous run."""
+    """One call's worth of records: each partition's contiguous run. ``records`` maps each
+    partition to its records. On the embedded log the worker polls columns: ``columns`` maps
+    each partition to the log's :class:`~consumer.log.Columns` (no object per record) and
+    ``records`` builds the record objects the first time it is read; on Kafka ``columns`` is
+    None."""
 
-    __slots__ = ("records", "worker")
+    __slots__ = ("runs", "worker", "_records")
 
-    def __init__(self, records: Dict[TopicPartition, List[ConsumerRecord]], worker: WorkerContext):
-        self.records = records
+    def __init__(self, runs: Dict[TopicPartition, Run], worker: WorkerContext):
+        self.runs = runs
         self.worker = worker
+        self._records: Optional[Dict[TopicPartition, List[ConsumerRecord]]] = None
+
+    @property
+    def records(self) -> Dict[TopicPartition, List[ConsumerRecord]]:
+        if self._records is None:
+            self._records = {tp: run.records(tp) if isinstance(run, ColumnRun) else run
+                             for tp, run in self.runs.items()}
+        return self._records
+
+    @property
+    def columns(self) -> Optional[Dict[TopicPartition, List[Columns]]]:
+        """Each partition's records as the log's Columns, in offset order; None unless the
+        batch came as columns."""
+        if not all(isinstance(run, ColumnRun) for run in self.runs.values()):
+            return None
+        return {tp: run.parts for tp, run in self.runs.items()}
 
     @property
     def ranges(self) -> Dict[TopicPartition, Tuple[int, int]]:
         """``{tp: (first offset, last offset + 1)}``."""
-        return {tp: (recs[0].offset, recs[-1].offset + 1) for tp, recs in self.records.items()}
+        return {tp: (first_offset(run), end_offset(run)) for tp, run in self.runs.items()}
 
     def __len__(self) -> int:
-        return sum(map(len, self.records.values()))
+        return sum(map(len, self.runs.values()))
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         for recs in self.records.values():
@@ -181,9 +207,13 @@ class WorkerSpec:
 def task(spec: WorkerSpec, index: Optional[int] = None):
     """The ``mapPartitions`` function: runs worker ``index`` (default: the Spark partition
     index), yields its summary (a dict)."""
-    def run(_iterator):
+    def run(iterator):
         from pyspark import TaskContext
 
+        # Read the task's input (its index) to the end: pyspark reuses a Python worker only
+        # after a task that did, and a fresh one costs the worker's imports again (~0.3 s).
+        for _ in iterator:
+            pass
         ctx = TaskContext.get()
         yield _Worker(spec, ctx.partitionId() if index is None else index, ctx.attemptNumber()).run()
     return run
@@ -207,6 +237,7 @@ class _Worker:
         self.first_record_at: Optional[float] = None
         self.stop_flag = threading.Event()
         self.consumer = None
+        self.columnar = False  # the consumer hands out columns (the embedded log)
         self.client = None
         self._next_group_check = 0.0
         self._next_file_check = 0.0
@@ -255,6 +286,7 @@ class _Worker:
                                          listener=self.listener, consumer_id=self.ctx.consumer_id,
                                          log_options=spec.log_options, enable_auto_commit=False,
                                          **spec.consumer_config)
+                self.columnar = self.consumer.columnar
                 failed = True
                 try:
                     reason = self._loop(client)
@@ -322,7 +354,10 @@ class _Worker:
                 timeout = min(timeout, DRAIN_POLL_TIMEOUT_MS)
             if spec.deadline is not None:
                 timeout = max(0, min(timeout, int((spec.deadline - time.time()) * 1000)))
-            records = consumer.poll(timeout_ms=timeout)
+            if self.columnar:  # the embedded log: records read once, as columns, never as objects
+                records = {tp: ColumnRun(parts) for tp, parts in consumer.poll_columns(timeout_ms=timeout).items()}
+            else:
+                records = consumer.poll(timeout_ms=timeout)
             if records:
                 self._accept(records)
             ready = self.batches.ready()
@@ -422,7 +457,7 @@ class _Worker:
 
     # -------------------------------------------------------- batches
 
-    def _accept(self, records: Dict[TopicPartition, List[ConsumerRecord]]) -> None:
+    def _accept(self, records: Dict[TopicPartition, Run]) -> None:
         found = self.batches.accept(records)
         for tp, expected, got in found.jumps:
             log.warning("worker %s: %s jumped from %d to %d", self.ctx.consumer_id, tp, expected, got)
@@ -434,12 +469,12 @@ class _Worker:
                 except ZkGroupsError:  # lost meanwhile (session end): nothing to pause
                     pass
 
-    def _process(self, ready: Dict[TopicPartition, List[ConsumerRecord]]) -> None:
+    def _process(self, ready: Dict[TopicPartition, Run]) -> None:
         if self.first_record_at is None:
             self.first_record_at = time.time()
         self.spec.process(Batch(ready, self.ctx))
         for tp, recs in ready.items():
-            self.uncommitted[tp] = recs[-1].offset + 1
+            self.uncommitted[tp] = end_offset(recs)
         finished = self.batches.processed(ready)
         self.handled.update(ready)
         self.ctx.batches += 1

@@ -41,10 +41,10 @@ from ZooKeeper that keeps writing after its partitions moved (a zombie), and Kaf
 whose offsets have gaps (transactional producers' commit markers, compaction): batches are
 cut at offsets, and a drain ends when the records reach the snapshot.
 
-Speed: on the embedded log a batch's columns are read from the log again as arrays
-(``Log.fetch_columns``: the stored bytes and offsets become Arrow buffers, no object per
-record; the same bytes the records came from, the log being immutable); on Kafka they are
-taken from the records in C (``map(itemgetter)``, no per-record Python code). Parquet's
+Speed: on the embedded log the workers poll columns (``Consumer.poll_columns``): a batch
+arrives as the log's :class:`~consumer.log.Columns` and its stored bytes and offsets become
+Arrow buffers, so a record is read once and never becomes a Python object; on Kafka the
+columns are taken from the records in C (``map(itemgetter)``, no per-record Python code). Parquet's
 dictionary encoding and statistics are kept to the columns where they pay. pyarrow and
 pyspark are imported only when a batch is written or the keys are counted.
 """
@@ -57,6 +57,7 @@ import re
 import uuid
 from array import array
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 from operator import itemgetter
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
@@ -109,8 +110,6 @@ KAFKA_SCHEMA_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offs
                     "timestampType INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
 #: Kafka's CreateTime: the producer's timestamp (the only kind the log keeps).
 CREATE_TIME = 0
-#: A fetch bound no batch reaches: a batch's columns are read in one call.
-WHOLE_BATCH_BYTES = 1 << 62
 
 
 def _schema():
@@ -133,72 +132,74 @@ def records_table(tp, recs):
     repeated scalars, and a batch without keys or headers gets those columns built at once."""
     import pyarrow as pa
 
-    schema = _schema()
     n = len(recs)
     keys = list(map(_KEY, recs))
-    key_col = pa.nulls(n, pa.binary()) if keys.count(None) == n else pa.array(keys, pa.binary())
     headers = list(map(_HEADERS, recs))
-    header_type = schema.field("headers").type
-    if any(headers):
-        header_col = pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], header_type)
-    else:
-        header_col = pa.ListArray.from_arrays(_fixed_width(pa.int32(), "i", bytes(4 * (n + 1)), n + 1),
-                                              pa.array([], header_type.value_type))
-    first = recs[0].offset
-    return pa.Table.from_arrays([
-        key_col,
-        pa.array(list(map(_VALUE, recs)), pa.binary()),
-        pa.repeat(pa.scalar(tp.topic, pa.string()), n),
-        pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
-        _arange(pa.int64(), first, n),
-        _fixed_width(schema.field("timestamp").type, "q", map(_TIMESTAMP, recs), n),
-        pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
-        header_col,
-    ], schema=schema)
+    return _table(tp, recs[0].offset, n,
+                  pa.nulls(n, pa.binary()) if keys.count(None) == n else pa.array(keys, pa.binary()),
+                  pa.array(list(map(_VALUE, recs)), pa.binary()), map(_TIMESTAMP, recs),
+                  headers if any(headers) else None)
 
 
 def columns_table(tp, chunks):
-    """The same table as :func:`records_table`, from the embedded log's :class:`Columns`
-    (``Log.fetch_columns``): each column made from the stored bytes and arrays by Arrow, in C,
-    with no Python object per record (headers aside)."""
+    """The same table as :func:`records_table`, from the embedded log's :class:`Columns` of a
+    contiguous run (``Log.fetch_columns``, ``Consumer.poll_columns``): keys and values made
+    from the stored bytes by Arrow, a chunk per stored batch, the other columns once for the
+    whole run; in C, with no Python object per record (headers aside)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    schema = _schema()
-    header_type = schema.field("headers").type
-    columns: List[list] = [[] for _ in schema]
+    keys, values, timestamps = [], [], array("q")
+    fixed_offsets: Dict[Tuple[int, int], object] = {}  # (value size, count) -> offsets: most chunks share one
     for c in chunks:
         n = c.count
         if c.value_starts is None:
-            offsets = _arange(pa.int32(), 0, n + 1, c.value_size)
+            offsets = fixed_offsets.get((c.value_size, n))
+            if offsets is None:
+                offsets = fixed_offsets[(c.value_size, n)] = _arange(pa.int32(), 0, n + 1, c.value_size)
             first, last = c.value_pos, c.value_pos + c.value_size * n
         else:
             offsets, first, last = _relative(c.value_starts, n)
-        values = pa.Array.from_buffers(pa.binary(), n, [None, offsets.buffers()[1],
-                                                        pa.py_buffer(memoryview(c.buf)[first:last])])
+        values.append(pa.Array.from_buffers(pa.binary(), n, [None, offsets.buffers()[1],
+                                                             pa.py_buffer(memoryview(c.buf)[first:last])]))
         if c.key_starts is None:
-            keys = pa.nulls(n, pa.binary())
+            keys.append(pa.nulls(n, pa.binary()))
         else:
             key_offsets, first, last = _relative(c.key_starts, n)
             present = pc.greater_equal(_fixed_width(pa.int32(), "i", c.key_lengths, n), 0)
             validity = None if pc.all(present).as_py() else present.buffers()[1]
-            keys = pa.Array.from_buffers(pa.binary(), n, [validity, key_offsets.buffers()[1],
-                                                          pa.py_buffer(memoryview(c.buf)[first:last])])
-        if c.headers is not None and any(c.headers):
-            headers = pa.array([[{"key": k, "value": v} for k, v in h] for h in c.headers], header_type)
-        else:
-            headers = pa.ListArray.from_arrays(_fixed_width(pa.int32(), "i", bytes(4 * (n + 1)), n + 1),
-                                               pa.array([], header_type.value_type))
-        for k, column in enumerate([
-                keys, values,
-                pa.repeat(pa.scalar(tp.topic, pa.string()), n),
-                pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
-                _arange(pa.int64(), c.base, n),
-                _fixed_width(schema.field("timestamp").type, "q", c.timestamps, n),
-                pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
-                headers]):
-            columns[k].append(column)
-    return pa.Table.from_arrays([pa.chunked_array(col, f.type) for col, f in zip(columns, schema)], schema=schema)
+            keys.append(pa.Array.from_buffers(pa.binary(), n, [validity, key_offsets.buffers()[1],
+                                                               pa.py_buffer(memoryview(c.buf)[first:last])]))
+        timestamps += c.timestamps
+    headers = None
+    if any(c.headers is not None and any(c.headers) for c in chunks):
+        headers = list(chain.from_iterable(repeat((), c.count) if c.headers is None else c.headers for c in chunks))
+    return _table(tp, chunks[0].base if chunks else 0, len(timestamps), pa.chunked_array(keys, pa.binary()),
+                  pa.chunked_array(values, pa.binary()), timestamps, headers)
+
+
+def _table(tp, first: int, n: int, keys, values, timestamps, headers):
+    """The table of :func:`_schema` of ``n`` records of ``tp`` from offset ``first``: ``keys``
+    and ``values`` as Arrow arrays, ``timestamps`` (ms) as an array or an iterable, ``headers``
+    a tuple per record (None: no record has any)."""
+    import pyarrow as pa
+
+    schema = _schema()
+    header_type = schema.field("headers").type
+    if headers is not None:
+        header_col = pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], header_type)
+    else:
+        header_col = pa.ListArray.from_arrays(_fixed_width(pa.int32(), "i", bytes(4 * (n + 1)), n + 1),
+                                              pa.array([], header_type.value_type))
+    return pa.Table.from_arrays([
+        keys, values,
+        pa.repeat(pa.scalar(tp.topic, pa.string()), n),
+        pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
+        _arange(pa.int64(), first, n),
+        _fixed_width(schema.field("timestamp").type, "q", timestamps, n),
+        pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
+        header_col,
+    ], schema=schema)
 
 
 def _arange(arrow_type, start: int, n: int, step: int = 1):
@@ -245,14 +246,11 @@ class ParquetBatchWriter:
     """
 
     def __init__(self, records_dir: str, after_write: Optional[Callable] = None, fsync: bool = True,
-                 align: Optional[int] = None, data_dir: str = ""):
+                 align: Optional[int] = None):
         self.records_dir = os.path.abspath(records_dir)
         self.after_write = after_write
         self.fsync = fsync
         self.align = align  # the job's batch size: where a batch is cut when no file says otherwise
-        # The embedded log the job reads ("": Kafka): a batch's columns are read from it again,
-        # as arrays, rather than built from its records (same offsets, same bytes: the log is immutable).
-        self.data_dir = data_dir
 
     def partition_dir(self, tp) -> str:
         return partition_dir(self.records_dir, tp.topic, tp.partition)
@@ -291,8 +289,8 @@ class ParquetBatchWriter:
         return any(a <= start and end <= b and (a, b) != (start, end) for a, b in self.spans(tp))
 
     def __call__(self, batch) -> None:
-        for tp, recs in batch.records.items():
-            start, end = recs[0].offset, recs[-1].offset + 1
+        columns = batch.columns
+        for tp, (start, end) in batch.ranges.items():
             if self.already_written(tp, start, end):
                 continue  # offsets moved back: these records are in place already
             d = self.partition_dir(tp)
@@ -301,7 +299,8 @@ class ParquetBatchWriter:
             # Hidden until renamed: readers (Spark skips names starting with "." or "_") never see it half-written.
             tmp = os.path.join(d, f".{os.path.basename(final)}.{uuid.uuid4().hex[:8]}.tmp")
             try:
-                write_records(self.table(tp, recs), tmp)
+                write_records(columns_table(tp, columns[tp]) if columns is not None
+                              else records_table(tp, batch.records[tp]), tmp)
                 if self.fsync:
                     _fsync_file(tmp)
                 os.replace(tmp, final)  # a redone batch replaces the same name with the same records
@@ -312,35 +311,6 @@ class ParquetBatchWriter:
                 _fsync_file(d)
         if self.after_write is not None:
             self.after_write(batch)
-
-
-    def table(self, tp, recs):
-        """The batch's Arrow table: from the embedded log's columns when the job reads one,
-        else (Kafka, or the log cannot give them now) from the records."""
-        if self.data_dir:
-            start, end = recs[0].offset, recs[-1].offset + 1
-            try:
-                chunks = _reader(self.data_dir).fetch_columns(tp.topic, tp.partition, start, max_records=end - start,
-                                                              max_bytes=WHOLE_BATCH_BYTES)
-            except (ZkGroupsError, OSError) as e:
-                log.debug("%s [%d, %d): columns not read from the log (%s); built from the records", tp, start,
-                          end, e)
-            else:
-                if sum(c.count for c in chunks) == len(recs):
-                    return columns_table(tp, chunks)
-        return records_table(tp, recs)
-
-
-_READERS: Dict[str, object] = {}  # data_dir -> Log: one reader per Python worker process, reused by its tasks
-
-
-def _reader(data_dir: str):
-    from consumer.log import Log
-
-    reader = _READERS.get(data_dir)
-    if reader is None:
-        reader = _READERS[data_dir] = Log(data_dir)
-    return reader
 
 
 def _names(d: str) -> List[str]:
@@ -498,7 +468,6 @@ def run_pipeline(spark, *, zk: str, group: str, topic: str, out: str, data_dir: 
                    kafka=kafka, workers=workers, mode=mode,
                    duration_s=duration_s, stop_file=stop_file, align=batch_size, batch_end=writer.existing_end,
                    flush_partial=True, consumer_config=consumer_config, **job_options)
-    writer.data_dir = job.data_dir  # the embedded log's directory, "" on Kafka (the job decided)
     if job_ready is not None:
         job_ready(job)
     summary = job.run()
