@@ -196,15 +196,28 @@ class CoordinatorMetrics:
     # ---- ZooKeeper requests
 
     def count_requests(self, client) -> None:
-        """Count every request ``client`` (a started KazooClient) sends from now on, and its errors."""
+        """Count every request ``client`` (a started KazooClient) sends from now on, and its
+        errors. Cheap per request: the counter child is looked up once per request type, and
+        an error is counted where kazoo records it (the answer's ``set_exception``, in its
+        connection thread), not by a callback per answer, which kazoo would hand to another
+        thread through its completion queue."""
         call = client._call
         requests, errors = self.zk_requests, self.zk_errors
+        counters: Dict[type, Tuple[str, object]] = {}
 
         def counted(request, async_object):
-            op = _OP_NAMES.get(type(request)) or _op_name(type(request))
-            requests.labels(op).inc()
-            async_object.rawlink(lambda result: None if result.successful() else
-                                 errors.labels(op, type(result.exception).__name__).inc())
+            kind = type(request)
+            if kind not in counters:
+                op = _OP_NAMES.get(kind) or _op_name(kind)
+                counters[kind] = (op, requests.labels(op))
+            op, counter = counters[kind]
+            counter.inc()
+            record = async_object.set_exception
+
+            def set_exception(exception):
+                errors.labels(op, type(exception).__name__).inc()
+                record(exception)
+            async_object.set_exception = set_exception
             return call(request, async_object)
 
         client._call = counted

@@ -13,12 +13,15 @@ import threading
 import urllib.request
 
 import pytest
+from kazoo.exceptions import NoNodeError
 from prometheus_client.parser import text_string_to_metric_families
 
 from prometheus_client import generate_latest
 
 from consumer.consumer import Consumer
 from coordinator import protocol, read
+from coordinator.metrics import CoordinatorMetrics
+from coordinator.zkclient import close_client, start_client
 from coordinator.topics import TopicRegistry
 from tests.helpers import GROUPCTL, assert_one_line_error, fill, wait_for
 
@@ -345,3 +348,25 @@ def test_bad_metrics_port_in_the_config_file_is_one_line(setting, match, tmp_pat
     r = subprocess.run(COORDINATORD + ["--zk", zk_connect, "--config", str(config)], env=subprocess_env,
                        capture_output=True, text=True, timeout=60)
     assert_one_line_error(r.returncode, r.stdout, r.stderr, match)
+
+
+def test_requests_and_their_errors_are_counted_by_operation(zk_connect):
+    metrics = CoordinatorMetrics()
+    client = start_client(zk_connect)
+    try:
+        metrics.count_requests(client)
+        client.ensure_path("/counted")
+        for _ in range(3):
+            client.get("/counted")
+        for _ in range(2):
+            with pytest.raises(NoNodeError):
+                client.get("/counted/missing")
+        t = client.transaction()
+        t.create("/counted", b"")  # exists: the transaction fails, and is no request error
+        t.commit()
+    finally:
+        close_client(client)
+    samples = samples_of(generate_latest(metrics.registry).decode())
+    assert value(samples, "zkgroups_zookeeper_requests_total", op="get_data") == 5
+    assert value(samples, "zkgroups_zookeeper_errors_total", op="get_data", error="NoNodeError") == 2
+    assert value(samples, "zkgroups_zookeeper_requests_total", op="transaction") == 1
