@@ -267,6 +267,7 @@ class Consumer:
         self._subscription = subscription
         self.listener = listener or ConsumerRebalanceListener()
         self._state = ConsumerState.ACTIVE
+        self._handed_out_at: Optional[float] = None
         self._state_lock = threading.Lock()
         self._handoff = _Handoff()
         self._commit_lock = threading.Lock()
@@ -344,6 +345,15 @@ class Consumer:
     @property
     def consumer_id(self) -> str:
         return self._member.consumer_id
+
+    @property
+    def handed_out_at(self) -> Optional[float]:
+        """When the records the last ``poll()`` (or ``poll_columns()``) returned were handed
+        out (``time.time()``, taken after they were fetched and before the lease check that let
+        them go): this member owned their partitions at that moment. What an application stamps
+        itself after ``poll()`` returns can be later than the ownership (a process frozen just
+        then); this cannot. None before the first records."""
+        return self._handed_out_at
 
     def group_metadata(self) -> GroupMetadata:
         """This member's id, generation and connection, for logs and tools (no I/O)."""
@@ -428,7 +438,9 @@ class Consumer:
                 remaining = deadline - time.monotonic()
                 records = take(max_records, timeout=max(0.0, min(remaining, 0.5)))
                 if records:
+                    handed_out_at = time.time()
                     if self._member.holds_lease():
+                        self._handed_out_at = handed_out_at
                         return records
                     # The lease lapsed while we waited (the process may have been frozen): keep
                     # them until a round trip confirms the session that owns them.

@@ -75,6 +75,22 @@ def test_consumes_everything_once_and_commits(cluster, zk, data_dir, make_consum
         assert zk.get(protocol.offsets_path("g", "t", p))[0] == b"200"
 
 
+def test_handed_out_at_is_inside_the_poll_that_returned_the_records(cluster, zk, data_dir, make_consumer):
+    cluster.node("n")
+    fill(data_dir, "t", [50], zk=zk)
+    c = make_consumer()
+    assert c.handed_out_at is None
+    got, deadline = 0, time.monotonic() + 20
+    while got < 50 and time.monotonic() < deadline:
+        before = time.time()
+        batch = c.poll(timeout_ms=100)
+        after = time.time()
+        if batch:
+            got += sum(map(len, batch.values()))
+            assert before <= c.handed_out_at <= after
+    assert got == 50
+
+
 def test_max_poll_records_and_fairness_under_a_backlog(cluster, zk, data_dir, make_consumer):
     cluster.node("n")
     TopicRegistry(zk).create("t", 4)

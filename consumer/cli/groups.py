@@ -367,8 +367,8 @@ def _subtree(zk, path: str) -> List[str]:
 @click.option("--strategy", "strategies", multiple=True, type=click.Choice(sorted(STRATEGIES)),
               help="Assignment strategy this member supports; repeat in order of preference (default: sticky, then range).")
 @click.option("--with-metadata", is_flag=True,
-              help="Add to each line this member's id, its generation and when poll() returned the record "
-                   "(wall clock, seconds).")
+              help="Add to each line this member's id, its generation and when poll() handed the record out "
+                   "(wall clock, seconds; the member owned the partition then).")
 @click.option("--kafka-commit-offsets", is_flag=True,
               help="Kafka only: also copy each commit to Kafka (after ZooKeeper's), for Kafka's own tools.")
 @click.option("--log-format", type=click.Choice(LOG_FORMATS),
@@ -465,7 +465,7 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
                     if idle_exit and time.monotonic() - last > idle_exit:
                         break
                     continue
-                meta = {"member": c.consumer_id, "generation": generation, "at": time.time()} \
+                meta = {"member": c.consumer_id, "generation": generation, "at": c.handed_out_at} \
                     if with_metadata else {}
                 lines = []
                 for tp, records in batch.items():

@@ -19,7 +19,10 @@ A sixth, ``referee``, fails when the evidence itself is doubtful: servers that l
 zxid differently, oddities in the group's history, printed lines that do not parse (a last
 line cut short by SIGKILL is expected and only counted).
 
-Times: ``at`` is the consumer's wall clock after ``poll()`` returned; ZooKeeper times are the
+Times: ``at`` is the consumer's wall clock when ``poll()`` handed the record out
+(:attr:`consumer.Consumer.handed_out_at`: after the fetch, before the lease check that let it
+go; a stamp taken by the application after ``poll()`` returned could fall after a SIGSTOP that
+froze the process in between, and judge the application instead of the library); ZooKeeper times are the
 leader's wall clock in whole milliseconds when it prepared the change (same machine, same
 clock). An interval's end is widened by 1 ms for that truncation, nothing more.
 """
