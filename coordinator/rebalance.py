@@ -257,8 +257,13 @@ def still_as_verified(client, snapshot: Snapshot, plan: "Plan") -> Optional[Dict
         return None
     stats = [(t, client.exists_async(protocol.owners_path(snapshot.group, t))) for t in record["owners"]]
     wait_in_order([a for _, a in stats])
-    now = {t: (a.get().pzxid if a.get() is not None else -1) for t, a in stats}
+    now = _pzxids(stats)
     return now if now == record["owners"] else None
+
+
+def _pzxids(stats) -> Dict[str, int]:
+    """{topic: pzxid} from (topic, async exists of owners/<topic>) pairs (-1 where missing)."""
+    return {t: (a.get().pzxid if a.get() is not None else -1) for t, a in stats}
 
 
 def still_as_recorded(client, groups, topics: Dict[str, int]) -> Dict[str, Fingerprint]:
@@ -295,7 +300,7 @@ def still_as_recorded(client, groups, topics: Dict[str, int]) -> Dict[str, Finge
     wait_in_order([a for *_, owners in candidates for _, a in owners])
     out = {}
     for group, mzxid, record, owners in candidates:
-        now = {t: (a.get().pzxid if a.get() is not None else -1) for t, a in owners}
+        now = _pzxids(owners)
         if now == record["owners"]:
             out[group] = Fingerprint(mzxid, record["ids"], record["channel"], tuple(sorted(now.items())),
                                      tuple(sorted(record["topics"].items())))

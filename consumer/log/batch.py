@@ -325,13 +325,8 @@ class Batch:
         else:
             starts = self.value_starts[i:j + 1]
             values = [buf[a:b] for a, b in zip(starts, islice(starts, 1, None))]
-        keys, headers = self._keys(i, j), self._headers(i, j)
-        with records_built():
-            # tuple.__new__ straight from map: C all the way, no Python frame per record.
-            return list(map(tuple.__new__, repeat(ConsumerRecord), zip(
-                repeat(self.topic), repeat(self.partition), range(self.base + i, self.base + j),
-                self.timestamps(i, j), repeat(None) if keys is None else keys, values,
-                repeat(()) if headers is None else headers)))
+        return _make_records(self.topic, self.partition, self.base + i, self.timestamps(i, j), self._keys(i, j),
+                             values, self._headers(i, j))
 
     def _keys(self, i: int, j: int) -> Optional[List[Optional[bytes]]]:
         if self.key_starts is None:
@@ -416,11 +411,18 @@ class Columns(NamedTuple):
             values = [buf[a:b] for a, b in zip(starts, islice(starts, 1, None))]
         keys = None if self.key_starts is None else \
             [None if k < 0 else buf[a:a + k] for a, k in zip(self.key_starts, self.key_lengths)]
-        with records_built():
-            return list(map(tuple.__new__, repeat(ConsumerRecord), zip(
-                repeat(topic), repeat(partition), range(self.base, self.base + n), self.timestamps,
-                repeat(None) if keys is None else keys, values,
-                repeat(()) if self.headers is None else self.headers)))
+        return _make_records(topic, partition, self.base, self.timestamps, keys, values, self.headers)
+
+
+def _make_records(topic: str, partition: int, base: int, timestamps, keys: Optional[list], values: list,
+                  headers: Optional[list]) -> List[ConsumerRecord]:
+    """Record objects for ``values`` (offsets from ``base``) and their fields (``keys`` and
+    ``headers`` None when the records have none)."""
+    with records_built():
+        # tuple.__new__ straight from map: C all the way, no Python frame per record.
+        return list(map(tuple.__new__, repeat(ConsumerRecord), zip(
+            repeat(topic), repeat(partition), range(base, base + len(values)), timestamps,
+            repeat(None) if keys is None else keys, values, repeat(()) if headers is None else headers)))
 
 
 def checksum_ok(data) -> bool:
