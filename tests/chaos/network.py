@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import enum
 import fcntl
 import ipaddress
 import logging
@@ -45,7 +46,7 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set
 
 from coordinator.testing.zkserver import die_with_parent
@@ -168,16 +169,42 @@ class Cut:
     oneway: bool
 
 
-@dataclass
+class NetworkState(enum.Enum):
+    NEW = "new"
+    STARTED = "started"
+    CLOSED = "closed"
+
+
 class Network:
-    """The run's bridge and places (see the module docstring). ``say`` gets one line per change."""
-    say: Callable[[str], None] = lambda line: None
-    prefix: str = field(default_factory=lambda: run_prefix(os.getpid()))
-    places: Dict[str, Place] = field(default_factory=dict)
-    cuts: Dict[str, Cut] = field(default_factory=dict)
-    subnet: Optional[ipaddress.IPv4Network] = None
-    _last_slot: int = FIRST_SLOT - 1
-    _lock_fd: Optional[int] = None
+    """The run's hub and places (see the module docstring). ``say`` gets one line per change.
+
+    States (:class:`NetworkState`)::
+
+        NEW --start()--> STARTED --close()--> CLOSED
+        NEW --start() fails--> CLOSED (what it made is removed; NetworkError raised)
+        NEW --close()--> CLOSED
+
+    Places are added, cut, healed and removed only while STARTED; ``close()`` again does
+    nothing. Thread rules: one thread (the harness's loop) calls everything.
+    """
+
+    def __init__(self, say: Callable[[str], None] = lambda line: None):
+        self.say = say
+        self.prefix = run_prefix(os.getpid())
+        self.places: Dict[str, Place] = {}
+        self.cuts: Dict[str, Cut] = {}
+        self.subnet: Optional[ipaddress.IPv4Network] = None
+        self.state = NetworkState.NEW
+        self._last_slot = FIRST_SLOT - 1
+        self._lock_fd: Optional[int] = None
+
+    def _set_state(self, new: NetworkState) -> None:
+        log.debug("network %s: %s -> %s", self.prefix, self.state.value, new.value)
+        self.state = new
+
+    def _require(self, state: NetworkState) -> None:
+        if self.state != state:
+            raise NetworkError(f"network {self.prefix} is {self.state.value}, not {state.value}")
 
     @property
     def hub(self) -> str:
@@ -196,6 +223,7 @@ class Network:
     def start(self) -> "Network":
         """Hold the run's lock, remove what crashed runs left, make the hub. Raises
         :class:`NetworkError` (after removing what it made) when the kernel refuses."""
+        self._require(NetworkState.NEW)
         os.makedirs(LOCK_DIR, exist_ok=True)
         self._lock_fd = os.open(self._lock_path(self.prefix), os.O_RDWR | os.O_CREAT, 0o644)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)  # ours: our pid is alive, nobody else has it
@@ -213,15 +241,20 @@ class Network:
             except NetworkError:
                 self.close()
                 raise
+        self._set_state(NetworkState.STARTED)
         self.say(f"network: hub {self.hub}, host address {self.host_address}/24 on {self.uplink}, "
                  f"namespaces {self.prefix}-*")
         return self
 
     def close(self) -> None:
         """Remove every place, the hub, the uplink and the lock (idempotent; never raises)."""
+        if self.state == NetworkState.CLOSED:
+            return
+        self._set_state(NetworkState.CLOSED)
+        for place in list(self.places.values()):
+            with contextlib.suppress(NetworkError):
+                self._remove_place(place)
         with contextlib.suppress(NetworkError):
-            for place in list(self.places.values()):
-                self.remove(place)
             self._remove_all(self.prefix)
         if self._lock_fd is not None:
             with contextlib.suppress(OSError):
@@ -259,6 +292,7 @@ class Network:
     def add(self, label: str) -> Place:
         """A new namespace joined to the hub's bridge. Addresses are handed out in turn (the next
         free one after the last), so a just-freed one is not taken again at once."""
+        self._require(NetworkState.STARTED)
         if label in self.places or label == "hub":
             raise NetworkError(f"place {label} exists")
         slot = next_slot(self._last_slot, {p.slot for p in self.places.values()})
@@ -275,13 +309,17 @@ class Network:
             self._ip("-n", place.namespace, "link", "set", "lo", "up")
         except NetworkError:
             with contextlib.suppress(NetworkError):
-                self.remove(place)
+                self._remove_place(place)
             raise
         return place
 
     def remove(self, place: Place) -> None:
         """Delete the place's veth pair, then its namespace (its rules go with it). Processes
         still in it are SIGKILLed first: a namespace outlives its name while anything runs inside."""
+        self._require(NetworkState.STARTED)
+        self._remove_place(place)
+
+    def _remove_place(self, place: Place) -> None:
         self.places.pop(place.label, None)
         self.cuts.pop(place.label, None)
         self._ip("-n", self.hub, "link", "del", place.hub_link, check=False)
@@ -295,6 +333,7 @@ class Network:
     # ---------------------------------------------------------------- faults
 
     def cut(self, place: Place, peers: Sequence[Place], port: Optional[int] = None, oneway: bool = False) -> None:
+        self._require(NetworkState.STARTED)
         if place.label in self.cuts:
             raise NetworkError(f"{place.label} is cut already")
         self._in(place, ["nft", "-f", "-"], cut_rules([p.address for p in peers], port, oneway))
@@ -309,6 +348,7 @@ class Network:
     def heal(self, place: Place, reset: bool) -> None:
         """Delete the place's rules; with ``reset``, abort its TCP connections with the peers it
         was cut from, at both ends. A place removed meanwhile (its process died) is skipped."""
+        self._require(NetworkState.STARTED)
         cut = self.cuts.pop(place.label, None)
         if cut is None or place.label not in self.places:
             return

@@ -47,9 +47,9 @@ the peers it was cut from is reset at both ends, as a router that lost its state
 The first faults are every kind of the run once, in a seeded order (``--faults`` gives the
 kinds and that first order instead; the nemesis goes on past ``--duration``, by 60 s at most,
 until each happened), then kinds are drawn at random (no second quorum loss). Then everything
-is healed, the producer stopped, the consumers drain until the group's committed offsets reach
-the end offsets (the log's, or Kafka's high watermarks) (bounded) and are stopped with SIGTERM,
-the coordinators too, and ZooKeeper. The referee (:mod:`tests.chaos.judge`, checks in
+is healed (each fault still under way runs its course), the producer stopped, the consumers
+drain until the group's committed offsets reach the end offsets (the log's, or Kafka's high
+watermarks; bounded) and are stopped with SIGTERM, the coordinators too, and ZooKeeper. The referee (:mod:`tests.chaos.judge`, checks in
 :mod:`tests.chaos.referee`) reads the servers' transaction logs, every printed line and every
 exit; the run prints one verdict line (and one line per failed check) and the run directory.
 Exit status: 0 on pass, 1 on fail, 2 when the run itself could not be made.
