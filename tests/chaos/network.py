@@ -25,6 +25,10 @@ the namespace removes them too:
   place and those peers is then aborted at both ends (``ss -K``: the kernel sends a RST), as
   a router or firewall that lost its state answers a connection it no longer knows.
 
+:meth:`Network.expose_loopback` makes ports of a server that binds only 127.0.0.1 (librdkafka's
+mock brokers) reachable at its place's address: a DNAT rule in its namespace (table
+``ip zkchaos_nat``) and ``route_localnet`` on its ``eth0``.
+
 Cleanup: the run holds ``/run/zkgroups-chaos/zc<id>.lock`` (``flock``) for its whole life;
 :meth:`Network.start` first removes every namespace and link of the ``zc<6 hex>`` family whose
 lock nobody holds (a run that crashed or was killed: its processes died with it, by
