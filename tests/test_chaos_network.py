@@ -73,7 +73,8 @@ def test_fault_plan_every_kind_once_or_as_given_with_stand_ins_without_namespace
 def test_bad_options_are_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         parse_args(argv)
-    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and err.count("\n") == 1
 
 
 # ---------------------------------------------------------------- real namespaces

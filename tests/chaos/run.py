@@ -668,8 +668,13 @@ def last_error(log_path: str) -> str:
     return (errors or lines or [""])[-1][:200]
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def parse_args(argv=None) -> Options:
-    parser = argparse.ArgumentParser(prog="bin/chaos", description=__doc__.split("\n")[0])
+    parser = _OneLineParser(prog="bin/chaos", description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, help="RNG seed (default: random, printed in the verdict)")
     parser.add_argument("--duration", type=float, default=120.0, metavar="SECONDS", help="nemesis time [120]")
     parser.add_argument("--consumers", type=int, default=5, help="consumer processes [5]")
