@@ -28,6 +28,11 @@ TP = TopicPartition("t", 0)
 SESSION_MS = 6000  # the read timeout (2/3 of it) ends each frozen request; the session outlives the freeze
 
 
+def stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
 def test_a_commit_checking_an_unanswered_write_without_an_answer_is_zookeeper_unavailable(tmp_path):
     with Ensemble(1, tick_ms=200, fsync=False, workdir=str(tmp_path / "zk")) as ensemble:
         server = ensemble.servers[0].proc
@@ -44,6 +49,7 @@ def test_a_commit_checking_an_unanswered_write_without_an_answer_is_zookeeper_un
 
             for offset in (20, 30):  # 20: the write gets no answer; 30: nor does the check of 20
                 os.kill(server.pid, signal.SIGSTOP)
+                wait_for(lambda: stopped(server.pid), message="the server stopped")  # every thread, not just signalled
                 try:
                     with pytest.raises(ZooKeeperUnavailable):
                         a.commit({TP: offset})
