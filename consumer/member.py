@@ -1006,7 +1006,10 @@ class GroupMember:
             owned_session = self._owned_session
         if owned_session is not None and owned_session != sid:
             raise CommitFailedError("commit refused: the ZooKeeper session that owned these partitions ended")
-        self._settle_uncertain(set(offsets))
+        try:
+            self._settle_uncertain(set(offsets))
+        except UNREACHABLE as e:  # unsettled writes stay uncertain until a check is answered
+            raise ZooKeeperUnavailable(f"commit failed: {type(e).__name__} (checking an unanswered write)") from None
         writes = []
         with self._lock:
             for tp, offset in offsets.items():

@@ -462,9 +462,10 @@ def test_judge_a_run_directory(tmp_path):
     (tmp_path / "ok").mkdir()
     outcome = judge(fake_run(tmp_path / "ok", zombie=False))
     assert outcome.passed, outcome.verdict
-    assert outcome.verdict == ("chaos PASS seed=7 duration=10s produced=3 consumed=3 lost=0 duplicates=0 "
-                               "(all explained) outside-ownership=0 unexpected-exits=0 faults=kill:0 term:0 "
-                               "pause:1 leader-kill:0 zk-restart:0 quorum-loss:0")
+    assert outcome.verdict == ("chaos PASS seed=7 duration=10s data-plane=embedded network=shared produced=3 "
+                               "consumed=3 lost=0 duplicates=0 (all explained) outside-ownership=0 "
+                               "unexpected-exits=0 resets-at-heal=0 faults=kill:0 term:0 pause:1 leader-kill:0 "
+                               "zk-restart:0 quorum-loss:0")
     assert (tmp_path / "ok" / "referee" / "ownership.txt").read_text().count("session 0x") >= 2
 
     (tmp_path / "bad").mkdir()
@@ -475,3 +476,25 @@ def test_judge_a_run_directory(tmp_path):
     assert [line.split(":")[0].strip() for line in fails] == ["FAIL duplicates", "FAIL outside-ownership",
                                                               "FAIL exits"]
     assert "referee/outside-ownership.txt" in fails[1]
+
+
+def test_judge_a_kafka_run_by_what_was_read_back_from_kafka(tmp_path):
+    """On Kafka the topic is the dump read back from the brokers, not data/; a partition whose
+    log no longer starts at 0 makes the evidence doubtful."""
+    from tests.chaos import kafkatopic
+    from tests.chaos.judge import RunRecord, judge
+    run_dir = fake_run(tmp_path, zombie=False)
+    shutil.rmtree(tmp_path / "data")
+    record = RunRecord.load(run_dir)
+    record.data_plane, record.network, record.kinds = "kafka", "namespaces", ["pause", "broker-down"]
+    record.save(run_dir)
+    kafkatopic.save(run_dir, "records", {0: {"start": 0, "values": ["0", "1", "2"]}})
+    outcome = judge(run_dir)
+    assert outcome.passed, outcome.verdict
+    assert "data-plane=kafka network=namespaces produced=3" in outcome.verdict
+    assert outcome.verdict.endswith("faults=pause:1 broker-down:0")
+
+    kafkatopic.save(run_dir, "records", {0: {"start": 1, "values": ["1", "2"]}})
+    outcome = judge(run_dir)
+    assert not outcome.passed and "FAIL referee" in outcome.verdict
+    assert "starts at 1" in (tmp_path / "referee" / "referee.txt").read_text()

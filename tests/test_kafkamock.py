@@ -5,7 +5,7 @@ process; keyed records produced with ``murmur2_random`` land where Kafka's Java 
 them and read back completely with ``assign()`` alone; watermarks; a broker down under a producer
 and an assigned consumer loses and duplicates nothing; injected OffsetCommit errors reach the
 client (or are retried inside librdkafka) and an assign-only consumer never joins a Kafka group;
-an injected Fetch error reaches its partition only;
+an injected Fetch error reaches its partition only; an advertised address is what Metadata names;
 bad commands are refused while the server keeps serving; the child ends with its parent (close,
 SIGKILL); a start-up failure and a missing mock symbol each give one line.
 """
@@ -261,6 +261,23 @@ def test_bad_commands_are_refused_and_the_server_keeps_serving(kafka_cluster, ka
     with pytest.raises(MockKafkaError, match="UNKNOWN_TOPIC_OR_PART"):
         kafka_cluster.delete_topic(kafka_topic_name)
     assert kafka_cluster.running
+
+
+def test_advertised_address_is_what_metadata_names_for_every_broker(own_cluster):
+    """What bin/chaos uses for a mock in a network namespace of its own: the brokers keep
+    listening on the child's loopback, Metadata names another address with the same ports."""
+    ports = own_cluster.ports
+    assert len(ports) == 3 and own_cluster.bootstrap_servers == ",".join(f"127.0.0.1:{p}" for p in ports)
+    with pytest.raises(MockKafkaError, match="bad host"):
+        own_cluster.advertise("a host")
+    own_cluster.advertise("localhost")
+    assert own_cluster.bootstrap_servers == ",".join(f"localhost:{p}" for p in ports)
+    metadata = Consumer({"bootstrap.servers": f"127.0.0.1:{ports[0]}", "group.id": "g"})
+    try:
+        brokers = metadata.list_topics(timeout=5).brokers
+    finally:
+        metadata.close()
+    assert {b.id: (b.host, b.port) for b in brokers.values()} == {i: ("localhost", p) for i, p in enumerate(ports, 1)}
 
 
 # ---------------------------------------------------------------- the child process

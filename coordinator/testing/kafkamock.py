@@ -31,6 +31,7 @@ The line protocol (``id`` is echoed back so a late reply is never taken for the 
       broker_down           broker            (-1: every broker)
       broker_up             broker            (-1: every broker)
       set_rtt               broker, ms        (-1: every broker; added to every response)
+      advertise             broker, host, port   (the address Metadata gives clients for the broker)
       push_request_errors   api_key, errors   (the next len(errors) requests of that kind fail)
       clear_request_errors  api_key
       push_partition_errors topic, partition, api_key, errors   (partition-level error codes)
@@ -93,6 +94,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 ALL_BROKERS = -1
 MAX_BROKERS = 32
 TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")  # Kafka's legal topic names
+ADVERTISED_HOST = re.compile(r"^[a-zA-Z0-9.-]{1,253}$")
 INSTALL_HINT = "pip install -e '.[kafka]' (it pins the confluent-kafka whose mock API was checked)"
 
 
@@ -165,6 +167,7 @@ SIGNATURES: Dict[str, tuple] = {
     "rd_kafka_mock_broker_set_down": (_int, [_ptr, _i32]),
     "rd_kafka_mock_broker_set_up": (_int, [_ptr, _i32]),
     "rd_kafka_mock_broker_set_rtt": (_int, [_ptr, _i32, _int]),
+    "rd_kafka_mock_broker_set_host_port": (None, [_ptr, _i32, _str, _int]),
     "rd_kafka_mock_push_request_errors_array": (None, [_ptr, _i16, _size, ctypes.POINTER(_int)]),
     "rd_kafka_mock_clear_request_errors": (None, [_ptr, _i16]),
     # Variadic: the error codes follow ``cnt`` as C ints.
@@ -269,6 +272,7 @@ class MockServer:
                 self.cluster, self._broker(req, allow_all=True))),
             "set_rtt": lambda req: self._check(self.lib.rd_kafka_mock_broker_set_rtt(
                 self.cluster, self._broker(req, allow_all=True), _field(req, "ms", int, 0, 600_000))),
+            "advertise": self._advertise,
             "push_request_errors": self._push_request_errors,
             "clear_request_errors": self._clear_request_errors,
             "push_partition_errors": self._push_partition_errors,
@@ -343,6 +347,14 @@ class MockServer:
         topic = _topic(request)
         self._check(self.lib.rd_kafka_mock_topic_delete(self.cluster, topic.encode()))
         self.topics.pop(topic, None)
+        return {}
+
+    def _advertise(self, request: dict) -> dict:
+        host = _field(request, "host", str)
+        if not ADVERTISED_HOST.match(host):
+            raise CommandError(f"bad host {host!r}: a host name or an IPv4 address")
+        self.lib.rd_kafka_mock_broker_set_host_port(
+            self.cluster, self._broker(request), host.encode(), _field(request, "port", int, 1, 65535))
         return {}
 
     def _push_request_errors(self, request: dict) -> dict:
@@ -510,14 +522,19 @@ class MockKafkaCluster:
     child's stdout (replies, into a queue) and stderr (its last lines, for error messages).
     Call ``start()`` from a thread that lives as long as the cluster (the main thread, say):
     the kernel's parent-death signal follows the thread that started the child.
+
+    ``preexec_fn`` runs in the child before exec (e.g. entering a network namespace). The
+    brokers listen on the child's loopback; :meth:`advertise` makes Metadata name another
+    address (one that reaches those ports, e.g. through a DNAT rule of the child's namespace).
     """
 
     NEW, RUNNING, CLOSED = "new", "running", "closed"
 
-    def __init__(self, brokers: int = 3, command_timeout: float = 10.0):
+    def __init__(self, brokers: int = 3, command_timeout: float = 10.0,
+                 preexec_fn: Optional[Callable[[], None]] = None):
         if not 1 <= brokers <= MAX_BROKERS:
             raise ValueError(f"brokers must be 1..{MAX_BROKERS}, not {brokers}")
-        self.brokers, self.command_timeout = brokers, command_timeout
+        self.brokers, self.command_timeout, self.preexec_fn = brokers, command_timeout, preexec_fn
         self.librdkafka_version: Optional[str] = None
         self._state = self.NEW
         self._lock = threading.Lock()
@@ -572,6 +589,11 @@ class MockKafkaCluster:
         return self._bootstrap_servers
 
     @property
+    def ports(self) -> List[int]:
+        """The brokers' ports, broker 1 first (they listen on the child's loopback)."""
+        return [int(address.rsplit(":", 1)[1]) for address in self.bootstrap_servers.split(",")]
+
+    @property
     def pid(self) -> Optional[int]:
         return self._proc.pid if self._proc else None
 
@@ -603,6 +625,14 @@ class MockKafkaCluster:
 
     def broker_up(self, broker_id: int) -> None:
         self._command("broker_up", broker=broker_id)
+
+    def advertise(self, host: str) -> None:
+        """Metadata names ``host`` (same ports) for every broker from now on, and so does
+        :attr:`bootstrap_servers`."""
+        ports = self.ports
+        for broker_id, port in enumerate(ports, 1):
+            self._command("advertise", broker=broker_id, host=host, port=port)
+        self._bootstrap_servers = ",".join(f"{host}:{port}" for port in ports)
 
     def set_rtt(self, broker_id: int, ms: int) -> None:
         """Delay each response of the broker (``ALL_BROKERS``: every broker) by ``ms``."""
@@ -672,7 +702,7 @@ class MockKafkaCluster:
             [sys.executable, "-m", "coordinator.testing.kafkamock", "--brokers", str(self.brokers),
              "--parent-pid", str(os.getpid())],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=env, cwd=_PROJECT_ROOT, start_new_session=True)
+            env=env, cwd=_PROJECT_ROOT, start_new_session=True, preexec_fn=self.preexec_fn)
         for name, stream, sink in (("stdout", self._proc.stdout, self._replies.put),
                                    ("stderr", self._proc.stderr, self._stderr_tail.append)):
             reader = threading.Thread(target=_pump, args=(stream, sink, name == "stdout"),

@@ -5,8 +5,10 @@ a local install (``ZOOKEEPER_HOME``, else Debian's ``zookeeper`` package) starte
 process on a free loopback port; else testcontainers, where a Docker engine answers.
 
 :class:`Ensemble` runs 1 or 3 local servers and can stop, SIGKILL and restart single
-servers, which the fault tests need. Children die with their parent (PR_SET_PDEATHSIG), so a
-killed test run leaves no JVM behind.
+servers, which the fault tests need; by default on free loopback ports, or each server on an
+address of its own (``hosts``) and started by a ``preexec`` of its own, e.g. one that enters a
+network namespace (``bin/chaos`` cuts links between them). Children die with their parent
+(PR_SET_PDEATHSIG), so a killed test run leaves no JVM behind.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 log = logging.getLogger(__name__)
 
@@ -83,14 +85,18 @@ TEST_JVM = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 #: A benchmark's server runs for minutes, as an installation's does: with the JVM's defaults
 #: (Debian's zkServer.sh passes none), so the CPU measured is what a production server spends.
 SERVER_JVM: Tuple[str, ...] = ()
+#: ZooKeeper's standard ports (client, quorum, election): used when every server has an address of its own.
+STANDARD_PORTS = (2181, 2888, 3888)
 
 
 class Server:
     """One ZooKeeper server process (standalone or one member of an ensemble)."""
 
     def __init__(self, myid: int, workdir: str, client_port: int, peers: List[str],
-                 tick_ms: int, fsync: bool, classpath: str, jvm: Sequence[str] = TEST_JVM):
-        self.myid, self.client_port = myid, client_port
+                 tick_ms: int, fsync: bool, classpath: str, jvm: Sequence[str] = TEST_JVM,
+                 host: str = "127.0.0.1", preexec: Optional[Callable[[], None]] = None):
+        self.myid, self.client_port, self.host = myid, client_port, host
+        self.preexec = preexec  # run in the child before exec, after die_with_parent
         self.dir = os.path.join(workdir, f"server{myid}")
         self.data_dir = os.path.join(self.dir, "data")
         os.makedirs(self.data_dir, exist_ok=True)
@@ -98,7 +104,7 @@ class Server:
             f.write(str(myid))
         self.cfg = os.path.join(self.dir, "zoo.cfg")
         lines = [f"tickTime={tick_ms}", f"dataDir={self.data_dir}", f"clientPort={client_port}",
-                 "clientPortAddress=127.0.0.1", "initLimit=20", "syncLimit=10",
+                 f"clientPortAddress={host}", "initLimit=20", "syncLimit=10",
                  f"minSessionTimeout={2 * tick_ms}", f"maxSessionTimeout={60 * tick_ms}",
                  "admin.enableServer=false", "4lw.commands.whitelist=*", "maxClientCnxns=0",
                  f"forceSync={'yes' if fsync else 'no'}"] + peers
@@ -109,7 +115,7 @@ class Server:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
+        return f"{self.host}:{self.client_port}"
 
     def start(self) -> None:
         if self.running:
@@ -117,8 +123,13 @@ class Server:
         logf = open(os.path.join(self.dir, "server.log"), "ab")
         cmd = [shutil.which("java") or "java", *self.jvm, "-Dzookeeper.admin.enableServer=false", "-cp", self.classpath, MAIN_CLASS, self.cfg]
         self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     preexec_fn=die_with_parent, cwd=self.dir)
+                                     preexec_fn=self._preexec, cwd=self.dir)
         logf.close()
+
+    def _preexec(self) -> None:
+        die_with_parent()
+        if self.preexec is not None:
+            self.preexec()
 
     @property
     def running(self) -> bool:
@@ -126,7 +137,7 @@ class Server:
 
     def serving(self) -> bool:
         """True once the server answers requests (standalone, leader or follower)."""
-        reply = four_letter("127.0.0.1", self.client_port, "srvr")
+        reply = four_letter(self.host, self.client_port, "srvr")
         return "Mode:" in reply
 
     def stop(self) -> None:
@@ -148,11 +159,16 @@ class Server:
 class Ensemble:
     """1 or 3 local ZooKeeper servers on free loopback ports.
 
-    ``tick_ms=200`` gives sessions down to 400 ms, which keeps failure tests fast.
+    ``tick_ms=200`` gives sessions down to 400 ms, which keeps failure tests fast. ``hosts``
+    (one address per server) puts each server on an address of its own with ZooKeeper's
+    standard ports, for servers in network namespaces of their own; ``preexecs`` (one per
+    server) run in each server's child before exec (e.g. entering its namespace).
     """
 
     def __init__(self, size: int = 1, tick_ms: int = 200, fsync: bool = True,
-                 workdir: Optional[str] = None, classpath: Optional[str] = None, jvm: Sequence[str] = TEST_JVM):
+                 workdir: Optional[str] = None, classpath: Optional[str] = None, jvm: Sequence[str] = TEST_JVM,
+                 hosts: Optional[Sequence[str]] = None,
+                 preexecs: Optional[Sequence[Optional[Callable[[], None]]]] = None):
         classpath = classpath or local_classpath()
         if not classpath:
             raise ZooKeeperNotFound(INSTALL_HINT)
@@ -161,10 +177,17 @@ class Ensemble:
         self._own_dir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="zkgroups-zk-")
         self.tick_ms = tick_ms
-        ports = [(free_port(), free_port(), free_port()) for _ in range(size)]
-        peers = [f"server.{i + 1}=127.0.0.1:{p[1]}:{p[2]}" for i, p in enumerate(ports)] if size > 1 else []
-        self.servers = [Server(i + 1, self.workdir, p[0], peers, tick_ms, fsync, classpath, jvm)
-                        for i, p in enumerate(ports)]
+        if hosts is not None and len(hosts) != size or preexecs is not None and len(preexecs) != size:
+            raise ValueError(f"hosts and preexecs need one entry per server ({size})")
+        if hosts is None:
+            hosts = ["127.0.0.1"] * size
+            ports = [(free_port(), free_port(), free_port()) for _ in range(size)]
+        else:
+            ports = [STANDARD_PORTS] * size
+        preexecs = preexecs or [None] * size
+        peers = [f"server.{i + 1}={h}:{p[1]}:{p[2]}" for i, (h, p) in enumerate(zip(hosts, ports))] if size > 1 else []
+        self.servers = [Server(i + 1, self.workdir, p[0], peers, tick_ms, fsync, classpath, jvm, h, x)
+                        for i, (h, p, x) in enumerate(zip(hosts, ports, preexecs))]
 
     @property
     def connect(self) -> str:

@@ -3,7 +3,9 @@
 The harness (:mod:`tests.chaos.run`) leaves in the run directory ``run.json`` (the options,
 the faults made, how every process ended, what the producer said it sent, the committed
 offsets ZooKeeper answered at the end), the consumers' outputs under ``logs/``, the
-servers' data under ``zk/`` and the topic under ``data/``. :func:`judge` reads only those,
+servers' data under ``zk/`` and the topic: the embedded log under ``data/``, or on Kafka
+every record's value as read back from the brokers (``kafka-topic.json``,
+:mod:`tests.chaos.kafkatopic`). :func:`judge` reads only those,
 runs every check of :mod:`tests.chaos.referee` and writes ``referee/``: one file per check,
 ``ownership.txt`` (the evidence in readable form) and ``verdict.txt``. So a kept run can be
 judged again (``bin/chaos --judge RUN_DIR``), and the referee never sees the harness's memory.
@@ -14,14 +16,20 @@ import glob
 import json
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from consumer.log import Log
-from tests.chaos import referee, txnlog
+from tests.chaos import kafkatopic, referee, txnlog
 from tests.chaos.history import GroupHistory, group_history
 
 RECORD = "run.json"
-KINDS = ("kill", "term", "pause", "leader-kill", "zk-restart", "quorum-loss")
+#: Processes killed or frozen, ZooKeeper servers killed (any machine).
+PROCESS_KINDS = ("kill", "term", "pause", "leader-kill", "zk-restart", "quorum-loss")
+#: Links cut (network namespaces: :mod:`tests.chaos.network`).
+PARTITION_KINDS = ("cut-consumer", "cut-oneway", "cut-controller", "cut-node", "zk-minority")
+#: On the Kafka data plane.
+KAFKA_KINDS = ("broker-down",)
+KINDS = PROCESS_KINDS + PARTITION_KINDS + KAFKA_KINDS
 
 
 @dataclass
@@ -39,6 +47,10 @@ class RunRecord:
     produced_count: Optional[int] = None         # what the producer said it sent
     live_committed: Optional[Dict[int, Optional[int]]] = None  # partition -> offset ZooKeeper answered
     notes: List[str] = field(default_factory=list)
+    kinds: List[str] = field(default_factory=lambda: list(PROCESS_KINDS))  # the fault kinds of the run
+    data_plane: str = "embedded"                 # embedded | kafka
+    network: str = "shared"                      # namespaces | shared (no links cut)
+    resets_at_heal: int = 0                      # heals that reset the victim's connections
 
     def save(self, run_dir: str) -> None:
         with open(os.path.join(run_dir, RECORD), "w") as f:
@@ -73,7 +85,10 @@ def judge(run_dir: str) -> Outcome:
         printed.extend(f.records)
         bad_lines.extend(f.bad_lines)
         cut += f.cut_last_line
-    produced = read_topic(os.path.join(run_dir, "data"), record.topic, record.partitions)
+    if record.data_plane == "kafka":
+        produced, topic_problems = read_kafka_dump(run_dir, record.topic, record.partitions)
+    else:
+        produced, topic_problems = read_topic(os.path.join(run_dir, "data"), record.topic, record.partitions), []
     live = None if record.live_committed is None else \
         {(record.topic, p): v for p, v in record.live_committed.items()}
     results = [
@@ -82,13 +97,15 @@ def judge(run_dir: str) -> Outcome:
         referee.check_ownership(printed, history),
         referee.check_exits(record.processes),
         referee.check_offsets({tp: len(v) for tp, v in produced.items()}, history, live),
-        referee.check_evidence(history, logs.conflicts, bad_lines),
+        referee.check_evidence(history, logs.conflicts, list(bad_lines) + topic_problems),
     ]
     passed = all(r.ok for r in results)
     figures = " ".join(r.summary for r in results if r.summary and r.name != "offsets")
-    faults = " ".join(f"{kind}:{record.faults.get(kind, 0)}" for kind in KINDS)
+    faults = " ".join(f"{kind}:{record.faults.get(kind, 0)}" for kind in KINDS if kind in record.kinds)
     lines = [f"chaos {'PASS' if passed else 'FAIL'} seed={record.seed} duration={record.duration:.0f}s "
-             f"produced={sum(len(v) for v in produced.values())} consumed={len(printed)} {figures} faults={faults}"]
+             f"data-plane={record.data_plane} network={record.network} "
+             f"produced={sum(len(v) for v in produced.values())} consumed={len(printed)} {figures} "
+             f"resets-at-heal={record.resets_at_heal} faults={faults}"]
     for r in results:
         path = os.path.join(out_dir, f"{r.name}.txt")
         with open(path, "w") as f:
@@ -117,6 +134,21 @@ def read_topic(data_dir: str, topic: str, partitions: int) -> Dict:
         return out
     finally:
         log.close()
+
+
+def read_kafka_dump(run_dir: str, topic: str, partitions: int) -> Tuple[Dict, List[str]]:
+    """The topic as read back from Kafka at the end: ({(topic, partition): [value by offset]},
+    problems). A partition whose log no longer starts at 0 (the mock cluster keeps ~5 MiB a
+    partition) cannot be judged for loss: that is a problem of the evidence."""
+    dumped_topic, dump = kafkatopic.load(run_dir)
+    problems = [f"{kafkatopic.DUMP} holds topic {dumped_topic}, not {topic}"] if dumped_topic != topic else []
+    out = {}
+    for p in range(partitions):
+        part = dump.get(p, {"start": 0, "values": []})
+        if part["start"] != 0:
+            problems.append(f"Kafka's log of {topic}/{p} starts at {part['start']}: older records were dropped")
+        out[(topic, p)] = part["values"]
+    return out, problems
 
 
 def write_ownership(f, history: GroupHistory, logs: txnlog.History, cut_lines: int, notes: List[str]) -> None:

@@ -1,10 +1,13 @@
 """The chaos run's producer: uniquely numbered records, written continuously.
 
-    python -m tests.chaos.producer ZK DATA_DIR TOPIC [--rate RECORDS_PER_S]
+    python -m tests.chaos.producer ZK DATA_DIR TOPIC [--rate RECORDS_PER_S] [--bootstrap-servers B]
 
 Values are the decimal sequence numbers 0, 1, 2, ... (keys are absent, so partitions are
-filled round robin). The topic's partition count is read once at start: ZooKeeper may be
-down for seconds during the run, and the log on disk is all the producer needs after that.
+filled round robin on the embedded log, at random on Kafka). On the embedded log the topic's
+partition count is read once at start: ZooKeeper may be down for seconds during the run, and
+the log on disk is all the producer needs after that. With ``--bootstrap-servers`` the records
+go to Kafka (ZooKeeper and DATA_DIR unused) through an idempotent producer, so a retry after a
+broker went down never writes a record twice.
 SIGTERM stops it: everything sent is flushed, then ``{"produced": N}`` is printed on stdout
 and it exits 0.
 """
@@ -29,14 +32,20 @@ def main() -> None:
     parser.add_argument("data_dir")
     parser.add_argument("topic")
     parser.add_argument("--rate", type=float, default=200.0, help="records per second")
+    parser.add_argument("--bootstrap-servers", help="Kafka's brokers: write there instead of the embedded log")
     args = parser.parse_args()
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    zk = start_client(args.zk)
+    zk = None
+    if args.bootstrap_servers:
+        producer = Producer(bootstrap_servers=args.bootstrap_servers, kafka={"enable.idempotence": True})
+    else:
+        zk = start_client(args.zk)
+        producer = Producer(zk, data_dir=args.data_dir, metadata_max_age_ms=NEVER_REFRESH_MS)
     sent = 0
     started = time.monotonic()
-    with Producer(zk, data_dir=args.data_dir, metadata_max_age_ms=NEVER_REFRESH_MS) as producer:
+    with producer:
         producer.send(args.topic, b"0")  # reads the partition count while ZooKeeper is surely up
         sent = 1
         while not stop.wait(TICK_S):
@@ -45,7 +54,8 @@ def main() -> None:
                 producer.send(args.topic, str(sent).encode())
                 sent += 1
     print(json.dumps({"produced": sent}), flush=True)
-    close_client(zk)
+    if zk is not None:
+        close_client(zk)
 
 
 if __name__ == "__main__":

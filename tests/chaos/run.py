@@ -2,12 +2,25 @@
 ZooKeeper's own transaction log.
 
     bin/chaos [--seed N] [--duration SECONDS] [--consumers 5] [--partitions 8] [--keep]
+              [--data-plane embedded|kafka] [--network auto|namespaces|shared] [--faults KIND,...]
     bin/chaos --judge RUN_DIR      (judge a kept run again, e.g. after changing the referee)
 
 The cluster: a 3-server ZooKeeper ensemble (``tickTime`` 200 ms), three ``coordinatord``
 nodes, a producer writing uniquely numbered records (:mod:`tests.chaos.producer`) and
 ``--consumers`` processes of ``groupctl consume GROUP TOPIC --with-metadata``, each with a
-consumer id of its own. Everything runs under the chroot ``/chaos``.
+consumer id of its own. Everything runs under the chroot ``/chaos``. The records are in the
+embedded log on disk, or (``--data-plane kafka``) on librdkafka's mock Kafka cluster, in a
+process of its own (3 brokers; the coordinators mirror the topic into ZooKeeper as for KRaft).
+
+The network (``--network``; ``auto``, the default, is ``namespaces`` where the machine allows
+them, else ``shared`` with one line saying why): with ``namespaces`` every ZooKeeper server,
+``coordinatord`` node, consumer process and the Kafka mock runs in a network namespace of its
+own, joined to the others by a bridge (:mod:`tests.chaos.network`), so a link can be cut while
+the processes on both ends keep running; the embedded log stays on the shared disk and the Kafka
+brokers stay reachable, so a consumer cut from ZooKeeper keeps its data plane. With ``shared``
+all processes share the host's network and the partition faults are stood in for by the
+process faults (``cut-consumer``, ``cut-oneway``: ``pause``; ``cut-controller``, ``cut-node``:
+``leader-kill``; ``zk-minority``: ``zk-restart``).
 
 The nemesis, every 2-4 s, with an RNG seeded by ``--seed`` (faults that cannot be made at the
 moment, e.g. a leader kill while no leader is registered, are retried at the next tick):
@@ -17,13 +30,26 @@ moment, e.g. a leader kill while no leader is registered, are retried at the nex
 * ``pause``: SIGSTOP a consumer for its session timeout plus 1-3 s, then SIGCONT;
 * ``leader-kill``: SIGKILL the leading ``coordinatord`` (its pid from the leader znode), restart it;
 * ``zk-restart``: SIGKILL one ZooKeeper server, restart it 2-5 s later;
-* ``quorum-loss``: once per run, SIGKILL two servers, restart them 3-5 s later.
+* ``quorum-loss``: once per run, SIGKILL two servers, restart them 3-5 s later;
+* ``cut-consumer``: drop every packet between a consumer and the ZooKeeper servers, both ways,
+  for 2-3x the session timeout, then heal;
+* ``cut-oneway``: the same, but only ZooKeeper's answers are dropped (requests reach it);
+* ``cut-controller``: cut the controller (the ``coordinatord`` in the leader znode) from
+  ZooKeeper while it leads shards, for 2-3x the session timeout;
+* ``cut-node``: the same for a node that leads shards and is not the controller;
+* ``zk-minority``: cut one ZooKeeper server from the other two (all their traffic) for 2-3x
+  the session timeout: its clients must move to the majority or wait;
+* ``broker-down`` (Kafka only): take a broker down for 2-5 s, then up.
 
-The first six faults are the six kinds in a seeded order (the nemesis goes on past
-``--duration``, by 60 s at most, until each happened), then kinds are drawn at random (no
-second quorum loss). Then everything is healed, the producer stopped, the consumers drain until the
-group's committed offsets reach the end offsets (bounded) and are stopped with SIGTERM, the
-coordinators too, and ZooKeeper. The referee (:mod:`tests.chaos.judge`, checks in
+At each heal of a cut, at random (half the time), every TCP connection between the victim and
+the peers it was cut from is reset at both ends, as a router that lost its state answers.
+
+The first faults are every kind of the run once, in a seeded order (``--faults`` gives the
+kinds and that first order instead; the nemesis goes on past ``--duration``, by 60 s at most,
+until each happened), then kinds are drawn at random (no second quorum loss). Then everything
+is healed (each fault still under way runs its course), the producer stopped, the consumers
+drain until the group's committed offsets reach the end offsets (the log's, or Kafka's high
+watermarks; bounded) and are stopped with SIGTERM, the coordinators too, and ZooKeeper. The referee (:mod:`tests.chaos.judge`, checks in
 :mod:`tests.chaos.referee`) reads the servers' transaction logs, every printed line and every
 exit; the run prints one verdict line (and one line per failed check) and the run directory.
 Exit status: 0 on pass, 1 on fail, 2 when the run itself could not be made.
@@ -33,15 +59,19 @@ file per process: ``consumer-NNN.out`` holds its printed records, ``.log`` its s
 ``harness.log``), ``nemesis.log`` (every fault and process event, wall-clock seconds, to set
 beside the records' ``at``), ``run.json``, ``referee/`` (``verdict.txt``, one file per check,
 ``ownership.txt``), ``zk/serverN/`` (each server's ``server.log`` and its bulky ``data/``) and
-the bulky ``data/`` (the topic). All is kept, except the bulky parts after a pass without
-``--keep``.
+the bulky ``data/`` (the topic on the embedded log) or ``kafka-topic.json`` (the topic as read
+back from Kafka at the end). All is kept, except the bulky parts after a pass without ``--keep``.
 
-Not covered: network partitions (processes are killed or frozen, links never cut), clock
-jumps, disk faults, and a producer under faults (it needs ZooKeeper only at start).
+Not covered: partitions between a consumer or a node and the data plane (the log is a local
+disk; Kafka's brokers are only ever taken down whole), between coordinators and consumers
+directly (they talk only through ZooKeeper), packet loss, delay or reordering short of a cut,
+clock jumps, disk faults, and a producer under faults (it needs ZooKeeper only at start, and
+Kafka's producer only brokers).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import json
 import logging
@@ -60,25 +90,35 @@ from typing import Callable, Dict, List, Optional
 
 from kazoo.exceptions import NoNodeError
 
+from consumer.dataplane import ENV_BOOTSTRAP_SERVERS
 from consumer.log import Log
 from coordinator import protocol
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
-from coordinator.testing.zkserver import Ensemble, ZooKeeperNotFound, die_with_parent
-from tests.chaos import judge, referee
-from tests.chaos.judge import KINDS
+from coordinator.testing.zkserver import STANDARD_PORTS, Ensemble, ZooKeeperNotFound, die_with_parent
+from tests.chaos import judge, kafkatopic, network, referee
+from tests.chaos.judge import KAFKA_KINDS, KINDS, PARTITION_KINDS, PROCESS_KINDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CHROOT = "/chaos"
 GROUP = "chaos"
 TOPIC = "records"
-REPEATED = {"kill": 3, "term": 2, "pause": 3, "leader-kill": 2, "zk-restart": 2}  # weights after the first six
+# Weights of the kinds drawn after the first round (quorum loss happens once).
+REPEATED = {"kill": 3, "term": 2, "pause": 3, "leader-kill": 2, "zk-restart": 2, "cut-consumer": 3,
+            "cut-oneway": 2, "cut-controller": 1, "cut-node": 1, "zk-minority": 1, "broker-down": 2}
+# Without namespaces a partition is stood in for by the process fault closest to it.
+STAND_INS = {"cut-consumer": "pause", "cut-oneway": "pause", "cut-controller": "leader-kill",
+             "cut-node": "leader-kill", "zk-minority": "zk-restart"}
+CUT_SESSIONS = (2.0, 3.0)  # a cut lasts this many session timeouts
+RESET_AT_HEAL = 0.5        # the share of heals that reset the victim's connections
+BROKERS = 3
 WARMUP_S = 4.0
 FAULT_GAP_S = (2.0, 4.0)
 OVERTIME_S = 60.0        # the nemesis goes on past --duration until every kind happened (this long at most)
 TERM_GRACE_S = 30.0      # a SIGTERMed process must exit within this
 ZK_CALL_S = 3.0          # the harness's own ZooKeeper reads give up after this
 TICK_S = 0.1
+NODES = ("c1", "c2", "c3")
 
 
 @dataclass
@@ -93,6 +133,9 @@ class Options:
     drain_timeout: float = 90.0
     run_dir: Optional[str] = None
     judge_only: Optional[str] = None  # a kept run directory to judge again
+    data_plane: str = "embedded"      # embedded | kafka
+    network: str = "auto"             # auto | namespaces | shared
+    faults: Optional[List[str]] = None  # the kinds, in the order of the first round (None: all, shuffled)
 
 
 @dataclass
@@ -107,6 +150,7 @@ class Proc:
     paused: bool = False
     note: str = ""
     end: Optional[referee.ProcessEnd] = None
+    place: Optional[network.Place] = None  # its network namespace (None: the host's network)
 
     @property
     def alive(self) -> bool:
@@ -118,27 +162,38 @@ class Pending:
     due: float
     what: str
     action: Callable[[], None]
+    zookeeper: bool = False                 # heals a ZooKeeper fault (the next one waits for it)
+    place: Optional[network.Place] = None   # heals a cut of this place
 
 
 class ChaosRun:
     """One run: start, nemesis, heal, stop the producer, drain, stop (which leaves
     ``run.json`` for :func:`tests.chaos.judge.judge`). Single-threaded: the nemesis, the
-    reaping of processes and the delayed actions (resumes, restarts) all run in one loop."""
+    reaping of processes and the delayed actions (resumes, heals, restarts) all run in one loop.
 
-    def __init__(self, options: Options, run_dir: str):
-        self.o, self.dir = options, run_dir
+    ``net`` is the run's network of namespaces, or None when everything shares the host's
+    network; ``kinds`` the fault kinds of the run, ``plan`` the first round in its order."""
+
+    def __init__(self, options: Options, run_dir: str, net: Optional[network.Network] = None):
+        self.o, self.dir, self.net = options, run_dir, net
         self.rng = random.Random(options.seed)
         self.logs = os.path.join(run_dir, "logs")
         self.data_dir = os.path.join(run_dir, "data")
         os.makedirs(self.logs, exist_ok=True)
         os.makedirs(self.data_dir, exist_ok=True)
         self.ensemble: Optional[Ensemble] = None
+        self.kafka = None  # the MockKafkaCluster on the Kafka data plane
+        self.bootstrap_servers = ""
+        self.brokers_down: set = set()
         self.admin = None
         self.procs: List[Proc] = []
         self.pending: List[Pending] = []
         self.faults: Counter = Counter()
-        self.plan = list(KINDS)
-        self.rng.shuffle(self.plan)
+        self.resets_at_heal = 0
+        self.plan = fault_plan(options, net is not None, self.rng)
+        self.kinds = sorted(set(self.plan), key=KINDS.index)
+        self.zk_places: List[network.Place] = []
+        self.node_places: Dict[str, network.Place] = {}
         self.consumer_count = 0
         self.coordinator_starts: Counter = Counter()
         self.producer: Optional[Proc] = None
@@ -154,6 +209,10 @@ class ChaosRun:
     def connect(self) -> str:
         return self.ensemble.connect + CHROOT
 
+    @property
+    def on_kafka(self) -> bool:
+        return self.o.data_plane == "kafka"
+
     def note(self, message: str) -> None:
         self.notes.append(message)
         self.say(message)
@@ -162,16 +221,18 @@ class ChaosRun:
         self._nemesis_log.write(f"{time.time():.3f} {message}\n")
         self._nemesis_log.flush()
 
-    def _spawn(self, role: str, name: str, argv: List[str], out: bool = False) -> Proc:
+    def _spawn(self, role: str, name: str, argv: List[str], out: bool = False,
+               place: Optional[network.Place] = None) -> Proc:
         log = os.path.join(self.logs, f"{name}.log")
         out_path = os.path.join(self.logs, f"{name}.out") if out else None
         env = dict(os.environ, PYTHONPATH=ROOT, PYTHONUNBUFFERED="1")
+        env.pop(ENV_BOOTSTRAP_SERVERS, None)  # Kafka only when the run is on Kafka (argv says so)
         with open(log, "ab") as err, open(out_path or os.devnull, "ab") as stdout:
             popen = subprocess.Popen(argv, stdout=stdout, stderr=err, stdin=subprocess.DEVNULL, env=env,
-                                     cwd=ROOT, preexec_fn=die_with_parent)
-        proc = Proc(role, name, popen, log, out_path)
+                                     cwd=ROOT, preexec_fn=place.preexec if place else die_with_parent)
+        proc = Proc(role, name, popen, log, out_path, place=place)
         self.procs.append(proc)
-        self.say(f"started {role} {name} pid {popen.pid}")
+        self.say(f"started {role} {name} pid {popen.pid}" + (f" at {place.address}" if place else ""))
         return proc
 
     def live(self, role: str) -> List[Proc]:
@@ -180,34 +241,71 @@ class ChaosRun:
     def _zk_get(self, path: str):
         return self.admin.get_async(path).get(timeout=ZK_CALL_S)
 
+    def _data_plane_args(self) -> List[str]:
+        return ["--bootstrap-servers", self.bootstrap_servers] if self.on_kafka else ["--data-dir", self.data_dir]
+
     # ------------------------------------------------------------ processes
 
     def start_consumer(self) -> Proc:
         self.consumer_count += 1
         name = f"consumer-{self.consumer_count:03d}"
+        place = self.net.add(name) if self.net else None
         return self._spawn("consumer", name, [
-            os.path.join(ROOT, "bin", "groupctl"), "--zk", self.connect, "--data-dir", self.data_dir, "-v",
+            os.path.join(ROOT, "bin", "groupctl"), "--zk", self.connect, *self._data_plane_args(), "-v",
             "consume", GROUP, TOPIC, "--with-metadata", "--consumer-id", f"{GROUP}-{name}",
-            "--session-timeout-ms", str(self.o.session_timeout_ms)], out=True)
+            "--session-timeout-ms", str(self.o.session_timeout_ms)], out=True, place=place)
 
     def start_coordinator(self, node: str) -> Proc:
         self.coordinator_starts[node] += 1
+        mirror = ["--bootstrap-servers", self.bootstrap_servers] if self.on_kafka else []
         return self._spawn("coordinatord", f"coordinatord-{node}-{self.coordinator_starts[node]}", [
             os.path.join(ROOT, "bin", "coordinatord"), "--zk", self.connect, "--node-id", node,
             "--session-timeout-ms", str(self.o.session_timeout_ms), "--rebalance-timeout-ms", "5000",
-            "--failed-retry-interval-ms", "3000"])
+            "--failed-retry-interval-ms", "3000", *mirror], place=self.node_places.get(node))
 
     def start(self) -> None:
-        self.ensemble = Ensemble(3, tick_ms=200, fsync=False, workdir=os.path.join(self.dir, "zk")).start(60)
+        if self.net:
+            self.zk_places = [self.net.add(f"zk{i}") for i in (1, 2, 3)]
+            self.node_places = {node: self.net.add(node) for node in NODES}
+        self.ensemble = Ensemble(3, tick_ms=200, fsync=False, workdir=os.path.join(self.dir, "zk"),
+                                 hosts=[p.address for p in self.zk_places] if self.net else None,
+                                 preexecs=[p.enter for p in self.zk_places] if self.net else None).start(60)
         self.admin = start_client(self.connect, 6000)
-        TopicRegistry(self.admin).create(TOPIC, self.o.partitions)
-        for node in ("c1", "c2", "c3"):
+        if self.on_kafka:
+            self.start_kafka()
+        else:
+            TopicRegistry(self.admin).create(TOPIC, self.o.partitions)
+        for node in NODES:
             self.start_coordinator(node)
+        if self.on_kafka:
+            self.wait_for_mirror()
         self.producer = self._spawn("producer", "producer", [
             sys.executable, "-m", "tests.chaos.producer", self.connect, self.data_dir, TOPIC,
-            "--rate", str(self.o.rate)], out=True)
+            "--rate", str(self.o.rate)] + (["--bootstrap-servers", self.bootstrap_servers] if self.on_kafka else []),
+            out=True)
         for _ in range(self.o.consumers):
             self.start_consumer()
+
+    def start_kafka(self) -> None:
+        """The mock cluster in its own place; its brokers listen on that namespace's loopback,
+        reached at the place's address through a DNAT rule there."""
+        from coordinator.testing.kafkamock import MockKafkaCluster
+        place = self.net.add("kafka") if self.net else None
+        self.kafka = MockKafkaCluster(brokers=BROKERS, preexec_fn=place.enter if place else None).start()
+        if place:
+            self.net.expose_loopback(place, self.kafka.ports)
+            self.kafka.advertise(place.address)
+        self.bootstrap_servers = self.kafka.bootstrap_servers
+        self.kafka.create_topic(TOPIC, self.o.partitions)
+        self.say(f"Kafka: mock cluster of {BROKERS} brokers at {self.bootstrap_servers}, topic {TOPIC}")
+
+    def wait_for_mirror(self, timeout: float = 60.0) -> None:
+        """The controller mirrors Kafka's topic into ZooKeeper; consumers need it there."""
+        deadline = time.monotonic() + timeout
+        while self.admin.exists(protocol.topic_path(TOPIC)) is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the coordinators did not mirror topic {TOPIC} from Kafka within {timeout:.0f}s")
+            self.wait(0.2)
 
     def signal(self, proc: Proc, sig: signal.Signals) -> None:
         try:
@@ -230,7 +328,8 @@ class ChaosRun:
 
     def reap(self) -> None:
         """Record every process that ended; replace those that ended on their own; SIGKILL
-        those that did not exit within the grace of their SIGTERM."""
+        those that did not exit within the grace of their SIGTERM. A consumer's namespace
+        goes with it (a node's stays for its next start)."""
         for p in list(self.procs):
             if p.end is not None:
                 continue
@@ -246,6 +345,8 @@ class ChaosRun:
                 p.note = last_error(p.log)
             p.end = referee.ProcessEnd(p.role, p.name, p.log, rc, p.stopped_by, p.note)
             self.say(f"{p.name} exited with status {rc}" + ("" if p.stopped_by else " ON ITS OWN"))
+            if p.role == "consumer" and p.place is not None:
+                self.net.remove(p.place)
             if p.stopped_by is None and self.replacing:
                 if p.role == "consumer":
                     self.start_consumer()
@@ -277,7 +378,7 @@ class ChaosRun:
             index = self.rng.randrange(3)
             self.kill_server(index)
             self.later(self.rng.uniform(2.0, 5.0), f"restart ZooKeeper server {index + 1}",
-                       lambda: self.restart_servers([index]))
+                       lambda: self.restart_servers([index]), zookeeper=True)
         elif kind == "quorum-loss":
             self.heal_zookeeper()
             lost = self.rng.sample(range(3), 2)
@@ -285,6 +386,26 @@ class ChaosRun:
                 self.kill_server(index)
             self.wait(self.rng.uniform(3.0, 5.0))
             self.restart_servers(lost)
+        elif kind in ("cut-consumer", "cut-oneway"):
+            victims = [p for p in consumers if not self.net.is_cut(p.place)]
+            if not victims:
+                return False
+            self.cut_from_zookeeper(self.rng.choice(victims), oneway=kind == "cut-oneway")
+        elif kind in ("cut-controller", "cut-node"):
+            victim = self.coordinator_victim(controller=kind == "cut-controller")
+            if victim is None:
+                return False
+            self.cut_from_zookeeper(victim, oneway=False)
+        elif kind == "zk-minority":
+            self.heal_zookeeper()
+            index = self.rng.randrange(3)
+            self.cut(self.zk_places[index], [p for i, p in enumerate(self.zk_places) if i != index], None,
+                     zookeeper=True)
+        elif kind == "broker-down":
+            up = [b for b in range(1, BROKERS + 1) if b not in self.brokers_down]
+            if len(up) < 2:  # keep one broker up: a cluster wholly down is not this fault
+                return False
+            self.broker_down(self.rng.choice(up))
         self.faults[kind] += 1
         return True
 
@@ -299,6 +420,51 @@ class ChaosRun:
                 self.signal(victim, signal.SIGCONT)
         self.later(seconds, f"SIGCONT {victim.name}", resume)
 
+    def cut_from_zookeeper(self, victim: Proc, oneway: bool) -> None:
+        self.say(f"cutting {victim.name} (pid {victim.popen.pid}) from ZooKeeper" + (", one way" if oneway else ""))
+        self.cut(victim.place, self.zk_places, STANDARD_PORTS[0], oneway=oneway)
+
+    def cut(self, place: network.Place, peers: List[network.Place], port: Optional[int], oneway: bool = False,
+            zookeeper: bool = False) -> None:
+        """Cut ``place`` from ``peers`` for 2-3 session timeouts; the heal (and whether it resets
+        the connections) is drawn now, so the draws follow the faults, not the timing."""
+        seconds = self.o.session_timeout_ms / 1000 * self.rng.uniform(*CUT_SESSIONS)
+        reset = self.rng.random() < RESET_AT_HEAL
+        self.net.cut(place, peers, port, oneway)
+
+        def heal():
+            if self.net.is_cut(place):
+                self.net.heal(place, reset)
+                self.resets_at_heal += reset
+        self.later(seconds, f"heal {place.label}", heal, zookeeper=zookeeper, place=place)
+
+    def coordinator_victim(self, controller: bool) -> Optional[Proc]:
+        """A running, uncut ``coordinatord`` that leads shards: the controller, or one that is not."""
+        try:
+            leader = protocol.LeaderInfo.decode(self._zk_get(protocol.LEADER)[0])
+            infos = [protocol.NodeInfo.decode(self._zk_get(protocol.node_path(node))[0], protocol.node_path(node))
+                     for node in self.admin.get_children_async(protocol.NODES).get(timeout=ZK_CALL_S)]
+        except Exception as e:  # no leader or node znodes now, or ZooKeeper busy: try again later
+            self.say(f"coordinator cut: cannot read the nodes now ({type(e).__name__})")
+            return None
+        pids = {info.pid for info in infos if info.shards and (info.node_id == leader.node_id) == controller}
+        victims = [p for p in self.live("coordinatord") if p.popen.pid in pids and not self.net.is_cut(p.place)]
+        if not victims:
+            self.say(f"coordinator cut: no {'controller' if controller else 'other node'} leading shards now")
+            return None
+        return self.rng.choice(victims)
+
+    def broker_down(self, broker: int) -> None:
+        self.kafka.broker_down(broker)
+        self.brokers_down.add(broker)
+        self.say(f"Kafka broker {broker} down")
+
+        def up():
+            self.kafka.broker_up(broker)
+            self.brokers_down.discard(broker)
+            self.say(f"Kafka broker {broker} up")
+        self.later(self.rng.uniform(2.0, 5.0), f"Kafka broker {broker} up", up)
+
     def kill_leader(self) -> bool:
         try:
             info = protocol.LeaderInfo.decode(self._zk_get(protocol.LEADER)[0])
@@ -310,6 +476,9 @@ class ChaosRun:
             self.say(f"leader-kill: the registered leader (pid {info.pid}) is not running")
             return False
         self.kill(leader)
+        place = self.node_places.get(info.node_id)
+        if place is not None:  # its successor must not start cut off (it could not even connect)
+            self.run_pending(lambda p: p.place is place)
         self.start_coordinator(info.node_id)
         return True
 
@@ -325,11 +494,13 @@ class ChaosRun:
         self.say("ZooKeeper server(s) serving")
 
     def heal_zookeeper(self) -> None:
-        """Restart any server still down now (another ZooKeeper fault needs all three)."""
-        self.run_pending(lambda p: p.what.startswith("restart ZooKeeper"))
+        """Restart any server still down and heal any server still cut off now (another
+        ZooKeeper fault needs all three)."""
+        self.run_pending(lambda p: p.zookeeper)
 
-    def later(self, seconds: float, what: str, action: Callable[[], None]) -> None:
-        self.pending.append(Pending(time.monotonic() + seconds, what, action))
+    def later(self, seconds: float, what: str, action: Callable[[], None], zookeeper: bool = False,
+              place: Optional[network.Place] = None) -> None:
+        self.pending.append(Pending(time.monotonic() + seconds, what, action, zookeeper, place))
 
     def run_pending(self, which: Callable[[Pending], bool] = lambda p: True, due_only: bool = False) -> None:
         now = time.monotonic()
@@ -347,14 +518,15 @@ class ChaosRun:
             time.sleep(TICK_S)
 
     def nemesis(self) -> None:
-        self.say(f"nemesis: seed {self.o.seed}, {self.o.duration:.0f}s")
+        self.say(f"nemesis: seed {self.o.seed}, {self.o.duration:.0f}s, first round {', '.join(self.plan)}")
+        drawn = [k for k in self.kinds if k != "quorum-loss"]
         end = time.monotonic() + self.o.duration
         next_fault = time.monotonic() + WARMUP_S
         while time.monotonic() < end or (self.plan and time.monotonic() < end + OVERTIME_S):
             self.reap()
             self.run_pending(due_only=True)
-            if time.monotonic() >= next_fault:
-                kind = self.plan[0] if self.plan else self.rng.choices(list(REPEATED), list(REPEATED.values()))[0]
+            if time.monotonic() >= next_fault and (self.plan or drawn):
+                kind = self.plan[0] if self.plan else self.rng.choices(drawn, [REPEATED[k] for k in drawn])[0]
                 if self.inject(kind):
                     self.say(f"fault {kind} done")
                     if self.plan:
@@ -365,8 +537,11 @@ class ChaosRun:
     # ------------------------------------------------------------ the end
 
     def heal(self) -> None:
-        self.say("healing: resuming paused consumers, restarting ZooKeeper servers")
-        self.run_pending()
+        """Let every fault still under way run its course (pauses, cuts and downtimes are as
+        long as drawn, a few seconds at most), then check all servers serve."""
+        self.say("healing: waiting for paused consumers to resume, cuts to heal, servers and brokers to restart")
+        while self.pending:
+            self.wait(TICK_S)
         self.ensemble.wait_serving(60, self.ensemble.servers)
 
     def stop_producer(self) -> None:
@@ -381,6 +556,9 @@ class ChaosRun:
             self.note("the producer did not report how many records it sent")
 
     def end_offsets(self) -> Dict:
+        if self.on_kafka:
+            marks = kafkatopic.watermarks(self.bootstrap_servers, TOPIC, self.o.partitions)
+            return {(TOPIC, p): high for p, (_, high) in marks.items()}
         log = Log(self.data_dir)
         try:
             return {(TOPIC, p): log.latest_offset(TOPIC, p) for p in range(self.o.partitions)}
@@ -427,6 +605,8 @@ class ChaosRun:
             self.live_committed = self.read_committed()
         except Exception as e:
             self.note(f"could not read the committed offsets at the end ({type(e).__name__})")
+        if self.on_kafka:  # the mock's records die with it: keep them for the referee
+            kafkatopic.save(self.dir, TOPIC, kafkatopic.read_values(self.bootstrap_servers, TOPIC, self.o.partitions))
         self.stop_role("coordinatord")
         close_client(self.admin)
         self.admin = None
@@ -436,7 +616,7 @@ class ChaosRun:
         self.record().save(self.dir)
 
     def close(self) -> None:
-        """Whatever happened: nothing of this run keeps running."""
+        """Whatever happened: nothing of this run keeps running, no namespace stays."""
         for p in self.procs:
             if p.popen.poll() is None:
                 p.popen.send_signal(signal.SIGCONT)
@@ -444,8 +624,12 @@ class ChaosRun:
                 p.popen.wait()
         if self.admin is not None:
             close_client(self.admin)
+        if self.kafka is not None:
+            self.kafka.close()
         if self.ensemble is not None:
             self.ensemble.close()
+        if self.net is not None:
+            self.net.close()
         self._nemesis_log.close()
 
     def record(self) -> judge.RunRecord:
@@ -457,7 +641,19 @@ class ChaosRun:
             produced_count=self.produced_count,
             live_committed=None if self.live_committed is None else
             {tp[1]: offset for tp, offset in self.live_committed.items()},
-            notes=self.notes)
+            notes=self.notes, kinds=self.kinds, data_plane=self.o.data_plane,
+            network="namespaces" if self.net else "shared", resets_at_heal=self.resets_at_heal)
+
+
+def fault_plan(options: Options, partitions: bool, rng: random.Random) -> List[str]:
+    """The first round of faults: ``--faults`` in its order, else every kind of the run
+    shuffled; without namespaces (``partitions`` False) each cut becomes its stand-in."""
+    if options.faults:
+        return [kind if partitions else STAND_INS.get(kind, kind) for kind in options.faults]
+    plan = list(PROCESS_KINDS + (PARTITION_KINDS if partitions else ())
+                + (KAFKA_KINDS if options.data_plane == "kafka" else ()))
+    rng.shuffle(plan)
+    return plan
 
 
 def last_error(log_path: str) -> str:
@@ -472,8 +668,13 @@ def last_error(log_path: str) -> str:
     return (errors or lines or [""])[-1][:200]
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def parse_args(argv=None) -> Options:
-    parser = argparse.ArgumentParser(prog="bin/chaos", description=__doc__.split("\n")[0])
+    parser = _OneLineParser(prog="bin/chaos", description=__doc__.split("\n")[0])
     parser.add_argument("--seed", type=int, help="RNG seed (default: random, printed in the verdict)")
     parser.add_argument("--duration", type=float, default=120.0, metavar="SECONDS", help="nemesis time [120]")
     parser.add_argument("--consumers", type=int, default=5, help="consumer processes [5]")
@@ -488,13 +689,32 @@ def parse_args(argv=None) -> Options:
     parser.add_argument("--run-dir", help="where to keep the run (default: a new temporary directory)")
     parser.add_argument("--judge", metavar="RUN_DIR",
                         help="run nothing: judge again a run kept with its data (a failed run, or --keep)")
+    parser.add_argument("--data-plane", choices=("embedded", "kafka"), default="embedded",
+                        help="where the records are: the embedded log, or librdkafka's mock Kafka cluster [embedded]")
+    parser.add_argument("--network", choices=("auto", "namespaces", "shared"), default="auto",
+                        help="namespaces: every process in a network namespace of its own, links cut for real; "
+                             "shared: the host's network, partitions stood in for by pauses and kills; "
+                             "auto: namespaces where the machine allows them [auto]")
+    parser.add_argument("--faults", metavar="KIND,...",
+                        help="the fault kinds of the run, made once each in this order first (repeat one to make "
+                             f"it more often), then drawn at random; kinds: {', '.join(KINDS)} [all, shuffled]")
     args = parser.parse_args(argv)
     for name in ("duration", "consumers", "partitions", "rate", "session_timeout_ms", "drain_timeout"):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive")
+    faults = None
+    if args.faults is not None:
+        faults = [kind.strip() for kind in args.faults.split(",") if kind.strip()]
+        unknown = [kind for kind in faults if kind not in KINDS]
+        if unknown or not faults:
+            parser.error(f"--faults: unknown kind {unknown[0]!r} (kinds: {', '.join(KINDS)})" if unknown
+                         else "--faults: give at least one kind")
+        if args.data_plane != "kafka" and any(kind in KAFKA_KINDS for kind in faults):
+            parser.error("--faults: broker-down needs --data-plane kafka")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     return Options(seed, args.duration, args.consumers, args.partitions, args.keep, args.rate,
-                   args.session_timeout_ms, args.drain_timeout, args.run_dir, args.judge)
+                   args.session_timeout_ms, args.drain_timeout, args.run_dir, args.judge,
+                   args.data_plane, args.network, faults)
 
 
 def prepare_run_dir(options: Options) -> str:
@@ -503,10 +723,39 @@ def prepare_run_dir(options: Options) -> str:
     return options.run_dir
 
 
+def open_network(options: Options) -> Optional[network.Network]:
+    """The run's network of namespaces, or None (``--network shared``, or ``auto`` where the
+    machine does not allow namespaces: then one line on stderr says why and what stands in).
+    Raises :class:`network.NetworkError` for ``--network namespaces`` on such a machine."""
+    if options.network == "shared":
+        return None
+    reason = network.unavailable()
+    if reason is None:
+        net = network.Network()
+        try:
+            return net.start()
+        except network.NetworkError as e:
+            reason = str(e)
+    if options.network == "namespaces":
+        raise network.NetworkError(f"network namespaces are not available here: {reason}")
+    stand_ins = "; ".join(f"{kind} -> {STAND_INS[kind]}" for kind in PARTITION_KINDS)
+    print(f"chaos: network namespaces are not available here ({reason}): no link is cut, partitions are "
+          f"stood in for by process faults ({stand_ins})", file=sys.stderr, flush=True)
+    return None
+
+
 def run(options: Options) -> judge.Outcome:
     """One whole run; the caller gets the outcome (the run directory is ``options.run_dir``)."""
     run_dir = prepare_run_dir(options)
-    chaos = ChaosRun(options, run_dir)
+    net = open_network(options)
+    try:
+        chaos = ChaosRun(options, run_dir, net)
+    except BaseException:
+        if net is not None:
+            net.close()
+        raise
+    if net is not None:
+        net.say = chaos.say
     try:
         chaos.start()
         chaos.nemesis()
@@ -520,6 +769,8 @@ def run(options: Options) -> judge.Outcome:
     if outcome.passed and not options.keep:
         for bulky in [os.path.join(run_dir, "data")] + glob.glob(os.path.join(run_dir, "zk", "server*", "data")):
             shutil.rmtree(bulky, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(run_dir, kafkatopic.DUMP))
     return outcome
 
 
@@ -527,8 +778,8 @@ def main(argv=None) -> int:
     options = parse_args(argv)
     if options.judge_only:
         return judge_again(options.judge_only)
-    print(f"chaos: seed={options.seed} duration={options.duration:.0f}s run directory {prepare_run_dir(options)}",
-          file=sys.stderr, flush=True)
+    print(f"chaos: seed={options.seed} duration={options.duration:.0f}s data plane {options.data_plane} "
+          f"run directory {prepare_run_dir(options)}", file=sys.stderr, flush=True)
     # The harness's own ZooKeeper client complains while servers are down: into a file.
     logging.basicConfig(filename=os.path.join(prepare_run_dir(options), "logs", "harness.log"), level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -537,7 +788,7 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"chaos: interrupted (run directory {options.run_dir})", file=sys.stderr)
         return 2
-    except ZooKeeperNotFound as e:
+    except (ZooKeeperNotFound, network.NetworkError) as e:
         print(f"chaos: error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # a harness failure: one line here, the traceback in the run directory
@@ -552,9 +803,11 @@ def main(argv=None) -> int:
 
 
 def judge_again(run_dir: str) -> int:
-    if not os.path.exists(os.path.join(run_dir, judge.RECORD)) or not os.path.isdir(os.path.join(run_dir, "data")):
+    kept = os.path.isdir(os.path.join(run_dir, "data")) or os.path.exists(os.path.join(run_dir, kafkatopic.DUMP))
+    if not os.path.exists(os.path.join(run_dir, judge.RECORD)) or not kept:
         print(f"chaos: error: {run_dir} is not a chaos run kept with its data (it needs {judge.RECORD}, "
-              "zk/server*/data and data/: a failed run, or one made with --keep)", file=sys.stderr)
+              f"zk/server*/data and data/ or {kafkatopic.DUMP}: a failed run, or one made with --keep)",
+              file=sys.stderr)
         return 2
     try:
         outcome = judge.judge(run_dir)
