@@ -130,7 +130,8 @@ class _Revocation:
 class _Handoff:
     """What the member thread and the fetcher leave for the poll thread, under one lock:
     revocations to finish, partitions assigned (with their committed offsets) or lost, and
-    errors to raise. :meth:`take` hands the poll thread everything at once, one error at a time."""
+    errors to raise. :meth:`take` hands the poll thread everything at once, one error at a time:
+    a partition's error only once no record of that partition waits to be handed out before it."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -169,12 +170,27 @@ class _Handoff:
         with self._lock:
             return set(self._assigned)
 
-    def take(self):
-        """(lost, revocations, assigned {tp: committed}, error or None), each handed over once."""
+    def take(self, buffered: Callable[[], Set[TopicPartition]]):
+        """(lost, revocations, assigned {tp: committed}, error or None), each handed over once.
+        ``buffered()``: the partitions with records still to hand out; an error of one of them
+        waits (the fetcher reports an error after the records before it, but records given back
+        after a lapsed lease are in front of it again)."""
         with self._lock:
-            out = (self._lost, self._revocations, self._assigned, self._errors.pop(0) if self._errors else None)
+            error = None
+            if self._errors:
+                waiting = buffered()
+                error = next((e for e in self._errors if _partition_of(e) not in waiting), None)
+                if error is not None:
+                    self._errors.remove(error)
+            out = (self._lost, self._revocations, self._assigned, error)
             self._lost, self._revocations, self._assigned = set(), [], {}
         return out
+
+
+def _partition_of(exc: BaseException) -> Optional[TopicPartition]:
+    """The partition an error is about (LogCorrupted, FetchFailed, OffsetOutOfRange), or None."""
+    topic, partition = getattr(exc, "topic", None), getattr(exc, "partition", None)
+    return TopicPartition(topic, partition) if topic is not None and partition is not None else None
 
 
 class ConsumerState(enum.Enum):
@@ -387,8 +403,10 @@ class Consumer:
         Returns ``{}`` when nothing arrived in time, and while the member cannot prove that it
         still owns its partitions (ZooKeeper unreachable, the lease lapsed). Raises
         WakeupException after :meth:`wakeup`, NoOffsetForPartition (``auto_offset_reset="none"``),
-        a data-plane error such as LogCorrupted once for the partition it concerns (the others
-        keep flowing; ``seek`` past the damage to go on), and IllegalStateError once closed."""
+        a data-plane error such as LogCorrupted or FetchFailed once for the partition it
+        concerns, after every record of that partition before the unreadable offset was returned
+        (the others keep flowing; ``seek`` past the damage to go on), and IllegalStateError once
+        closed."""
         if self._metrics is not None:
             return self._metrics.timed_poll(self._poll, timeout_ms, max_records)
         return self._poll(timeout_ms, max_records)
@@ -491,7 +509,7 @@ class Consumer:
     # ------------------------------------------------------------ callbacks on the poll thread
 
     def _run_callbacks(self) -> None:
-        lost, revocations, assigned, error = self._handoff.take()
+        lost, revocations, assigned, error = self._handoff.take(self._fetcher.holding)
         if lost:
             self.listener.on_partitions_lost(lost)
         for r in revocations:

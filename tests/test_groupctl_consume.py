@@ -265,3 +265,23 @@ def test_consumers_keep_running_through_zookeeper_failovers(tmp_path, subprocess
                 node.terminate()
                 node.wait(30)
             close_client(zk)
+
+
+def test_every_intact_record_is_printed_before_the_one_error_line(cluster, zk, zk_connect, data_dir, subprocess_env,
+                                                                  tmp_path):
+    """A sealed segment truncated after its first batch (offsets 700..899 lost): every record
+    before the damage is printed, then one error line names it; exit 1."""
+    from tests.test_log_damage import BATCH_BYTES, CASES, TOTAL, write_topic
+    cluster.node("n")
+    write_topic(data_dir)  # topic "t", one partition
+    CASES["sealed segment truncated after its first batch"].apply(data_dir, str(tmp_path / "scratch"))
+    TopicRegistry(zk).create("t", 1)
+    config = tmp_path / "consumer.toml"  # one batch a fetch, and read ahead up to the damage
+    config.write_text(f"[consumer]\nmax_poll_records = {TOTAL}\nmax_partition_fetch_bytes = {BATCH_BYTES}\n")
+    proc = subprocess.run([GROUPCTL, "--zk", zk_connect, "--data-dir", data_dir, "consume", "g", "t",
+                           "--config", str(config), "--idle-exit", "20"],
+                          env=subprocess_env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert [json.loads(line)["offset"] for line in proc.stdout.splitlines()] == list(range(700))
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: t-0: offset 700 cannot be read"), proc.stderr
