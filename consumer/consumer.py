@@ -573,12 +573,21 @@ class Consumer:
         self._fetcher.revoke(self._known(partitions))
         return {}
 
-    def _assign(self, added: Dict[TopicPartition, str], committed: Dict[TopicPartition, Optional[int]]) -> None:
-        positions, initial = {}, {}
+    def _assign(self, added: Dict[TopicPartition, str],
+                committed: Dict[TopicPartition, Optional[int]]) -> Dict[TopicPartition, BaseException]:
+        """Start fetching ``added`` (paused until on_partitions_assigned has run in poll()).
+        Returns the partitions the data plane cannot open (their start offset cannot be looked
+        up: an unreadable partition directory, a broker that does not answer), each with its
+        error: the member releases them, and poll() raises the error, as for a failed fetch."""
+        positions, initial, refused = {}, {}, {}
         for tp in added:
             offset = committed.get(tp)
             if offset is None:
-                offset = self._initial_offset(tp)
+                try:
+                    offset = self._initial_offset(tp)
+                except (OSError, ZkGroupsError) as e:
+                    refused[tp] = e
+                    continue
                 if offset is None:
                     self._handoff.error(NoOffsetForPartition(f"no committed offset for {tp} and auto_offset_reset is none"))
                     continue
@@ -596,15 +605,22 @@ class Consumer:
                 log.warning("consumer %s: could not record start offsets: %s", self.consumer_id, e)
         for topic in {tp.topic for tp in positions} - self._checked_topics:
             self._checked_topics.add(topic)
-            if not self._plane.has_data(topic):
+            try:
+                has_data = self._plane.has_data(topic)
+            except OSError:  # the data directory cannot be listed: the partitions' reads say so
+                has_data = True
+            if not has_data:
                 log.warning("consumer %s: topic %s has no data in %s yet; if records were produced to it, "
                             "they are somewhere else", self.consumer_id, topic, self._plane.describe())
         self._fetcher.assign(positions, paused=True)  # until on_partitions_assigned has run in poll()
         with self._assignment_lock:  # after the fetcher has them: seek() accepts what assignment() shows
-            self._assignment |= set(added)
+            self._assignment |= set(added) - set(refused)
         self._handoff.assigned(known)
+        for tp, e in refused.items():
+            self._handoff.error(e if isinstance(e, FetchFailed) else FetchFailed(tp.topic, tp.partition, e))
         if self._in_poll:
             self._fetcher.wakeup()
+        return refused
 
     def _lost(self, partitions: Set[TopicPartition]) -> None:
         self._forget_assignment(partitions)
@@ -828,7 +844,7 @@ class _Bridge(MemberListener):
         return self.consumer._revoke(partitions)
 
     def assign(self, added, committed):
-        self.consumer._assign(added, committed)
+        return self.consumer._assign(added, committed)
 
     def lost(self, partitions):
         self.consumer._lost(partitions)

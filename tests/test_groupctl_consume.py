@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -285,3 +286,39 @@ def test_every_intact_record_is_printed_before_the_one_error_line(cluster, zk, z
     assert [json.loads(line)["offset"] for line in proc.stdout.splitlines()] == list(range(700))
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: t-0: offset 700 cannot be read"), proc.stderr
+
+
+def _without_dac_override():
+    """The command prefix that runs a child without the capabilities that let root ignore file
+    permissions (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH): util-linux's setpriv, as root; none
+    needed otherwise. None if the permission check cannot be had here."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search"] if setpriv else None
+
+
+@pytest.mark.skipif(_without_dac_override() is None, reason="running as root without setpriv (util-linux)")
+def test_an_unreadable_partition_directory_is_one_error_line_and_exit_1(cluster, zk, zk_connect, data_dir,
+                                                                         subprocess_env):
+    """The partition directory of a one-partition topic is chmod 0 and the consumer may not
+    override permissions (as root: run through setpriv with CAP_DAC_OVERRIDE and
+    CAP_DAC_READ_SEARCH dropped): one line names the partition and the cause, exit 1; the
+    partition was released, not kept by a member that cannot read it."""
+    cluster.node("n")
+    TopicRegistry(zk).create("t", 1)
+    fill(data_dir, "t", [5])
+    part = os.path.join(data_dir, "t-0")
+    os.chmod(part, 0)
+    try:
+        proc = subprocess.run(_without_dac_override() + [GROUPCTL, "-v", "--zk", zk_connect, "--data-dir", data_dir,
+                                                         "consume", "g", "t", "--idle-exit", "4"],
+                              env=subprocess_env, capture_output=True, text=True, timeout=60)
+    finally:
+        os.chmod(part, 0o755)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: t-0 cannot be read: Permission denied: {part}"], proc.stderr
+    assert "unexpected" not in proc.stderr and "Traceback" not in proc.stderr
+    assert "releasing t-0, which it cannot serve" in proc.stderr  # -v: the member's INFO line
+    assert members(zk, "g") == []

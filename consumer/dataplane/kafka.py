@@ -20,7 +20,10 @@ Guarantees
   bounded as for the embedded log.
 * **Failures inside Kafka stay inside librdkafka**: a broker down, a leader moving, a request
   timing out are retried there and never reach ``poll()``; a partition whose topic disappears,
-  or that the client may not read, is reported once and parked.
+  or that the client may not read, is reported once and parked. One exception: a partition
+  given to the member without a committed offset needs its start offset looked up; if no
+  broker answers within the request timeout, ``poll()`` raises a retriable FetchFailed for it
+  and the member releases it (the coordinator gives it out again at its next check).
 * **Keys land where Java clients put them**: producers use ``partitioner=murmur2_random``.
 * librdkafka's own log lines go to Python logging (``zkgroups.kafka``), never straight to stderr.
 * The user's librdkafka properties may be secrets: a configuration librdkafka refuses is one
