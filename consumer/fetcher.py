@@ -65,9 +65,9 @@ read again, and lead to the error again). Other partitions keep flowing. Every e
 ``OffsetOutOfRange`` is also logged as one line (no traceback) when it is reported: ERROR
 without ``on_error``, INFO with it (its owner reports the error: the consumer raises it from
 ``poll()``); ``OffsetOutOfRange`` is logged only when there is no ``on_error`` (the consumer
-logs the reset it applies). The log returns the records before damaged data and raises only for an offset
-that is itself unreadable, so the error names the first offset ``poll()`` cannot return;
-``LogCorrupted.resume_offset`` is where a ``seek`` skips the damage.
+logs the reset it applies). The log returns the records before damaged data and raises only
+for an offset that is itself unreadable, so the error names the first offset ``poll()``
+cannot return; ``LogCorrupted.resume_offset`` is where a ``seek`` skips the damage.
 
 What this module does not do: commit offsets, apply ``auto_offset_reset``, turn errors into
 exceptions for the application (``on_error`` is the consumer's hook for both), or talk to

@@ -145,7 +145,7 @@ class MemberListener:
                committed: Dict[TopicPartition, Optional[int]]) -> Optional[Dict[TopicPartition, BaseException]]:
         """``added`` partitions (with their stream) are owned now; start fetching them. Return
         those that cannot be served (the data plane cannot open them), each with why: the
-        member releases them (see :meth:`GroupMember._release_refused`)."""
+        member releases them (see :meth:`GroupMember._release_unserved`)."""
         return None
 
     def lost(self, partitions: Set[TopicPartition]) -> None:

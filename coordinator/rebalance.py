@@ -69,7 +69,7 @@ class Abandoned(Exception):
 class GroupDeleted(Exception):
     """The group's znodes were deleted while it was being rebalanced (an administrator deleted
     the group): there is nothing left to rebalance. ``first``: not said before for this
-    deletion (a run already queued may find the group gone again)."""
+    deletion (a run queued meanwhile finds the group gone again)."""
 
     def __init__(self, message: str, first: bool = True):
         super().__init__(message)
@@ -660,15 +660,14 @@ class GroupRebalancer:
         try:
             return self._run(group, topics, fence, abort, observe, changed, members_watch)
         except TransactionFailed as e:
+            # A znode written under is gone, and so is ids/, where members register from the
+            # group's start to its deletion: the group was deleted.
             if not isinstance(e.error, NoNodeError) or self.client.exists(protocol.ids_path(group)) is not None:
                 raise
-            gone = GroupDeleted(f"group {group} was deleted during its rebalance")
-        except GroupDeleted as e:
-            gone = e
         self.forget(group)
-        gone.first = group not in self.deleted
+        first = group not in self.deleted
         self.deleted.add(group)
-        raise gone from None
+        raise GroupDeleted(f"group {group} was deleted during its rebalance", first) from None
 
     def _run(self, group: str, topics: Callable[[], Dict[str, int]], fence: Fence, abort: Callable[[], bool],
              observe, changed: Callable[[], bool], members_watch) -> Outcome:
@@ -679,9 +678,8 @@ class GroupRebalancer:
         attempts = self.settings.max_rebalance_retries + 1
         for attempt in range(attempts):
             snapshot = read_snapshot(self.client, group, {}, members_watch)
-            if snapshot.ids_pzxid == -1:  # members register under ids/ from the group's start to its deletion
-                raise GroupDeleted(f"group {group} was deleted")
-            self.deleted.discard(group)  # (made again since)
+            if snapshot.ids_pzxid != -1:
+                self.deleted.discard(group)  # (made again since)
             if observe:
                 observe(group, snapshot.members.values())
             snapshot = dataclasses.replace(snapshot, topics=topics())  # after observe: see run()
