@@ -130,7 +130,8 @@ class _Revocation:
 class _Handoff:
     """What the member thread and the fetcher leave for the poll thread, under one lock:
     revocations to finish, partitions assigned (with their committed offsets) or lost, and
-    errors to raise. :meth:`take` hands the poll thread everything at once, one error at a time."""
+    errors to raise. :meth:`take` hands the poll thread everything at once, one error at a time:
+    a partition's error only once no record of that partition waits to be handed out before it."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -169,12 +170,27 @@ class _Handoff:
         with self._lock:
             return set(self._assigned)
 
-    def take(self):
-        """(lost, revocations, assigned {tp: committed}, error or None), each handed over once."""
+    def take(self, buffered: Callable[[], Set[TopicPartition]]):
+        """(lost, revocations, assigned {tp: committed}, error or None), each handed over once.
+        ``buffered()``: the partitions with records still to hand out; an error of one of them
+        waits (the fetcher reports an error after the records before it, but records given back
+        after a lapsed lease are in front of it again)."""
         with self._lock:
-            out = (self._lost, self._revocations, self._assigned, self._errors.pop(0) if self._errors else None)
+            error = None
+            if self._errors:
+                waiting = buffered()
+                error = next((e for e in self._errors if _partition_of(e) not in waiting), None)
+                if error is not None:
+                    self._errors.remove(error)
+            out = (self._lost, self._revocations, self._assigned, error)
             self._lost, self._revocations, self._assigned = set(), [], {}
         return out
+
+
+def _partition_of(exc: BaseException) -> Optional[TopicPartition]:
+    """The partition an error is about (LogCorrupted, FetchFailed, OffsetOutOfRange), or None."""
+    topic, partition = getattr(exc, "topic", None), getattr(exc, "partition", None)
+    return TopicPartition(topic, partition) if topic is not None and partition is not None else None
 
 
 class ConsumerState(enum.Enum):
@@ -387,8 +403,10 @@ class Consumer:
         Returns ``{}`` when nothing arrived in time, and while the member cannot prove that it
         still owns its partitions (ZooKeeper unreachable, the lease lapsed). Raises
         WakeupException after :meth:`wakeup`, NoOffsetForPartition (``auto_offset_reset="none"``),
-        a data-plane error such as LogCorrupted once for the partition it concerns (the others
-        keep flowing; ``seek`` past the damage to go on), and IllegalStateError once closed."""
+        a data-plane error such as LogCorrupted or FetchFailed once for the partition it
+        concerns, after every record of that partition before the unreadable offset was returned
+        (the others keep flowing; ``seek`` past the damage to go on), and IllegalStateError once
+        closed."""
         if self._metrics is not None:
             return self._metrics.timed_poll(self._poll, timeout_ms, max_records)
         return self._poll(timeout_ms, max_records)
@@ -491,7 +509,7 @@ class Consumer:
     # ------------------------------------------------------------ callbacks on the poll thread
 
     def _run_callbacks(self) -> None:
-        lost, revocations, assigned, error = self._handoff.take()
+        lost, revocations, assigned, error = self._handoff.take(self._fetcher.holding)
         if lost:
             self.listener.on_partitions_lost(lost)
         for r in revocations:
@@ -555,12 +573,21 @@ class Consumer:
         self._fetcher.revoke(self._known(partitions))
         return {}
 
-    def _assign(self, added: Dict[TopicPartition, str], committed: Dict[TopicPartition, Optional[int]]) -> None:
-        positions, initial = {}, {}
+    def _assign(self, added: Dict[TopicPartition, str],
+                committed: Dict[TopicPartition, Optional[int]]) -> Dict[TopicPartition, BaseException]:
+        """Start fetching ``added`` (paused until on_partitions_assigned has run in poll()).
+        Returns the partitions the data plane cannot open (their start offset cannot be looked
+        up: an unreadable partition directory, a broker that does not answer), each with its
+        error: the member releases them, and poll() raises the error, as for a failed fetch."""
+        positions, initial, refused = {}, {}, {}
         for tp in added:
             offset = committed.get(tp)
             if offset is None:
-                offset = self._initial_offset(tp)
+                try:
+                    offset = self._initial_offset(tp)
+                except (OSError, ZkGroupsError) as e:
+                    refused[tp] = e
+                    continue
                 if offset is None:
                     self._handoff.error(NoOffsetForPartition(f"no committed offset for {tp} and auto_offset_reset is none"))
                     continue
@@ -578,15 +605,22 @@ class Consumer:
                 log.warning("consumer %s: could not record start offsets: %s", self.consumer_id, e)
         for topic in {tp.topic for tp in positions} - self._checked_topics:
             self._checked_topics.add(topic)
-            if not self._plane.has_data(topic):
+            try:
+                has_data = self._plane.has_data(topic)
+            except OSError:  # the data directory cannot be listed: the partitions' reads say so
+                has_data = True
+            if not has_data:
                 log.warning("consumer %s: topic %s has no data in %s yet; if records were produced to it, "
                             "they are somewhere else", self.consumer_id, topic, self._plane.describe())
         self._fetcher.assign(positions, paused=True)  # until on_partitions_assigned has run in poll()
         with self._assignment_lock:  # after the fetcher has them: seek() accepts what assignment() shows
-            self._assignment |= set(added)
+            self._assignment |= set(added) - set(refused)
         self._handoff.assigned(known)
+        for tp, e in refused.items():
+            self._handoff.error(e if isinstance(e, FetchFailed) else FetchFailed(tp.topic, tp.partition, e))
         if self._in_poll:
             self._fetcher.wakeup()
+        return refused
 
     def _lost(self, partitions: Set[TopicPartition]) -> None:
         self._forget_assignment(partitions)
@@ -810,7 +844,7 @@ class _Bridge(MemberListener):
         return self.consumer._revoke(partitions)
 
     def assign(self, added, committed):
-        self.consumer._assign(added, committed)
+        return self.consumer._assign(added, committed)
 
     def lost(self, partitions):
         self.consumer._lost(partitions)

@@ -55,12 +55,19 @@ A fetch that fails never makes the fetcher retry by itself. Whatever the excepti
 (``OffsetOutOfRange``, ``LogCorrupted``, ``PermissionError`` and other ``OSError``, ...), the
 partition is *parked*: it is not fetched again until ``seek`` or ``assign`` repositions it,
 and the exception is reported exactly once, through ``on_error(tp, exc)`` if given. Records
-fetched before the error stay buffered and are still returned by ``poll()``; other
-partitions keep flowing. Every error except ``OffsetOutOfRange`` is also logged as one line (no traceback);
-``OffsetOutOfRange`` is logged only when there is no ``on_error`` (the consumer logs the reset
-it applies). The log returns the records before damaged data and raises only for an offset
-that is itself unreadable, so the error names the first offset ``poll()`` cannot return;
-``LogCorrupted.resume_offset`` is where a ``seek`` skips the damage.
+fetched before the error come first: they stay buffered, and the error is reported only once
+``poll()`` has handed out the last of them (by the ``poll()`` that does, in its own thread,
+before it returns them) — at once if none are buffered. So a caller that stops at the error
+has been given every record up to the unreadable offset, however far the prefetch thread had
+read ahead. A ``seek``, an ``assign`` or a ``revoke`` before then drops the pending report
+with the records; so does a switch between ``poll()`` and ``poll_columns()`` (the records are
+read again, and lead to the error again). Other partitions keep flowing. Every error except
+``OffsetOutOfRange`` is also logged as one line (no traceback) when it is reported: ERROR
+without ``on_error``, INFO with it (its owner reports the error: the consumer raises it from
+``poll()``); ``OffsetOutOfRange`` is logged only when there is no ``on_error`` (the consumer
+logs the reset it applies). The log returns the records before damaged data and raises only
+for an offset that is itself unreadable, so the error names the first offset ``poll()``
+cannot return; ``LogCorrupted.resume_offset`` is where a ``seek`` skips the damage.
 
 What this module does not do: commit offsets, apply ``auto_offset_reset``, turn errors into
 exceptions for the application (``on_error`` is the consumer's hook for both), or talk to
@@ -92,7 +99,7 @@ class _Partition:
     """Mutable per-partition state; only touched under the fetcher's lock."""
 
     __slots__ = ("tp", "position", "fetch_offset", "chunks", "idx", "count", "epoch",
-                 "paused", "error", "next_fetch", "highwater")
+                 "paused", "error", "unreported", "next_fetch", "highwater")
 
     def __init__(self, tp: TopicPartition, offset: int, epoch: int):
         self.tp = tp
@@ -104,6 +111,7 @@ class _Partition:
         self.epoch = epoch
         self.paused = False
         self.error: Optional[BaseException] = None  # a fetch failed: parked until seek/assign
+        self.unreported: Optional[int] = None  # offset of a parked error waiting for the buffer to drain
         self.next_fetch = 0.0         # monotonic time before which we do not fetch
         self.highwater: Optional[int] = None
 
@@ -112,14 +120,14 @@ class _Partition:
         self.chunks.clear()
         self.idx = self.count = 0
         self.epoch = epoch
-        self.error = None
+        self.error = self.unreported = None
         self.next_fetch = 0.0
 
     def refetch(self, epoch: int) -> None:
         """Drop the buffer and read again from the position. A parked error stays parked
         unless records read before it are dropped (read again, they lead to it again)."""
         if self.count:
-            self.error = None
+            self.error = self.unreported = None
         self.fetch_offset = self.position
         self.chunks.clear()
         self.idx = self.count = 0
@@ -347,6 +355,11 @@ class Fetcher:
                 return st.count if st is not None else 0
             return sum(st.count for st in self._parts.values())
 
+    def holding(self) -> Set[TopicPartition]:
+        """The partitions with records retained (fetched, not yet returned)."""
+        with self._lock:
+            return {tp for tp, st in self._parts.items() if st.count}
+
     # ------------------------------------------------------------------ pause / resume
 
     def pause(self, tps: Iterable[TopicPartition]) -> None:
@@ -414,6 +427,14 @@ class Fetcher:
         n = self.max_poll_records if max_records is None else max_records
         if n < 1:
             raise ValueError(f"max_records must be >= 1, not {n!r}")
+        drained: List[tuple] = []  # (tp, offset, error) of parked partitions this poll emptied
+        try:
+            return self._poll_locked(n, timeout, columns, drained)
+        finally:
+            for tp, offset, exc in drained:  # outside the lock, before the records reach the caller
+                self._report(tp, offset, exc)
+
+    def _poll_locked(self, n: int, timeout: Optional[float], columns: bool, drained: List[tuple]) -> dict:
         deadline = None
         lock = self._lock
         lock.acquire()
@@ -430,7 +451,7 @@ class Fetcher:
                     return {}
                 if self._closed:
                     return {}
-                result = self._drain(n, columns)
+                result = self._drain(n, columns, drained)
                 if result:
                     # The buffer shrank: let the thread read ahead while the application is
                     # away, if it stays away long enough for that to pay (in a tight poll loop
@@ -513,10 +534,11 @@ class Fetcher:
                 i -= size
             yield i, parts[order[i]]
 
-    def _drain(self, n: int, columns: bool) -> dict:
+    def _drain(self, n: int, columns: bool, drained: List[tuple]) -> dict:
         """Greedy round-robin (under the lock): start at the rotating partition, take as much
         as possible from each until ``n`` are taken; the next poll starts after the partition
-        where this one stopped."""
+        where this one stopped. A parked partition whose last buffered record is taken goes
+        to ``drained``: its error is reported now (see Errors)."""
         size = len(self._order)
         result = {}
         if not size:
@@ -527,6 +549,9 @@ class Fetcher:
                 before = st.count
                 result[st.tp] = st.take_columns(n) if columns else st.take(n)
                 n -= before - st.count
+                if not st.count and st.unreported is not None:
+                    drained.append((st.tp, st.unreported, st.error))
+                    st.unreported = None
                 if not n:
                     break
         else:
@@ -648,10 +673,21 @@ class Fetcher:
                     st.highwater = offset
                     st.next_fetch = time.monotonic() + self._idle_wait
                 return
-            st.error = exc  # parked: not fetched again until seek/assign
-            if isinstance(exc, OffsetOutOfRange):
-                st.highwater = exc.latest
+            if not self._park(st, offset, exc):
+                return
         self._report(tp, offset, exc)
+
+    def _park(self, st: _Partition, offset: int, exc: BaseException) -> bool:
+        """Under the lock: a fetch of ``st`` at ``offset`` failed. It is not fetched again until
+        seek/assign; True if the error is to be reported now, False if records read before it
+        are still buffered (the poll() that hands out the last of them reports it)."""
+        st.error = exc
+        if isinstance(exc, OffsetOutOfRange):
+            st.highwater = exc.latest
+        if st.count:
+            st.unreported = offset
+            return False
+        return True
 
     def _release_slot(self) -> None:
         # The prefetch thread is not woken here: after its own read it loops anyway, and after
@@ -662,10 +698,13 @@ class Fetcher:
             self._data_cv.notify_all()  # new data, or a poll may now read itself
 
     def _report(self, tp: TopicPartition, offset: int, exc: BaseException) -> None:
-        """Once per parked partition, outside the lock: one log line, then ``on_error``."""
+        """Once per parked partition, outside the lock: one log line, then ``on_error``. With
+        ``on_error`` the line is INFO: the callback's owner reports the error (the consumer
+        raises it from ``poll()``), and a second ERROR line would say the same again."""
         if not isinstance(exc, OffsetOutOfRange):
-            log.error("fetcher: fetch of %s at offset %d failed (%s: %s); not fetching %s until seek",
-                      tp, offset, type(exc).__name__, exc, tp)
+            log.log(logging.ERROR if self._on_error is None else logging.INFO,
+                    "fetcher: fetch of %s at offset %d failed (%s: %s); not fetching %s until seek",
+                    tp, offset, type(exc).__name__, exc, tp)
         elif self._on_error is None:
             log.warning("fetcher: %s; not fetching %s until seek", exc, tp)
         if self._on_error is None:

@@ -28,8 +28,8 @@ group's current generation applies; its channel is never touched by a fenced pro
 Threads and locks
 -----------------
 * The **member thread** handles every :class:`Event` in order (commands, connection changes,
-  eviction, rejoining, leaving). It alone writes ``_state``, ``_applied``, ``generation`` and
-  ``rebalances``, and it alone adds or removes owned partitions.
+  eviction, rejoining, leaving). It alone writes ``_state``, ``_applied``, ``generation``,
+  ``rebalances`` and ``_unserved``, and it alone adds or removes owned partitions.
 * **kazoo's threads** (watches, the connection listener, async completions) only queue events
   or record: ``_connected`` (an Event) and the lease deadline.
 * **Any thread** may call :meth:`commit` (the application, the consumer's commit-async thread,
@@ -63,6 +63,10 @@ Guarantees
 * Commands are applied in channel order; which apply is :func:`consumer.commands.decide`.
   When a stop-fetcher and a start-fetcher are both waiting, only partitions that really move
   are released. Commands that do not apply are acked and change nothing.
+* A partition the listener cannot serve once claimed (its data cannot be opened) is released
+  at once, nothing committed, never kept half-applied: the coordinator finds it not owned at
+  its next check and assigns it again (:meth:`GroupMember._release_unserved` says why this
+  and not another member).
 * After a session expiry the member reports its partitions lost and registers again, coping
   with its own registration still held by the dead session (KAFKA-1387).
 * Static: one live process per instance id (above); the others get
@@ -137,8 +141,12 @@ class MemberListener:
         return the offsets to commit, or None if the application is unresponsive (evict)."""
         return {}
 
-    def assign(self, added: Dict[TopicPartition, str], committed: Dict[TopicPartition, Optional[int]]) -> None:
-        """``added`` partitions (with their stream) are owned now; start fetching them."""
+    def assign(self, added: Dict[TopicPartition, str],
+               committed: Dict[TopicPartition, Optional[int]]) -> Optional[Dict[TopicPartition, BaseException]]:
+        """``added`` partitions (with their stream) are owned now; start fetching them. Return
+        those that cannot be served (the data plane cannot open them), each with why: the
+        member releases them (see :meth:`GroupMember._release_unserved`)."""
+        return None
 
     def lost(self, partitions: Set[TopicPartition]) -> None:
         """The partitions are gone without a chance to commit (session lost, eviction)."""
@@ -234,6 +242,7 @@ class GroupMember:
         self._lease_until = 0.0                                 # monotonic
         self._renewing = False
         self._known_offset_dirs: Set[str] = set()
+        self._unserved: Set[TopicPartition] = set()   # claimed, refused by the listener, release pending
         self._applied = channel.NOTHING_APPLIED
         self._epoch_path: Optional[str] = None   # this group's shard epoch znode, once known
         # The number of the last command seen in the channel (-1: a channel we made, none yet;
@@ -452,7 +461,13 @@ class GroupMember:
             self._process_channel()
 
     def _housekeeping(self) -> None:
-        """Say once when a member that joined a while ago has no assignment and no coordinator runs."""
+        """Retry releasing partitions it cannot serve; say once when a member that joined a while
+        ago has no assignment and no coordinator runs."""
+        if self._unserved and self._state is MemberState.JOINED and self._connected.is_set():
+            try:
+                self._release_unserved()
+            except (KazooException, ZooKeeperUnavailable):
+                pass  # tried again at the next round
         if (self._state is MemberState.JOINED and self.generation < 0 and not self._warned_no_coordinator
                 and time.monotonic() - self._joined_at > NO_COORDINATOR_WARNING_S and self._connected.is_set()):
             try:
@@ -746,6 +761,8 @@ class GroupMember:
     def _process_channel(self) -> None:
         if self._state is not MemberState.JOINED:
             return
+        if self._unserved:
+            self._release_unserved()
         commands, epoch, generation = self._read_channel()
         if not commands:
             return
@@ -785,18 +802,56 @@ class GroupMember:
             if not added and start_path:  # nothing to claim: ack the start in the same write
                 acks, start_path = acks + [start_path], None
             self._release(offsets, revoked, acks, "revoking partitions")
-            with self._lock:
-                for tp in revoked:
-                    self._owned.pop(tp, None)
-                    self._tokens.pop(tp, None)
-                    self._uncertain.pop(tp, None)
+            self._forget(revoked)
             acks = []
         committed = self._claim(added, acks + ([start_path] if start_path else []))
         if committed is None:
             return False
         if added:
-            self.listener.assign(added, committed)
+            try:
+                refused = self.listener.assign(added, committed)
+            except Exception:
+                self._release_unserved(set(added), "starting them failed")  # never half-applied
+                raise
+            if refused:
+                self._release_unserved(set(refused), "; ".join(sorted({str(e) for e in refused.values()})))
         return True
+
+    def _release_unserved(self, partitions: Set[TopicPartition] = frozenset(), why: str = "") -> None:
+        """Give up partitions just claimed that the listener cannot serve, nothing committed
+        (with none given: retry those whose release did not go through). They stay owned until
+        their release went through, so a stop-fetcher for them still releases them, and none is
+        left held by this session unknown to it; a ZooKeeper error is retried by the member
+        thread (the next channel read, or housekeeping).
+
+        Released rather than kept (parked, as a failed fetch is): a partition kept would stay
+        owned by a member that cannot read it, and neither the coordinator nor any other member
+        could tell. Released, its owner node is gone, so the coordinator's next check
+        (``check_interval_ms``; verification records the owner nodes) finds it not owned and
+        gives it out again: once the cause is gone (permissions restored, the broker back) it is
+        consumed, and until then every attempt is reported again. Reporting the partition to the
+        coordinator instead, so that it could place it on another member, would need a new kind
+        of znode and assignors that honour it, for a cause (a shared disk's permissions, a
+        cluster's reachability) that most often strikes every member alike."""
+        if partitions:
+            log.info("member %s: releasing %s, which it cannot serve (%s); the coordinator assigns %s again at "
+                     "its next check", self.consumer_id, ", ".join(str(tp) for tp in sorted(partitions)), why,
+                     "it" if len(partitions) == 1 else "them")
+            self._unserved |= partitions
+        pending = self._unserved & set(self.owned())  # revoked or lost since: released already
+        self._unserved = pending
+        if pending:
+            self._release({}, pending, [], "releasing partitions it cannot serve")
+            self._forget(pending)
+            self._unserved -= pending
+
+    def _forget(self, partitions: Set[TopicPartition]) -> None:
+        """No longer own ``partitions`` (their owner nodes were released)."""
+        with self._lock:
+            for tp in partitions:
+                self._owned.pop(tp, None)
+                self._tokens.pop(tp, None)
+                self._uncertain.pop(tp, None)
 
     def _claim(self, added: Dict[TopicPartition, str], acks: List[str]) -> Optional[Dict[TopicPartition, Optional[int]]]:
         """Claim ``added`` and delete ``acks``; return the committed offsets of ``added``, or

@@ -50,8 +50,8 @@ from coordinator.config import CoordinatorConfig
 from coordinator.controller import Controller, restore_epoch
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode, InvalidName
 from coordinator.metrics import CoordinatorMetrics
-from coordinator.rebalance import (Abandoned, Deposed, GroupRebalancer, Superseded, fenced, fenced_commit,
-                                   still_as_recorded)
+from coordinator.rebalance import (Abandoned, Deposed, GroupDeleted, GroupRebalancer, Superseded, fenced,
+                                   fenced_commit, still_as_recorded)
 from coordinator.shards import Fence, ShardTerm, Term
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import TransactionFailed, close_client, commit, session_id, start_client, wait_in_order
@@ -729,7 +729,7 @@ class GroupCoordinator:
         those needing work first (the others' runs only learn their members' subscriptions
         and find nothing to do). ``taking_over`` is emptied only once this succeeded."""
         groups = [g for g in self.taking_over if self._term_of(g) is not None]
-        fingerprints = still_as_recorded(self.client, groups, dict(self.topics))
+        fingerprints = still_as_recorded(self.client, groups)  # reads the topics itself (a fresh view)
         for group, known in fingerprints.items():
             self.rebalancer.verified[group] = known
             self._verified(group)
@@ -842,7 +842,7 @@ class GroupCoordinator:
         try:
             with self.node.metrics.rebalance(group, self.rebalancer.generations) as counted:
                 outcome = counted.outcome = self.rebalancer.run(
-                    group, dict(self.topics), term.fence, abort=lambda: not term.active, observe=self._observe,
+                    group, lambda: dict(self.topics), term.fence, abort=lambda: not term.active, observe=self._observe,
                     changed=lambda: self.requests.changed(group), members_watch=self.group_watches.get(group))
             fields = {"group": group, "generation": outcome.generation, "reason": ", ".join(outcome.reasons) or "-",
                       "members": outcome.members, "moved": outcome.moved, "duration_ms": round(outcome.duration_ms, 1)}
@@ -872,6 +872,10 @@ class GroupCoordinator:
             self._request(group)  # for whoever leads it next in this node, if we resume
         except Superseded:
             log.info("group %s: changed during the rebalance; computing it again", group)  # queued again by done()
+        except GroupDeleted as e:
+            log.log(logging.INFO if e.first else logging.DEBUG, "%s; nothing left to rebalance", e,
+                    extra={"group": group, "reason": "group deleted"})
+            self._verified(group)
         except KazooException as e:
             if term.active:
                 log.warning("group %s: ZooKeeper error during rebalance (%s); retrying", group, type(e).__name__)

@@ -90,12 +90,14 @@ class LogCorrupted(ZkGroupsError):
 
 class FetchFailed(ZkGroupsError):
     """Reading a partition failed for a reason of the data plane's own (e.g. the operating
-    system refused to open its files); ``cause`` is the original error."""
+    system refused to open its files); ``cause`` is the original error, whose ``retriable``
+    flag it carries (a broker that did not answer in time)."""
 
     def __init__(self, topic: str, partition: int, cause: BaseException) -> None:
         detail = f"{cause.strerror}: {cause.filename}" if isinstance(cause, OSError) and cause.strerror else str(cause)
         super().__init__(f"{topic}-{partition} cannot be read: {detail or type(cause).__name__}")
         self.topic, self.partition, self.cause = topic, partition, cause
+        self.retriable = bool(getattr(cause, "retriable", False))
 
 
 class ConsumerRebalanceFailedException(RetriableError):

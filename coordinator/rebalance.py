@@ -31,6 +31,7 @@ unassigned until that node goes, instead of the members waiting for it being bla
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -63,6 +64,16 @@ class Deposed(Exception):
 
 class Abandoned(Exception):
     """The attempt was abandoned because leadership is ending (suspension, shutdown)."""
+
+
+class GroupDeleted(Exception):
+    """The group's znodes were deleted while it was being rebalanced (an administrator deleted
+    the group): there is nothing left to rebalance. ``first``: not said before for this
+    deletion (a run queued meanwhile finds the group gone again)."""
+
+    def __init__(self, message: str, first: bool = True):
+        super().__init__(message)
+        self.first = first
 
 
 class Superseded(Exception):
@@ -266,18 +277,23 @@ def _pzxids(stats) -> Dict[str, int]:
     return {t: (a.get().pzxid if a.get() is not None else -1) for t, a in stats}
 
 
-def still_as_recorded(client, groups, topics: Dict[str, int]) -> Dict[str, Fingerprint]:
+def still_as_recorded(client, groups) -> Dict[str, Fingerprint]:
     """The groups among ``groups`` whose state records a verification that still holds, with
     their fingerprints: what a node taking a shard over needs to know before it may report the
     shard verified. Two pipelined round trips for all the groups (the states and the stats of
-    ids/ and channel/; then each assigned owners/<topic>), four requests a group, no
-    registration read.
+    ids/ and channel/; then each assigned owners/<topic> and the recorded topics' znodes),
+    four requests a group and one a topic, no registration read.
 
     A group qualifies when its state is Stable or Empty with a ``verified`` record, has no
     static members, the pzxids of ids/, channel/ and every assigned owners/<topic> are the
     recorded ones, and its topics still have the recorded partition counts: then no member
     came or went, no owner node was made or deleted, and no partition was added since the
-    owner nodes were found as the state assigns them. The others need a full run."""
+    owner nodes were found as the state assigns them. The others need a full run.
+
+    The partition counts are read here, not taken from the caller's view of the topics: that
+    view follows watch events, which may still be on their way when a shard changes hands, and
+    a topic that grew just before the handover would be trusted unchanged. Read here, after
+    the caller set its topic watches, a growth is either in this read or fires a watch."""
     first = [(g, client.get_async(protocol.state_path(g)), client.exists_async(protocol.ids_path(g)),
               client.exists_async(protocol.channel_path(g))) for g in groups]
     wait_in_order([a for *_, a in first])
@@ -292,18 +308,31 @@ def still_as_recorded(client, groups, topics: Dict[str, int]) -> Dict[str, Finge
         if (ids is None or channels is None or not record or "topics" not in record or state.static
                 or state.state not in (protocol.STABLE, protocol.EMPTY)
                 or record["ids"] != ids.pzxid or record["channel"] != channels.pzxid
-                or set(record["owners"]) != set(state.assignment)
-                or any(topics.get(t) != n for t, n in record["topics"].items())):
+                or set(record["owners"]) != set(state.assignment)):
             continue
         owners = [(t, client.exists_async(protocol.owners_path(group, t))) for t in record["owners"]]
         candidates.append((group, stat.mzxid, record, owners))
-    wait_in_order([a for *_, owners in candidates for _, a in owners])
+    topic_reads = {t: client.get_async(protocol.topic_path(t)) for *_, record, _ in candidates for t in record["topics"]}
+    wait_in_order([a for *_, owners in candidates for _, a in owners] + list(topic_reads.values()))
+    topics = _partition_counts(topic_reads)
     out = {}
     for group, mzxid, record, owners in candidates:
         now = _pzxids(owners)
-        if now == record["owners"]:
+        if now == record["owners"] and all(topics.get(t) == n for t, n in record["topics"].items()):
             out[group] = Fingerprint(mzxid, record["ids"], record["channel"], tuple(sorted(now.items())),
                                      tuple(sorted(record["topics"].items())))
+    return out
+
+
+def _partition_counts(reads) -> Dict[str, int]:
+    """{topic: partition count} from (topic: async get of its znode); missing or unreadable ones left out."""
+    out = {}
+    for topic, a in reads.items():
+        try:
+            raw, _ = a.get()
+            out[topic] = protocol.decode_topic(raw, protocol.topic_path(topic))
+        except (NoNodeError, CorruptZnode):
+            continue
     return out
 
 
@@ -597,6 +626,8 @@ class GroupRebalancer:
         self.verified: Dict[str, Fingerprint] = {}
         # Groups whose next run reads their owner nodes whatever their state records (a full check).
         self.must_read: Set[str] = set()
+        # Groups found deleted (and not seen again since): their deletion is reported once.
+        self.deleted: Set[str] = set()
 
     def forget(self, group: str) -> None:
         """The group is gone: drop what is known of it."""
@@ -609,23 +640,49 @@ class GroupRebalancer:
             self.verified.pop(group, None)
             self.must_read.add(group)
 
-    def run(self, group: str, topics: Dict[str, int], fence: Fence, abort: Callable[[], bool], observe=None,
-            changed: Callable[[], bool] = lambda: False, members_watch=None) -> Outcome:
+    def run(self, group: str, topics: Callable[[], Dict[str, int]], fence: Fence, abort: Callable[[], bool],
+            observe=None, changed: Callable[[], bool] = lambda: False, members_watch=None) -> Outcome:
         """Rebalance ``group`` if needed, every write checking ``fence`` (the group's shard
         epoch); ``abort()`` says leadership of the shard is ending (raises :class:`Abandoned`).
+        ``topics()`` is the caller's current view of the topics' partition counts.
         ``observe(group, registrations)`` sees every snapshot; ``changed()`` says the group
         changed since this run began (raises :class:`Superseded` while waiting for acks, rather
         than waiting out members that may be gone). ``members_watch`` is set on the group's
-        ids/ by every read of its members (the caller's one-shot watch, re-armed)."""
+        ids/ by every read of its members (the caller's one-shot watch, re-armed).
+
+        ``topics()`` is called after ``observe``: a caller that learns of a topic's growth asks
+        for a run of the groups it knows to use that topic, and a group is known to it from
+        ``observe`` on. So a growth is either in the view this run takes or comes after the
+        group was observed, and then the caller asks for another run; a view taken before
+        ``observe`` could miss it both ways (a node taking a shard over knows none of its
+        groups' subscriptions yet). Raises :class:`GroupDeleted` when the group's znodes are
+        deleted under the run."""
+        try:
+            return self._run(group, topics, fence, abort, observe, changed, members_watch)
+        except TransactionFailed as e:
+            # A znode written under is gone, and so is ids/, where members register from the
+            # group's start to its deletion: the group was deleted.
+            if not isinstance(e.error, NoNodeError) or self.client.exists(protocol.ids_path(group)) is not None:
+                raise
+        self.forget(group)
+        first = group not in self.deleted
+        self.deleted.add(group)
+        raise GroupDeleted(f"group {group} was deleted during its rebalance", first) from None
+
+    def _run(self, group: str, topics: Callable[[], Dict[str, int]], fence: Fence, abort: Callable[[], bool],
+             observe, changed: Callable[[], bool], members_watch) -> Outcome:
         started = time.monotonic()
         self.verified.pop(group, None)  # recorded again only by a run that verifies it
         excluded: Set[str] = set()
         squatted = self._still_squatted(group)
         attempts = self.settings.max_rebalance_retries + 1
         for attempt in range(attempts):
-            snapshot = read_snapshot(self.client, group, topics, members_watch)
+            snapshot = read_snapshot(self.client, group, {}, members_watch)
+            if snapshot.ids_pzxid != -1:
+                self.deleted.discard(group)  # (made again since)
             if observe:
                 observe(group, snapshot.members.values())
+            snapshot = dataclasses.replace(snapshot, topics=topics())  # after observe: see run()
             excluded &= set(snapshot.members)
             if excluded and excluded == set(snapshot.members):
                 # Everyone left to assign to failed to ack: nothing can succeed until they do.
@@ -699,7 +756,7 @@ class GroupRebalancer:
             if attempt + 1 < attempts:
                 _sleep(self.settings.rebalance_backoff_ms * (2 ** attempt) / 1000.0, abort)
         error = f"can't rebalance after {attempts} attempts: members {sorted(excluded)} did not ack"
-        snapshot = read_snapshot(self.client, group, topics)
+        snapshot = read_snapshot(self.client, group, topics())
         self._fail(snapshot, compute_plan(snapshot, hold=_hold(snapshot, protocol.now_ms())), error, fence)
         raise ConsumerRebalanceFailedException(f"group {group}: {error}")
 

@@ -40,6 +40,14 @@ def start_together(script: str, argvs, env) -> None:
         assert proc.returncode == 0, err
 
 
+def fetcher_parked(fetcher, tp) -> bool:
+    """Whether a fetch of ``tp`` failed and parked it (the fetcher's own state: nothing shows it
+    before the records buffered in front of it are handed out, which tests wait for)."""
+    with fetcher._lock:
+        st = fetcher._parts.get(tp)
+        return st is not None and st.error is not None
+
+
 #: groupctl as a child process (with the ``subprocess_env`` fixture's environment).
 GROUPCTL = [sys.executable, "-m", "consumer.cli.groupctl"]
 

@@ -435,3 +435,42 @@ def test_a_topic_without_data_under_data_dir_is_named_once(cluster, zk, data_dir
     c.poll(timeout_ms=100)
     lines = [r.getMessage() for r in caplog.records if "has no data in" in r.getMessage()]
     assert len(lines) == 1 and "topic elsewhere" in lines[0] and data_dir in lines[0]
+
+
+def test_a_partition_whose_data_cannot_be_opened_is_named_by_poll_and_released(cluster, zk, data_dir,
+                                                                              make_consumer, caplog):
+    """t-0's directory is a file (NotADirectoryError: what any user, root too, meets): its
+    start offset cannot be looked up when the member applies its start-fetcher. poll() raises
+    FetchFailed naming it (once per attempt), t-1 keeps flowing, and the member released t-0 (no owner node,
+    not in its assignment) rather than owning a partition it cannot read; nothing says
+    "unexpected". Once t-0 can be read, the coordinator's next check gives it out again."""
+    from coordinator.errors import FetchFailed
+    cluster.config.check_interval_ms = 300
+    cluster.node("n")
+    TopicRegistry(zk).create("t", 2)
+    fill(data_dir, "t", [0, 5])
+    path = os.path.join(data_dir, "t-0")
+    open(path, "w").close()
+    c = make_consumer()
+    got, errors = [], []
+
+    def poll():
+        try:
+            got.extend(r.offset for recs in c.poll(timeout_ms=100).values() for r in recs)
+        except FetchFailed as e:
+            errors.append(e)
+        return errors and len(got) == 5
+    wait_for(poll, 20, message="t-1's records and t-0's error")
+    e = errors[0]
+    assert str(e) == f"t-0 cannot be read: Not a directory: {path}" and isinstance(e.cause, NotADirectoryError)
+    assert (e.topic, e.partition, e.retriable) == ("t", 0, False)
+    wait_for(lambda: not zk.exists(protocol.owners_path("g", "t", 0)) and set(c._member.owned()) == {
+        TopicPartition("t", 1)}, 10, message="t-0 released")  # (each new attempt is released the same way)
+    assert c.assignment() == {TopicPartition("t", 1)} and zk.exists(protocol.owners_path("g", "t", 1))
+    os.unlink(path)
+    fill(data_dir, "t", [3])
+    wait_for(lambda: [poll()] and len(got) == 8, 20, message="t-0's records, at the coordinator's next check")
+    assert sorted(got) == [0, 0, 1, 1, 2, 2, 3, 4]
+    assert {str(e) for e in errors} == {f"t-0 cannot be read: Not a directory: {path}"}  # once per attempt
+    assert not [r for r in caplog.records if "unexpected" in r.getMessage()]
+    assert c.assignment() == {TopicPartition("t", 0), TopicPartition("t", 1)}

@@ -10,7 +10,7 @@ import pytest
 from coordinator import protocol, read
 from consumer.records import TopicPartition
 from coordinator.topics import TopicRegistry
-from coordinator.zkclient import close_client
+from coordinator.zkclient import TransactionFailed, close_client, commit
 from tests.groups import (Cluster, assert_exclusive_and_complete, command_count, expire_session, leader_info,
                           owned_by, read_state, wait_stable)
 from tests.helpers import wait_for
@@ -252,6 +252,44 @@ def test_new_leader_with_unchanged_membership_sends_no_commands(cluster, zk):
     assert read_state(zk, "g").generation == s.generation
 
 
+def test_a_topic_grown_during_a_shard_handover_is_rebalanced_by_the_takeover(cluster, zk, caplog, monkeypatch):
+    """The node leading g's shard shuts down (close(): what coordinatord does on SIGTERM) and
+    the other takes the shard over; t grows while the takeover's first run of g is between its
+    read of g's members and learning their subscriptions: held there (no timing) until the
+    growth is in the new node's view of the topics, whose event then finds no group known to
+    use t. The takeover itself rebalances g onto the new partition, not the periodic check
+    (60 s here: none has run)."""
+    caplog.set_level(logging.INFO, logger="zkgroups.coordinator")
+    TopicRegistry(zk).create("t", 2)
+    a, b = cluster.node("a"), cluster.node("b")
+    cluster.leader()
+    m = cluster.member("g", ["t"])
+    s = wait_stable(zk, "g", 1)
+    wait_for(lambda: read.all_verified(zk) and read_state(zk, "g").verified and any(n.groups.leads("g") for n in (a, b)),
+             message="g verified by the node leading its shard")
+    leaving = next(n for n in (a, b) if n.groups.leads("g"))
+    taking = b if leaving is a else a
+    grown = []
+    learn = taking.groups.index.update
+
+    def update(group, registrations):  # the takeover's run learns g's subscriptions here
+        if group == "g" and not grown:
+            grown.append(True)
+            TopicRegistry(zk).add_partitions("t", 3)
+            wait_for(lambda: taking.groups.topics.get("t") == 3, message="the growth in the new node's view")
+        learn(group, registrations)
+    monkeypatch.setattr(taking.groups.index, "update", update)
+    leaving.close()
+    wait_for(lambda: grown, 20, message="the takeover's run of g")
+    after = wait_stable(zk, "g", 1, after_generation=s.generation, timeout=20)
+    assert after.assignment == {"t": {0: m.consumer_id + "-0", 1: m.consumer_id + "-0", 2: m.consumer_id + "-0"}}
+    assert taking.groups.checks == 0  # rebalanced without a periodic check
+    wait_for(lambda: len(m.recorder.owned) == 3, message="the member owns the new partition")
+    lines = wait_for(lambda: [r.getMessage() for r in caplog.records
+                              if f"group g generation {after.generation} " in r.getMessage()], message="its line")
+    assert "reason=ownership differs from the computed assignment" in lines[0], lines
+
+
 def test_deposed_leader_cannot_write(cluster, zk, caplog):
     TopicRegistry(zk).create("t", 2)
     a = cluster.node("a")
@@ -371,5 +409,53 @@ def test_a_member_gone_mid_rebalance_is_not_waited_for(zk_connect, zk):
         expire_session(mute, zk_connect)
         wait_stable(zk, "g", 1, after_generation=s.generation, timeout=15)
         wait_for(lambda: len(good.recorder.owned) == 4, message="the live member owns everything")
+    finally:
+        cluster.close()
+
+
+def delete_subtree(zk, path: str) -> bool:
+    """Delete ``path`` and everything under it in one transaction, children first (as
+    ``groupctl groups delete`` does); False if something changed under it meanwhile (nothing
+    was deleted)."""
+    def subtree(p):
+        return [q for child in zk.get_children(p) for q in subtree(f"{p}/{child}")] + [p]
+    t = zk.transaction()
+    for p in subtree(path):
+        t.delete(p)
+    try:
+        commit(t)
+        return True
+    except TransactionFailed:
+        return False
+
+
+def test_a_group_deleted_during_its_rebalance_ends_it_with_one_line(zk_connect, zk, caplog):
+    """An administrator deletes a group's znodes (all at once, a registration left by a member
+    that never acks included) while the coordinator waits for that member's ack: the rebalance
+    ends with one line saying the group was deleted, no error, no traceback, and nothing of the
+    group is written again."""
+    caplog.set_level(logging.INFO, logger="zkgroups.coordinator")
+    cluster = Cluster(zk_connect, rebalance_timeout_ms=60000)
+    try:
+        TopicRegistry(zk).create("t", 2)
+        cluster.node("n")
+        cluster.member("g", ["t"])
+        wait_stable(zk, "g", 1)
+        mute = cluster.client()  # registers, never reads its channel
+        mute.ensure_path(protocol.channel_path("g", "g_mute-1-0"))
+        mute.create(protocol.ids_path("g", "g_mute-1-0"), protocol.Registration({"t": 1}).encode(), ephemeral=True)
+        for m in cluster.members:
+            m.close(timeout=5)
+        cluster.members.clear()
+        wait_for(lambda: (lambda st: st.state == protocol.REBALANCING and st.members == ["g_mute-1-0"])(
+            read_state(zk, "g")), message="a rebalance waiting for the mute member")
+        wait_for(lambda: delete_subtree(zk, protocol.group_path("g")), message="the group deleted")
+        wait_for(lambda: [r for r in caplog.records if "was deleted" in r.getMessage()], 15,
+                 message="the line saying the group is gone")
+        assert not zk.exists(protocol.group_path("g"))
+        deleted = [r for r in caplog.records if "was deleted" in r.getMessage()]
+        assert len(deleted) == 1 and deleted[0].levelno == logging.INFO, [r.getMessage() for r in deleted]
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], \
+            [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     finally:
         cluster.close()

@@ -13,7 +13,7 @@ import pytest
 from consumer.fetcher import Fetcher
 from consumer.records import ConsumerRecord, TopicPartition
 from coordinator.errors import IllegalStateError, LogCorrupted, OffsetOutOfRange
-from tests.helpers import wait_for
+from tests.helpers import fetcher_parked, wait_for
 
 T = "events"
 P0, P1, P2, P3 = (TopicPartition(T, p) for p in range(4))
@@ -592,21 +592,23 @@ def test_a_failed_fetch_is_reported_once_and_parks_the_partition(flog, make_fetc
     flog.append(T, 0, 1000)
     flog.append(T, 1, 10)
     flog.damage(T, 0, 300, 400, error)
+    caplog.set_level(logging.INFO, logger="consumer.fetcher")
     reported = []
     f = make_fetcher(on_error=lambda tp, exc: reported.append((tp, exc)))
     f.assign({P0: 0, P1: 0})
     f.start()
-    wait_for(lambda: reported, timeout=5, message="on_error")
-    res = poll_until(f, 310, max_records=1000)  # fetched before the error: still handed out
+    res = poll_until(f, 310, max_records=1000)  # fetched before the error: handed out first
     check_in_order(res, {P0: 300, P1: 10})
+    wait_for(lambda: reported, timeout=5, message="on_error")
     [(tp, exc)] = reported
     assert tp == P0 and (exc is error if error else isinstance(exc, LogCorrupted) and exc.offset == 300)
     assert_no_longer_fetched(flog, P0, P1)  # parked; the other partition is still fetched
     flog.append(T, 1, 5)
     assert [r.offset for r in poll_until(f, 5)[0][P1]] == list(range(10, 15))
     assert len(reported) == 1 and f.position(P0) == 300
-    lines = [r for r in caplog.records if r.name == "consumer.fetcher" and r.levelno >= logging.WARNING]
-    assert len(lines) == 1 and lines[0].exc_info is None and "\n" not in lines[0].getMessage()
+    lines = [r for r in caplog.records if r.name == "consumer.fetcher"]  # INFO: on_error's owner reports it
+    assert len(lines) == 1 and lines[0].levelno == logging.INFO and lines[0].exc_info is None
+    assert "\n" not in lines[0].getMessage()
     assert "events-0" in lines[0].getMessage() and "offset 300" in lines[0].getMessage()
 
     if error is None:
@@ -618,6 +620,42 @@ def test_a_failed_fetch_is_reported_once_and_parks_the_partition(flog, make_fetc
     res = poll_until(f, 1000 - resume, max_records=1000)
     assert [r.offset for r in res[0][P0]][:3] == [resume, resume + 1, resume + 2]
     assert len(reported) == 1
+
+
+def test_records_read_ahead_before_a_failed_fetch_are_handed_out_before_it_is_reported(flog, make_fetcher):
+    """The prefetch thread has read everything up to the damage, and failed there, before the
+    application polls: every one of those records is handed out first, then the error is
+    reported once, by the poll that emptied the buffer (before it returns). The other
+    partition keeps flowing."""
+    flog.append(T, 0, 1000)
+    flog.damage(T, 0, 700, 900)
+    flog.append(T, 1, 10)
+    reported = []
+    f = make_fetcher(max_poll_records=2000, on_error=lambda tp, exc: reported.append((tp, f.buffered(tp))))
+    f.assign({P0: 0, P1: 0})
+    f.start()
+    wait_for(lambda: fetcher_parked(f, P0) and f.buffered(P0) == 700, timeout=5, message="the read-ahead up to the damage")
+    assert reported == []
+    got = {P0: [], P1: []}
+    while len(got[P0]) < 700 or len(got[P1]) < 10:
+        for tp, records in f.poll(max_records=64, timeout=1).items():
+            got[tp] += [r.offset for r in records]
+        assert reported == ([(P0, 0)] if len(got[P0]) == 700 else []), len(got[P0])
+    assert got == {P0: list(range(700)), P1: list(range(10))}
+    assert len(reported) == 1 and f.position(P0) == 700
+
+
+def test_a_seek_drops_the_error_still_waiting_behind_buffered_records(flog, make_fetcher):
+    flog.append(T, 0, 1000)
+    flog.damage(T, 0, 700, 900)
+    reported = []
+    f = make_fetcher(max_poll_records=2000, on_error=lambda tp, exc: reported.append(exc))
+    f.assign({P0: 0})
+    f.start()
+    wait_for(lambda: fetcher_parked(f, P0) and f.buffered(P0) == 700, timeout=5, message="the read-ahead up to the damage")
+    f.seek(P0, 900)  # past the damage: the records before it and their error are dropped together
+    assert [r.offset for r in poll_until(f, 100, max_records=1000)[0][P0]] == list(range(900, 1000))
+    assert reported == []
 
 
 def test_a_failed_fetch_without_on_error_is_logged_once(flog, make_fetcher, caplog):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -265,3 +266,59 @@ def test_consumers_keep_running_through_zookeeper_failovers(tmp_path, subprocess
                 node.terminate()
                 node.wait(30)
             close_client(zk)
+
+
+def test_every_intact_record_is_printed_before_the_one_error_line(cluster, zk, zk_connect, data_dir, subprocess_env,
+                                                                  tmp_path):
+    """A sealed segment truncated after its first batch (offsets 700..899 lost): every record
+    before the damage is printed, then one error line names it; exit 1."""
+    from tests.test_log_damage import BATCH_BYTES, CASES, TOTAL, write_topic
+    cluster.node("n")
+    write_topic(data_dir)  # topic "t", one partition
+    CASES["sealed segment truncated after its first batch"].apply(data_dir, str(tmp_path / "scratch"))
+    TopicRegistry(zk).create("t", 1)
+    config = tmp_path / "consumer.toml"  # one batch a fetch, and read ahead up to the damage
+    config.write_text(f"[consumer]\nmax_poll_records = {TOTAL}\nmax_partition_fetch_bytes = {BATCH_BYTES}\n")
+    proc = subprocess.run([GROUPCTL, "--zk", zk_connect, "--data-dir", data_dir, "consume", "g", "t",
+                           "--config", str(config), "--idle-exit", "20"],
+                          env=subprocess_env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert [json.loads(line)["offset"] for line in proc.stdout.splitlines()] == list(range(700))
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: t-0: offset 700 cannot be read"), proc.stderr
+
+
+def _without_dac_override():
+    """The command prefix that runs a child without the capabilities that let root ignore file
+    permissions (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH): util-linux's setpriv, as root; none
+    needed otherwise. None if the permission check cannot be had here."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--bounding-set=-dac_override,-dac_read_search"] if setpriv else None
+
+
+@pytest.mark.skipif(_without_dac_override() is None, reason="running as root without setpriv (util-linux)")
+def test_an_unreadable_partition_directory_is_one_error_line_and_exit_1(cluster, zk, zk_connect, data_dir,
+                                                                         subprocess_env):
+    """The partition directory of a one-partition topic is chmod 0 and the consumer may not
+    override permissions (as root: run through setpriv with CAP_DAC_OVERRIDE and
+    CAP_DAC_READ_SEARCH dropped): one line names the partition and the cause, exit 1; the
+    partition was released, not kept by a member that cannot read it."""
+    cluster.node("n")
+    TopicRegistry(zk).create("t", 1)
+    fill(data_dir, "t", [5])
+    part = os.path.join(data_dir, "t-0")
+    os.chmod(part, 0)
+    try:
+        proc = subprocess.run(_without_dac_override() + [GROUPCTL, "-v", "--zk", zk_connect, "--data-dir", data_dir,
+                                                         "consume", "g", "t", "--idle-exit", "4"],
+                              env=subprocess_env, capture_output=True, text=True, timeout=60)
+    finally:
+        os.chmod(part, 0o755)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: t-0 cannot be read: Permission denied: {part}"], proc.stderr
+    assert "unexpected" not in proc.stderr and "Traceback" not in proc.stderr
+    assert "releasing t-0, which it cannot serve" in proc.stderr  # -v: the member's INFO line
+    assert members(zk, "g") == []

@@ -22,7 +22,7 @@ from coordinator import protocol, read
 from coordinator.errors import CommitFailedError
 from coordinator.topics import TopicRegistry
 from tests.groups import read_state, wait_stable
-from tests.helpers import GROUPCTL, check_consumed, wait_for
+from tests.helpers import GROUPCTL, check_consumed, fetcher_parked, wait_for
 from tests.test_consumer import polled
 
 ck = pytest.importorskip("confluent_kafka")
@@ -149,6 +149,36 @@ def test_an_offset_kafka_no_longer_holds_is_reset_as_configured(cluster, zk, kaf
     produce(kafka_cluster.bootstrap_servers, topic, 5, start=50, partition=2)
     got = consume(c, 15)  # offset 10 is gone: reset to the earliest held (40)
     assert sorted(r.offset for r in got) == list(range(40, 55))
+
+
+def test_records_fetched_before_a_partition_error_are_handed_out_first(cluster, zk, kafka_cluster, topic, consumers):
+    """librdkafka delivered every record of a partition and then a fetch error for it (the
+    client may not read the topic any more), all in the fetcher before the application polls:
+    poll() returns the records, then raises the error once."""
+    from coordinator.errors import FetchFailed
+    from coordinator.testing.kafkamock import ApiKey, ErrorCode
+    cluster.node("n")
+    tp = TopicPartition(topic, 1)
+    produce(kafka_cluster.bootstrap_servers, topic, 100, partition=1)
+    c = consumers(topic, max_poll_records=1000)
+    got = wait_for(lambda: [r.offset for r in c.poll(timeout_ms=100, max_records=1).get(tp, [])], 20,
+                   message="the first record")
+    wait_for(lambda: c._fetcher.buffered(tp) == 99, 10, message="the other records in the fetcher")
+    # Three times: in about one run in ten a single injected error never reached the client;
+    # librdkafka reports a repeated error once while it lasts.
+    kafka_cluster.push_partition_errors(topic, 1, ApiKey.FETCH, [ErrorCode.TOPIC_AUTHORIZATION_FAILED] * 3)
+    wait_for(lambda: fetcher_parked(c._fetcher, tp), 10, message="the fetch error in the fetcher")
+    errors = []
+    for _ in range(100):
+        try:
+            got += [r.offset for r in c.poll(timeout_ms=100, max_records=30).get(tp, [])]
+        except FetchFailed as e:
+            errors.append(e)
+            break
+    assert got == list(range(100))
+    assert len(errors) == 1 and (errors[0].topic, errors[0].partition) == (topic, 1)
+    assert "TOPIC_AUTHORIZATION_FAILED" in str(errors[0])
+    assert c.poll(timeout_ms=200) == {}  # once
 
 
 def test_a_member_that_lost_its_partition_cannot_commit_on_kafka(cluster, zk, zk_connect, kafka_cluster, topic,

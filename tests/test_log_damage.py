@@ -3,7 +3,8 @@ once (file, byte, offsets), and a writer never cuts intact data or reuses a read
 
 One table of damage, applied to a fresh topic of 12 batches of 100 records in four segments
 of three batches (offsets 0..299, 300..599, 600..899 and the active 900..1199). Pure file
-system: no ZooKeeper.
+system, no ZooKeeper, except the last tests: a consumer whose fetcher has read ahead up to
+the damage hands out every intact record before it raises the error.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from consumer.fetcher import Fetcher
 from consumer.log import Log
 from consumer.records import TopicPartition
 from coordinator.errors import LogCorrupted
-from tests.helpers import wait_for
+from tests.helpers import fetcher_parked, wait_for
 
 T = "t"
 BATCH = 100                      # records per batch
@@ -165,6 +166,9 @@ CASES = {
     "truncated middle segment": Damage(
         lambda d, s: os.truncate(segment(d, 300), position(400) + 2_000),
         range(400, 600), 300, position(400)),
+    "sealed segment truncated after its first batch": Damage(
+        lambda d, s: os.truncate(segment(d, 600), BATCH_BYTES),
+        range(700, 900), 600, BATCH_BYTES),
     "zero-length middle segment": Damage(
         lambda d, s: os.truncate(segment(d, 300), 0),
         range(300, 600), 300, 0),
@@ -347,3 +351,53 @@ def test_a_checksummed_batch_whose_record_headers_cannot_be_decoded(data_dir):
         assert (e.value.offset, e.value.resume_offset) == (BATCH, BATCH + 1)
         assert (e.value.path, e.value.position) == (path, BATCH_BYTES)
         assert "record headers" in str(e.value)
+
+
+# ---------------------------------------------------------------- through a consumer (ZooKeeper)
+
+#: Damage where the records before it fill several fetches, so a consumer's prefetch thread has
+#: read them all (and failed at the damage) while the application is still polling.
+READ_AHEAD_CASES = [("sealed segment truncated after its first batch", "records"),
+                    ("zero-length middle segment", "records"),
+                    ("empty segment past a gap", "records"),
+                    ("sealed segment truncated after its first batch", "columns")]
+
+
+@pytest.mark.parametrize("name,form", READ_AHEAD_CASES, ids=[f"{n}-{f}" for n, f in READ_AHEAD_CASES])
+def test_a_consumer_hands_out_every_intact_record_before_the_error(cluster, zk, zk_connect, data_dir, tmp_path,
+                                                                   name, form):
+    """The fetcher holds every intact record before the damage, and its fetch at the damage has
+    failed, before the application polls them (one batch a fetch; no timing): poll() returns
+    them all, then raises the error once."""
+    from consumer import Consumer
+    from coordinator.topics import TopicRegistry
+    damage = CASES[name]
+    write_topic(data_dir)
+    damage.apply(data_dir, str(tmp_path / "scratch"))
+    intact = damage.lost.start
+    cluster.node("n")
+    TopicRegistry(zk).create(T, 1)
+    tp = TopicPartition(T, 0)
+    with Consumer("g", [T], zk=zk_connect, data_dir=data_dir, auto_offset_reset="earliest",
+                  session_timeout_ms=2000, max_poll_records=TOTAL, max_partition_fetch_bytes=BATCH_BYTES) as c:
+        poll = c.poll_columns if form == "columns" else c.poll
+
+        def offsets(batch):
+            if form == "columns":
+                return [o for columns in batch.get(tp, []) for o in range(columns.base, columns.end)]
+            return [r.offset for r in batch.get(tp, [])]
+
+        got = wait_for(lambda: offsets(poll(timeout_ms=100, max_records=1)), 20, message="the first record")
+        wait_for(lambda: fetcher_parked(c._fetcher, tp), 10, message="the read-ahead up to the damage")
+        assert c._fetcher.buffered(tp) == intact - len(got)
+        errors = []
+        for _ in range(200):
+            try:
+                got += offsets(poll(timeout_ms=100, max_records=64))
+            except LogCorrupted as e:
+                errors.append(e)
+                break
+        assert got == list(range(intact))
+        assert [(e.offset, e.resume_offset) for e in errors] == [(intact, damage.lost.stop)]
+        assert offsets(poll(timeout_ms=200)) == []  # once: the partition stays parked until a seek
+

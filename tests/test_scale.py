@@ -156,14 +156,18 @@ def test_a_node_taking_groups_over_trusts_a_recorded_verification_only_while_not
 
 def test_a_shard_taken_over_trusts_only_a_verification_that_still_holds(cluster, zk):
     TopicRegistry(zk).create("t", 4)
+    TopicRegistry(zk).create("u", 4)
     node = cluster.node("a")
     cluster.leader()
-    for _ in range(2):
-        cluster.member("g1", ["t"])
+    for group, topic in (("g1", "t"), ("g1", "t"), ("g2", "u")):
+        cluster.member(group, [topic])
     wait_stable(zk, "g1", 2)
-    wait_for(lambda: read_state(zk, "g1").verified, message="the verification recorded")
-    node.close()  # nobody rewrites the state or the owner nodes from here on
-    assert set(still_as_recorded(zk, ["g1", "absent"], {"t": 4})) == {"g1"}
-    assert still_as_recorded(zk, ["g1"], {"t": 5}) == {}  # a partition was added since
-    zk.delete(protocol.owners_path("g1", "t", 0))          # an owner node went
-    assert still_as_recorded(zk, ["g1"], {"t": 4}) == {}
+    wait_stable(zk, "g2", 1)
+    wait_for(lambda: read_state(zk, "g1").verified and read_state(zk, "g2").verified,
+             message="the verifications recorded")
+    node.close()  # nobody rewrites the states or the owner nodes from here on
+    assert set(still_as_recorded(zk, ["g1", "g2", "absent"])) == {"g1", "g2"}
+    TopicRegistry(zk).add_partitions("t", 5)              # a partition was added since (read, not passed in)
+    assert set(still_as_recorded(zk, ["g1", "g2"])) == {"g2"}
+    zk.delete(protocol.owners_path("g2", "u", 0))          # an owner node went
+    assert still_as_recorded(zk, ["g1", "g2"]) == {}

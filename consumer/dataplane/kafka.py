@@ -15,11 +15,15 @@ Guarantees
   the consumer's own ``auto_offset_reset`` decides, exactly as with the embedded log.
 * **The fetcher's promises hold** (:class:`KafkaFetcher`): fair ``max_poll_records`` hand-out
   from per-partition buffers, pause/resume/seek, records of a revoked or re-positioned partition
-  never handed out, one error report per parked partition. librdkafka prefetches; the buffers
-  above it are bounded as for the embedded log.
+  never handed out, one error report per parked partition, made only once the records
+  buffered before the error are handed out. librdkafka prefetches; the buffers above it are
+  bounded as for the embedded log.
 * **Failures inside Kafka stay inside librdkafka**: a broker down, a leader moving, a request
   timing out are retried there and never reach ``poll()``; a partition whose topic disappears,
-  or that the client may not read, is reported once and parked.
+  or that the client may not read, is reported once and parked. One exception: a partition
+  given to the member without a committed offset needs its start offset looked up; if no
+  broker answers within the request timeout, ``poll()`` raises a retriable FetchFailed for it
+  and the member releases it (the coordinator gives it out again at its next check).
 * **Keys land where Java clients put them**: producers use ``partitioner=murmur2_random``.
 * librdkafka's own log lines go to Python logging (``zkgroups.kafka``), never straight to stderr.
 * The user's librdkafka properties may be secrets: a configuration librdkafka refuses is one
@@ -642,9 +646,8 @@ class KafkaFetcher(Fetcher):
             st = self._parts.get(tp)
             if st is None or st.error is not None:
                 return
-            st.error = exc  # parked: not fetched again until seek/assign
-            if isinstance(exc, OffsetOutOfRange):
-                st.highwater = exc.latest
             offset = st.fetch_offset
+            report_now = self._park(st, offset, exc)  # else after the records before it are handed out
         self._mirror(self._kc.pause, [tp])
-        self._report(tp, offset, exc)
+        if report_now:
+            self._report(tp, offset, exc)

@@ -122,6 +122,7 @@ class ErrorCode(enum.IntEnum):
     COORDINATOR_NOT_AVAILABLE = 15
     NOT_COORDINATOR = 16
     REBALANCE_IN_PROGRESS = 27
+    TOPIC_AUTHORIZATION_FAILED = 29
 
 
 class MockKafkaUnavailable(RuntimeError):
