@@ -361,6 +361,10 @@ class ChaosRun:
         if kind in ("kill", "term", "pause"):
             if not consumers:
                 return False
+            if kind == "term":  # a process not yet registered may not have its SIGTERM handler yet
+                consumers = [p for p in consumers if self.registered(p)]
+                if not consumers:
+                    return False
             victim = self.rng.choice(consumers)
             if kind == "kill":
                 self.kill(victim)
@@ -408,6 +412,15 @@ class ChaosRun:
             self.broker_down(self.rng.choice(up))
         self.faults[kind] += 1
         return True
+
+    def registered(self, consumer: Proc) -> bool:
+        """Whether ``consumer`` has registered in its group (it installs its SIGTERM handler
+        before it connects, so a registered consumer leaves cleanly on SIGTERM)."""
+        try:
+            return self.admin.exists_async(protocol.ids_path(GROUP, f"{GROUP}-{consumer.name}")).get(
+                timeout=ZK_CALL_S) is not None
+        except Exception:  # ZooKeeper unreachable now: the fault is tried again at the next tick
+            return False
 
     def pause(self, victim: Proc) -> None:
         victim.paused = True
