@@ -457,6 +457,13 @@ class GroupCoordinator:
             except KazooException:
                 pass
 
+    def loaded(self) -> bool:
+        """Whether this node knows the shard count and has verified every group of every shard
+        placed on it (a node leading nothing has nothing to load); any thread."""
+        with self.lock:
+            return self.registered and self.count is not None and not self.taking_over \
+                and not any(self.unverified.values())
+
     def held(self) -> Dict[int, int]:
         with self.lock:
             return {s: t.epoch for s, t in self.terms.items() if not t.ended.is_set()}

@@ -61,6 +61,13 @@ def group_partitions(snapshot: GroupSnapshot, offset_topics: Mapping[str, Set[in
     return found
 
 
+def partitions_to_read(partitions: Mapping[str, Set[int]], counts: Mapping[str, int]) -> Dict[str, List[int]]:
+    """The partitions whose log end to ask the data plane for: all of each topic's but those
+    beyond the data plane's partition count (a topic it does not know: all)."""
+    return {t: [p for p in sorted(parts) if counts.get(t) is None or p < counts[t]]
+            for t, parts in sorted(partitions.items())}
+
+
 def partition_pairs(partitions: Mapping[str, Set[int]]) -> List[Tuple[str, int]]:
     return [(topic, p) for topic in sorted(partitions) for p in sorted(partitions[topic])]
 

@@ -108,9 +108,7 @@ def offsets_rows(cli: CliContext, snapshot: GroupSnapshot, counts: Dict[str, int
     problems: Dict[object, str] = {}
     committed = read.committed_offsets(cli.zk, snapshot.group, pairs, problems)
     ends: Dict[Tuple[str, int], int] = {}
-    for topic in sorted(partitions):
-        count = counts.get(topic)
-        known = [p for p in sorted(partitions[topic]) if count is None or p < count]
+    for topic, known in documents.partitions_to_read(partitions, counts).items():
         cli.warn_if_no_data(topic, known)
         ends.update(end_offsets(cli, topic, known))
     return documents.offsets_rows(snapshot, pairs, committed, problems, ends)
