@@ -324,6 +324,9 @@ class _Handler(BaseHTTPRequestHandler):
     node_server: NodeHttpServer
     server_version = "zkgroups"
     sys_version = ""
+
+    def version_string(self) -> str:
+        return self.server_version
     protocol_version = "HTTP/1.1"
     timeout = REQUEST_TIMEOUT_S
 

@@ -58,9 +58,13 @@ def build_record(state: GroupState, previous: Optional[RebalanceRecord], outcome
                  duration_ms: Optional[float] = None, excluded: Sequence[str] = ()) -> RebalanceRecord:
     """The entry for a rebalance that left ``state``, after ``previous`` (the ring's newest
     entry, None for a first one); pure. Who joined and who left is known when ``previous``
-    kept its members (the newest entry does, up to :data:`~coordinator.protocol.TIMELINE_MEMBERS`)."""
+    kept its members (the newest entry does, up to :data:`~coordinator.protocol.TIMELINE_MEMBERS`),
+    and for a group's first generation (nobody was there before)."""
     after = set(state.members)
-    before = None if previous is None or previous.members is None else set(previous.members)
+    if previous is None:  # a group's first rebalance starts from nobody; a later first entry does not know
+        before: Optional[set] = set() if state.generation <= 1 else None
+    else:
+        before = None if previous.members is None else set(previous.members)
     joined = sorted(after - before) if before is not None else []
     gone = sorted(before - after) if before is not None else []
     was_held = set(previous.held) if previous else set()
@@ -89,7 +93,8 @@ def build_record(state: GroupState, previous: Optional[RebalanceRecord], outcome
         reasons.append(CHANGED if before is None or any("membership" in d for d in detail) else REPAIRED)
     return RebalanceRecord(generation=state.generation, at=at, outcome=outcome, node=node, epoch=epoch,
                            reasons=reasons, detail=list(detail),
-                           members_before=previous.members_after if previous is not None else None,
+                           members_before=previous.members_after if previous is not None else
+                           (0 if before is not None else None),
                            members_after=len(after), joined=joined, left=left + expired, topics=counts,
                            moved=moved, duration_ms=duration_ms, error=state.error, excluded=sorted(excluded),
                            held=held, members=sorted(after))

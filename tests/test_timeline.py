@@ -23,6 +23,7 @@ TWO = {"t": {0: "a-0", 1: "b-0"}}
 
 
 @pytest.mark.parametrize("previous, now, reasons, joined, left", [
+    (None, state(["a"], {"t": {0: "a-0", 1: "a-0"}}, generation=1), [timeline.JOIN], ["a"], []),
     (None, state(["a"], {"t": {0: "a-0", 1: "a-0"}}), [timeline.CHANGED], [], []),
     (entry(["a"]), state(["a", "b"], TWO), [timeline.JOIN], ["b"], []),
     (entry(["a", "b"]), state(["a"], {"t": {0: "a-0", 1: "a-0"}}), [timeline.LEAVE], [], ["b"]),
@@ -37,7 +38,7 @@ def test_reasons_come_from_the_previous_entry_and_the_state(previous, now, reaso
     record = timeline.build_record(now, previous, protocol.STABLE, 2000, "n1", 3)
     assert (record.reasons, record.joined, record.left) == (reasons, joined, left)
     assert record.members_after == len(now.members)
-    assert record.members_before == (None if previous is None else previous.members_after)
+    assert record.members_before == (previous.members_after if previous else 0 if now.generation == 1 else None)
     assert record.members == sorted(now.members) and (record.node, record.epoch) == ("n1", 3)
 
 

@@ -40,7 +40,8 @@ from coordinator.console.snapshot import ClusterSnapshot, GroupView
 from coordinator.http import Response
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-STATIC = {"console.css": "text/css; charset=utf-8", "console.js": "text/javascript; charset=utf-8"}
+STATIC = {"console.css": "text/css; charset=utf-8", "console.js": "text/javascript; charset=utf-8",
+          "favicon.svg": "image/svg+xml"}
 PAGE_SIZES = (25, 50, 100, 500)
 SORTS = ("name", "state", "generation", "members", "lag", "last", "coordinator")
 STATES = (protocol.EMPTY, protocol.REBALANCING, protocol.STABLE, protocol.FAILED, "unreadable")
@@ -102,6 +103,8 @@ class Console:
     def route(self, path: str, query: str) -> Optional[Response]:
         params = {k: v[-1] for k, v in parse_qs(query, keep_blank_values=True).items()}
         parts = [unquote(p) for p in path.split("/")[1:]]
+        if parts == ["favicon.ico"]:
+            return Response.redirect("/static/favicon.svg")
         if parts[:1] == ["static"] and len(parts) == 2 and parts[1] in STATIC:
             return Response(200, self._static[parts[1]], STATIC[parts[1]])
         if parts[:2] == ["api", "v1"]:
