@@ -57,5 +57,5 @@ def open_browser() -> Browser:
     except Exception as e:
         shutil.rmtree(profile, ignore_errors=True)
         raise BrowserUnavailable(f"Chromium did not start under {CHROMEDRIVER}: {str(e).splitlines()[0]}") from None
-    driver.set_page_load_timeout(20)
+    driver.set_page_load_timeout(60)
     return Browser(driver, profile)

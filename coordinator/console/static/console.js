@@ -21,9 +21,11 @@
     document.querySelectorAll("[data-live]").forEach(function (el) {
       var next = el.id && fresh.getElementById(el.id);
       if (next) {
-        el.replaceChildren.apply(el, Array.prototype.map.call(next.childNodes, function (node) {
-          return document.adoptNode(node);
-        }));
+        // A copy first: the parsed document's child list is live.
+        var nodes = Array.prototype.slice.call(next.childNodes).map(function (node) {
+          return document.importNode(node, true);
+        });
+        el.replaceChildren.apply(el, nodes);
       }
     });
   }
