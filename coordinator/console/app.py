@@ -227,6 +227,7 @@ class Console:
 
     def _render(self, template: str, status: int = 200, **context) -> Response:
         reading = self.sampler.reading()
+        context.setdefault("page", "")
         context.update(node_id=self.node_id, connection=self.connection(), snapshot_state=self.snapshot.state.value,
                        lag_at=_when(reading.at * 1000) if reading.at else "not yet", refresh_s=REFRESH_S,
                        lag_error=self.sampler.last_error)

@@ -76,8 +76,9 @@ class Reading:
 @dataclass
 class CatchUp:
     """How a partition (or a group) is doing: ``status`` is ``caught up``, ``catching up``
-    (``eta_s``: seconds at the recent rates), ``falling behind``, ``not consuming`` or
-    ``unknown``; rates are records per second."""
+    (``eta_s``: seconds at the recent rates), ``keeping up`` (consuming as fast as records
+    arrive, the lag not growing), ``falling behind``, ``not consuming`` or ``unknown``; rates are
+    records per second."""
     status: str
     eta_s: Optional[float] = None
     consumed_per_s: Optional[float] = None
@@ -102,9 +103,11 @@ def catch_up(times: Sequence[float], committed: Sequence[Optional[int]], ends: S
     net = consumed - produced
     if consumed <= 0:
         return CatchUp("not consuming", None, consumed, produced)
-    if net <= 0:
+    if net > 0:
+        return CatchUp("catching up", lag / net, consumed, produced)
+    if lag > e0 - c0:
         return CatchUp("falling behind", None, consumed, produced)
-    return CatchUp("catching up", lag / net, consumed, produced)
+    return CatchUp("keeping up", None, consumed, produced)
 
 
 class History:
