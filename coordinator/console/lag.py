@@ -123,23 +123,20 @@ class History:
         self._series: Dict[Tuple[str, str, int], Tuple[array, array]] = {}
 
     def add(self, at: float, rows: Mapping[str, List[dict]]) -> None:
+        fresh = array("q", [-1]) * self.size
         with self.lock:
             slot = self.rounds % self.size
             self.rounds += 1
             self.times.append(at)
-            seen = set()
+            old, self._series = self._series, {}
             for group, group_rows in rows.items():
                 for row in group_rows:
                     key = (group, row["topic"], row["partition"])
-                    seen.add(key)
-                    series = self._series.get(key)
-                    if series is None:
-                        series = self._series[key] = (array("q", [-1]) * self.size, array("q", [-1]) * self.size)
+                    series = old.get(key) or (array("q", fresh), array("q", fresh))
+                    self._series[key] = series  # partitions gone from every group are dropped
                     committed, end = row["current_offset"], row["log_end_offset"]
                     series[0][slot] = -1 if committed is None else committed
                     series[1][slot] = -1 if end is None else end
-            for key in set(self._series) - seen:
-                del self._series[key]
 
     def series(self, group: str, topic: str, partition: int):
         """(times, committed, ends) oldest first, None where unknown."""
@@ -258,7 +255,9 @@ class LagSampler:
             snapshot = documents.GroupSnapshot(view.name, view.state, dict(view.members), dict(view.unreadable))
             partitions = documents.group_partitions(snapshot, offset_topics, counts)
             pairs = documents.partition_pairs(partitions)
-            gets = [(pair, client.get_async(protocol.offsets_path(view.name, *pair))) for pair in pairs]
+            # Only the offsets znodes listed are read: the others have no committed offset (None).
+            gets = [((t, p), client.get_async(protocol.offsets_path(view.name, t, p)))
+                    for t, parts in sorted(offset_topics.items()) for p in sorted(parts)]
             plans.append((snapshot, partitions, pairs, gets))
         wait_in_order([a for *_, gets in plans for _, a in gets])
         log_ends = self._log_ends([(partitions, counts) for _, partitions, _, _ in plans])

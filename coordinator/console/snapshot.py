@@ -104,6 +104,7 @@ class ClusterSnapshot:
         self._lock = threading.Lock()
         self._state = LoadState.STARTING
         self._watchers: Dict[tuple, _Watcher] = {}
+        self._missing: List[Tuple[str, _Watcher]] = []   # znodes found missing by the last reads
         self._groups: Dict[str, GroupView] = {}
         self._topics: Dict[str, Optional[int]] = {}
         self._topic_errors: Dict[str, str] = {}
@@ -242,14 +243,15 @@ class ClusterSnapshot:
 
     def _resync(self) -> None:
         """Read everything (and arm every watch)."""
-        self._handle([("coordinator",), ("topics",), ("groups",)])
+        read = set(self._handle([("coordinator",), ("topics",), ("groups",)]))
         with self._lock:
-            names = list(self._groups)
+            names = [g for g in self._groups if g not in read]
         for i in range(0, len(names), BATCH):
             self._handle([(kind, g) for g in names[i:i + BATCH] for kind in ("state", "ids", "timeline")])
 
-    def _handle(self, keys: List[tuple]) -> None:
-        """Read what each key names (pipelined, one round trip for all of a kind) and apply it."""
+    def _handle(self, keys: List[tuple]) -> List[str]:
+        """Read what each key names (pipelined, one round trip for all of a kind) and apply it;
+        returns the groups that were new (read in full)."""
         by_kind: Dict[str, list] = {}
         for key in keys:
             by_kind.setdefault(key[0], []).append(key[1] if len(key) > 1 else None)
@@ -270,30 +272,41 @@ class ClusterSnapshot:
         new_groups: List[str] = []
         if "groups" in by_kind:
             new_groups = self._read_group_names()
-        for kind in ("state", "ids", "timeline"):
-            names = [g for g in by_kind.get(kind, []) if g is not None] + new_groups
-            if names:
-                getattr(self, f"_read_{kind}")(list(dict.fromkeys(names)))
+        for i in range(0, max(len(new_groups), 1), BATCH):
+            for kind in ("state", "ids", "timeline"):
+                names = [g for g in by_kind.get(kind, []) if g is not None] if i == 0 else []
+                names += new_groups[i:i + BATCH]
+                if names:
+                    getattr(self, f"_read_{kind}")(list(dict.fromkeys(names)))
+        self._watch_missing()
+        return new_groups
 
     # ---- helpers: a read that arms a watch, or an exists watch where the znode is missing
 
     def _answer(self, pending, path: str, watcher) -> Optional[Tuple[bytes, object]]:
-        """The data of a read, or None where the znode is missing (an exists watch is set then,
-        so its creation is seen)."""
+        """The data of a read, or None where the znode is missing (then an exists watch is set
+        on it by :meth:`_watch_missing`, so its creation is seen)."""
         try:
             return pending.get()
         except NoNodeError:
-            if self.client.exists(path, watch=watcher) is not None:
-                self.events.put(watcher.key)  # created in between
+            self._missing.append((path, watcher))
             return None
 
     def _children(self, pending, path: str, watcher) -> Optional[List[str]]:
         try:
             return sorted(pending.get())
         except NoNodeError:
-            if self.client.exists(path, watch=watcher) is not None:
-                self.events.put(watcher.key)
+            self._missing.append((path, watcher))
             return None
+
+    def _watch_missing(self) -> None:
+        """Exists watches on the znodes found missing (pipelined); one made meanwhile is read again."""
+        missing, self._missing = self._missing, []
+        checks = [(watcher, self.client.exists_async(path, watch=watcher)) for path, watcher in missing]
+        wait_in_order([a for _, a in checks])
+        for watcher, a in checks:
+            if a.get() is not None:
+                self.events.put(watcher.key)
 
     def _changed(self) -> None:
         with self._lock:
