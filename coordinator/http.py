@@ -15,8 +15,8 @@ Anything but GET and HEAD is 405: no route changes anything.
 
 Who may see the console (``/metrics`` and the probes are answered to whoever reaches the port,
 as before): bound to a loopback address (``--http-addr 127.0.0.1:9464``, or ``:9464``), only
-requests whose ``Host`` header names the loopback (``localhost``, ``127.0.0.1``, ``[::1]``, with
-the port) or a name given with ``--http-allowed-host`` are answered, so a web page elsewhere
+requests whose ``Host`` header names the loopback (``localhost``, ``127.0.0.1``, ``[::1]``) or a
+name given with ``--http-allowed-host`` are answered, so a web page elsewhere
 cannot reach it through DNS rebinding. Bound to all interfaces by ``--metrics-port`` (as that
 option always did), the console is answered only to loopback peers, with the same ``Host``
 check. Bound to another address with ``--http-addr``, it is answered to everyone (a ``Host``
@@ -126,17 +126,19 @@ def is_loopback(host: str) -> bool:
     return address.is_loopback
 
 
-def host_allowed(header: Optional[str], port: int, allowed: Iterable[str]) -> bool:
-    """Whether a request's ``Host`` header names one of ``allowed`` (names or addresses; with
-    this server's port, or none). A missing header is refused (HTTP/1.1 requires it)."""
+def host_allowed(header: Optional[str], allowed: Iterable[str]) -> bool:
+    """Whether a request's ``Host`` header names one of ``allowed`` (names or addresses, any
+    port: behind a published or forwarded port the browser's differs from ours, and DNS
+    rebinding is a matter of the name). A missing or malformed header is refused."""
     if not header:
         return False
     try:
         parts = urlsplit("//" + header.strip())
-        name, given = (parts.hostname or "").lower(), parts.port
+        name = (parts.hostname or "").lower()
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
     except ValueError:
         return False
-    return bool(name) and (given is None or given == port) and name in {a.lower().strip("[]") for a in allowed}
+    return bool(name) and name in {a.lower().strip("[]") for a in allowed}
 
 
 def _bind_family(host: str) -> int:
@@ -254,8 +256,8 @@ class NodeHttpServer:
     def console_visible(self, peer: str, host_header: Optional[str]) -> bool:
         s = self.settings
         if s.console_open:
-            return not s.allowed_hosts or host_allowed(host_header, self.port, self.allowed_hosts())
-        return is_loopback(peer) and host_allowed(host_header, self.port, self.allowed_hosts())
+            return not s.allowed_hosts or host_allowed(host_header, self.allowed_hosts())
+        return is_loopback(peer) and host_allowed(host_header, self.allowed_hosts())
 
     def answer(self, path: str, query: str, peer: str, host_header: Optional[str]) -> Response:
         if path == "/metrics":
