@@ -68,9 +68,10 @@ class Response:
     headers: List[Tuple[str, str]] = field(default_factory=list)
 
     @classmethod
-    def json(cls, document, status: int = 200) -> "Response":
-        return cls(status, json.dumps(document, indent=2, ensure_ascii=False).encode() + b"\n",
-                   "application/json; charset=utf-8")
+    def json(cls, document, status: int = 200, compact: bool = False) -> "Response":
+        text = json.dumps(document, ensure_ascii=False, separators=(",", ":")) if compact else \
+            json.dumps(document, indent=2, ensure_ascii=False)
+        return cls(status, text.encode() + b"\n", "application/json; charset=utf-8")
 
     @classmethod
     def text(cls, text: str, status: int = 200) -> "Response":

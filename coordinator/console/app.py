@@ -97,6 +97,8 @@ class Console:
             with open(os.path.join(HERE, "static", name), "rb") as f:
                 self._static[name] = f.read()
         self._rows_cache: Tuple[tuple, List[dict]] = ((), [])
+        self._list_cache: Tuple[Optional[List[dict]], bytes] = (None, b"")
+        self._shards: Tuple[Optional[int], Dict[str, int]] = (None, {})   # (shard count, group -> shard)
 
     # ------------------------------------------------------------ routing
 
@@ -120,8 +122,25 @@ class Console:
         _, _, _, count, _ = self.snapshot.coordinator()
         if not count:
             return {}
-        leaders = self.snapshot.shard_leaders()
-        return {g: leaders.get(protocol.shard_of(g, count), ("",))[0] or None for g in self.snapshot.groups()}
+        leaders = {shard: node or None for shard, (node, _, _) in self.snapshot.shard_leaders().items()}
+        cached_count, shards = self._shards
+        if cached_count != count:
+            shards = {}
+            self._shards = (count, shards)
+        out = {}
+        for g in self.snapshot.groups():
+            shard = shards.get(g)
+            if shard is None:
+                shard = shards[g] = protocol.shard_of(g, count)  # a group's shard never changes
+            out[g] = leaders.get(shard)
+        return out
+
+    def _coordinator(self, group: str) -> Optional[str]:
+        """The node leading ``group``'s shard (None: nobody)."""
+        _, _, _, count, _ = self.snapshot.coordinator()
+        if not count:
+            return None
+        return self.snapshot.shard_leaders().get(protocol.shard_of(group, count), ("",))[0] or None
 
     def _group_rows(self) -> List[dict]:
         """One row per group for the groups page and ``/api/v1/groups``' filters (cached until
@@ -132,12 +151,13 @@ class Console:
         if cached_key == key:
             return rows
         coordinators = self._coordinator_of()
+        lags = reading.total_lag
         rows = []
         for name, view in sorted(self.snapshot.groups().items()):
             s = view.state
             rows.append({"group": name, "state": s.state if s else "unreadable", "generation": s.generation if s else None,
                          "members": len(view.ids) if s else None, "strategy": (s.strategy or None) if s else None,
-                         "lag": reading.total_lag.get(name), "last": view.last_rebalance_ms,
+                         "lag": lags.get(name), "last": view.last_rebalance_ms,
                          "coordinator": coordinators.get(name), "error": view.state_error or (s.error if s else None),
                          "list_row": documents.list_row(name, s, len(view.ids), view.state_error)})
         self._rows_cache = (key, rows)
@@ -174,9 +194,9 @@ class Console:
         if parts == ["coordinator"]:
             return Response.json(self._coordinator_document())
         if parts == ["groups"]:
-            rows, total, _ = self._select(params)
             if not any(k in params for k in ("q", "state", "sort", "order", "limit", "offset")):
-                return Response.json({"groups": [r["list_row"] for r in rows]})
+                return self._all_groups()
+            rows, total, _ = self._select(params)
             offset, limit = _int(params.get("offset"), 0), _int(params.get("limit"), total)
             return Response.json({"groups": [r["list_row"] for r in rows[offset:offset + limit]], "total": total})
         if parts[:1] == ["groups"] and len(parts) in (2, 3):
@@ -188,7 +208,7 @@ class Console:
             what = parts[2] if len(parts) == 3 else "state"
             if what == "state":
                 return Response.json({"groups": [documents.state_row(self._describe(view.name),
-                                                                      self._coordinator_of().get(view.name))]})
+                                                                      self._coordinator(view.name))]})
             if what == "members":
                 return Response.json({"members": documents.members_rows(self._describe(view.name))})
             if what == "offsets":
@@ -208,6 +228,16 @@ class Console:
                 return Response.json({"error": f"topic {parts[1]!r} is not known (yet) to {reading.data_plane or 'the data plane'}"}, 404)
             return Response.json({"topic": parts[1], "data_plane": reading.data_plane, "partitions": rows})
         return Response.json({"error": "no such endpoint (see /api/v1/)"}, 404)
+
+    def _all_groups(self) -> Response:
+        """``groups list``'s document, serialized once per change (compact: 10,000 groups are
+        about 1 MB of JSON)."""
+        rows = self._group_rows()
+        cached_rows, body = self._list_cache
+        if cached_rows is not rows:
+            body = Response.json({"groups": [r["list_row"] for r in rows]}, compact=True).body
+            self._list_cache = (rows, body)
+        return Response(200, body, "application/json; charset=utf-8")
 
     def _coordinator_document(self) -> dict:
         leader, contenders, nodes, count, _ = self.snapshot.coordinator()
@@ -282,7 +312,7 @@ class Console:
     def _group(self, view: GroupView) -> Response:
         now = time.time()
         reading = self.sampler.reading()
-        coordinator = self._coordinator_of().get(view.name)
+        coordinator = self._coordinator(view.name)
         members = documents.members_rows(self._describe(view.name)) if view.state else []
         for row in members:
             reg = view.members.get(row["consumer_id"])
