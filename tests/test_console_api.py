@@ -153,3 +153,30 @@ def test_readyz_follows_the_zookeeper_session(tmp_path, data_dir):
             served.close()
         cluster.close()
         ensemble.close()
+
+
+def test_coordinatord_takes_the_http_settings_from_its_config_file(tmp_path, subprocess_env, zk_connect):
+    """http_addr, console and lag_interval from the TOML file; --no-console serves metrics and probes only."""
+    import re
+    import subprocess
+    import sys
+    config = tmp_path / "node.toml"
+    config.write_text(f'[coordinator]\nzk = "{zk_connect}"\nhttp_addr = "127.0.0.1:0"\nconsole = false\n'
+                      f'lag_interval = 1.5\ndata_dir = "{tmp_path}"\n')
+    log_path = tmp_path / "node.log"
+    with open(log_path, "w") as log:
+        node = subprocess.Popen([sys.executable, "-m", "coordinator.cli.coordinatord", "--config", str(config),
+                                 "--node-id", "n1"], env=subprocess_env, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        url = wait_for(lambda: (re.search(r"metrics served at (http://\S+)/metrics", log_path.read_text()) or [0, 0])[1],
+                       30, message="the metrics line")
+        wait_for(lambda: get(url + "/readyz")[0] == 200, 30, message="ready")
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(url + "/ui/", timeout=5)
+        assert e.value.code == 404
+        with urllib.request.urlopen(url + "/metrics", timeout=5) as r:
+            assert b"zkgroups_shards 16.0" in r.read()
+    finally:
+        node.terminate()
+        assert node.wait(30) == 0
+    assert "Traceback" not in log_path.read_text() and "console at" not in log_path.read_text()

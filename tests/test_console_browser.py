@@ -161,12 +161,22 @@ def live(zk_server, tmp_path_factory):
         system.close()
 
 
+def shoot(driver, shots, name):
+    """A screenshot of the whole page (the window grown to its height, up to 2,400 pixels)."""
+    height = min(2400, max(800, driver.execute_script("return document.documentElement.scrollHeight")))
+    driver.set_window_size(1440, height)
+    try:
+        driver.save_screenshot(os.path.join(shots, f"{name}.png"))
+    finally:
+        driver.set_window_size(1440, 1000)
+
+
 def page(driver, url, shots=None, name=None, wait_text=None):
     driver.get(url)
     if wait_text:
         wait_for(lambda: wait_text in driver.find_element("tag name", "body").text, 15, message=f"{wait_text!r} on {url}")
     if shots:
-        driver.save_screenshot(os.path.join(shots, f"{name}.png"))
+        shoot(driver, shots, name)
     return driver.find_element("tag name", "body").text
 
 
@@ -217,7 +227,7 @@ def test_group_page_shows_owners_lag_and_the_timeline(live, browser, shots):
             return None
         return rows, api_rows
     rows, api_rows = wait_for(shown, 30, message="the page showing the assignment")
-    browser.save_screenshot(os.path.join(shots, "group.png"))
+    shoot(browser, shots, "group")
     for cells in rows:
         row = api_rows[(cells[0], int(cells[1]))]
         assert cells[2] == row["consumer_id"] and cells[6] != "-"  # the owner, and a lag read from the data plane
@@ -248,7 +258,7 @@ def test_live_refresh_follows_leave_kill_growth_and_failover(live, browser, shot
         try:
             return wait_for(newest, 30, message=f"a {reason!r} entry on the page")
         except AssertionError:
-            browser.save_screenshot(os.path.join(shots, f"failed-{reason.replace(' ', '-')}.png"))
+            shoot(browser, shots, f"failed-{reason.replace(' ', '-')}")
             with open(os.path.join(shots, f"failed-{reason.replace(' ', '-')}.html"), "w") as f:
                 f.write(browser.page_source)
             stamps = browser.find_elements("id", "refresh-stamp")
@@ -277,7 +287,6 @@ def test_live_refresh_follows_leave_kill_growth_and_failover(live, browser, shot
     assert after[-1]["node"] == survivor and history[-1]["node"] == leading
     assert browser.execute_script("return window.zkgroupsNoReload") == 1  # never reloaded
     assert "updated" in browser.find_element("id", "refresh-stamp").text
-    browser.save_screenshot(os.path.join(shots, "group-after-failover.png"))
-    wait_for(lambda: any(r["lag"] for r in api(live.urls[survivor], "/groups/payments/offsets")["offsets"]) or True, 1)
+    shoot(browser, shots, "group-after-failover")
     page(browser, live.urls[survivor] + "/ui/", shots, "overview-after-failover", wait_text=survivor)
     no_injection(browser)

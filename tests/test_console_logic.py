@@ -16,6 +16,7 @@ T = [0.0, 10.0, 20.0, 30.0]
     ([0, 100, 200, 300], [500, 500, 500, 500], "catching up", 20.0),      # 200 behind, 10/s faster than produced
     ([0, 100, 200, 300], [400, 510, 620, 730], "falling behind", None),   # lag 400 -> 430
     ([0, 100, 200, 300], [2, 101, 203, 302], "keeping up", None),         # lag about 2 all along
+    ([0, 100, 200, 300], [0, 100, 200, 303], "keeping up", None),         # grew by 3 of 303 arrived: noise
     ([50, 50, 50, 50], [60, 70, 80, 90], "not consuming", None),
     ([None, None, None, None], [1, 2, 3, 4], "unknown", None),
     ([0, None, 200, 300], [500, 500, None, 500], "catching up", 20.0),    # gaps are skipped

@@ -344,7 +344,7 @@ def main(rate, keep, spark, data_plane, hold):
                 30, "the group's new coordinator")
             say(f"group {GROUP} is coordinated by {now} now (shard epoch {epoch} -> {now_epoch}); "
                 "consumers kept fetching; its rebalance timeline, kept in ZooKeeper, is on "
-                f"{consoles[now]}/groups/{GROUP}")
+                f"{consoles[now]}groups/{GROUP}")
             if also:
                 wait_until(lambda: client.exists(protocol.LEADER) and leader(client).epoch > controller.epoch, 30,
                            "a new controller")

@@ -26,7 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Set, Tuple
 
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import NoNodeError
 
 from coordinator import documents, protocol
 from coordinator.console.snapshot import ClusterSnapshot, GroupView
@@ -105,7 +105,7 @@ def catch_up(times: Sequence[float], committed: Sequence[Optional[int]], ends: S
         return CatchUp("not consuming", None, consumed, produced)
     if net > 0:
         return CatchUp("catching up", lag / net, consumed, produced)
-    if lag > e0 - c0:
+    if lag - (e0 - c0) > max(1, (e1 - e0) // 20):  # grew by more than 5% of what arrived meanwhile
         return CatchUp("falling behind", None, consumed, produced)
     return CatchUp("keeping up", None, consumed, produced)
 
@@ -203,7 +203,7 @@ class LagSampler:
         started = time.monotonic()
         try:
             reading = self._read()
-        except (KazooException, ZkGroupsError, OSError) as e:
+        except Exception as e:  # ZooKeeper or the data plane (Kafka unreachable, ...): keep the last reading
             self.failures += 1
             self.last_error = f"{type(e).__name__}: {e}"
             log.warning("console: reading lag failed (%s); showing the last reading", self.last_error)
@@ -227,7 +227,7 @@ class LagSampler:
             for topic, count in sorted(counts.items()):
                 try:
                     reading.topics[topic] = ends.details(topic, list(range(count)))
-                except ZkGroupsError:
+                except ZkGroupsError:  # gone from the data plane meanwhile, or unreadable
                     continue
         return reading
 
