@@ -180,3 +180,18 @@ def test_coordinatord_takes_the_http_settings_from_its_config_file(tmp_path, sub
         node.terminate()
         assert node.wait(30) == 0
     assert "Traceback" not in log_path.read_text() and "console at" not in log_path.read_text()
+
+
+def test_a_damaged_timeline_is_shown_as_such_and_started_again(served, cluster, zk, data_dir):
+    fill(data_dir, "orders", [2, 2], zk=zk)
+    cluster.member("g", ["orders"])
+    wait_stable(zk, "g", 1)
+    wait_for(lambda: zk.exists(protocol.timeline_path("g")), 10, message="the first entry")  # written after Stable
+    zk.set(protocol.timeline_path("g"), b"{not json")
+    wait_for(lambda: "not JSON" in (served.console.snapshot.group("g").timeline_error or ""), 10,
+             message="the damage shown")
+    cluster.member("g", ["orders"])
+    wait_stable(zk, "g", 2)
+    entries = wait_for(lambda: served.api("/groups/g/timeline")[1]["timeline"], 10, message="a new timeline")
+    assert entries and all(e["generation"] >= 2 for e in entries)  # what came before the damage is gone
+    wait_for(lambda: served.console.snapshot.group("g").timeline_error is None, 10, message="no damage shown")
