@@ -211,7 +211,7 @@ class NodeHttpServer:
             server.socket = context.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
         self._server = server
         self.port = server.server_address[1]
-        self._thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+        self._thread = threading.Thread(target=server.serve_forever, args=(0.1,), name="http", daemon=True)
         self._thread.start()
         if s.console_open and not s.tls and self.app is not None:
             log.warning("the console is served on %s without TLS: anyone who reaches it reads every group, member "

@@ -31,6 +31,11 @@ zkgroups_zookeeper_requests_total         counter    op                  request
 zkgroups_zookeeper_errors_total           counter    op, error           requests that ended in an error (NoNode included)
 ========================================  =========  ==================  ==========================================
 
+With the console on (:mod:`coordinator.console`), the node's registry also serves, for the
+groups it leads, ``zkgroups_group_total_lag`` {group}, ``zkgroups_group_rebalancing_seconds``
+{group} and ``zkgroups_console_lag_read_timestamp_seconds``
+(:class:`~coordinator.console.app.ConsoleCollector`).
+
 Rebalance outcomes: ``stable`` / ``empty`` (done: every member acked), ``failed`` (retries
 exhausted; the group is Failed), ``superseded`` (the group changed while members applied it;
 computed again at once), ``deposed`` (another node leads the shard now), ``abandoned``

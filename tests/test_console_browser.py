@@ -124,9 +124,11 @@ def shots(tmp_path_factory, request):
     path = os.environ.get("ZKGROUPS_SCREENSHOTS") or str(tmp_path_factory.mktemp("console-screenshots"))
     os.makedirs(path, exist_ok=True)
     yield path
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"console screenshots: {path}")
+    if capture is not None and reporter is not None:
+        with capture.global_and_fixture_disabled():  # shown whatever -s says
+            reporter.write_line(f"console screenshots: {path}")
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,11 @@ groups (it reads ZooKeeper: a state and a listing per group); ratios are baselin
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import time
 import urllib.error
 import urllib.request
-from types import SimpleNamespace
 
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
