@@ -44,6 +44,7 @@ once) and exits 0; a node still waiting for ZooKeeper exits 0 at once.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from typing import Optional
@@ -247,7 +248,11 @@ def _log_ends(startup: dict, config: CoordinatorConfig, lag_kafka: dict):
     servers = startup["lag_bootstrap_servers"] or config.bootstrap_servers
     if servers:
         servers = check_bootstrap_servers(servers)
-    return DataPlaneEnds.open(servers, config.kafka or lag_kafka, startup["data_dir"] or default_data_dir())
+    data_dir = startup["data_dir"] or default_data_dir()
+    if not servers and not os.path.isdir(data_dir):
+        log.warning("the console reads log ends from the embedded log under %s, which does not exist here: give "
+                    "--data-dir (or --lag-bootstrap-servers for Kafka), or lag will be wrong", data_dir)
+    return DataPlaneEnds.open(servers, config.kafka or lag_kafka, data_dir)
 
 
 class DataPlaneEnds:
