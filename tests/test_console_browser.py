@@ -235,8 +235,10 @@ def test_group_page_shows_owners_lag_and_the_timeline(live, browser, shots):
         assert cells[2] == row["consumer_id"] and cells[6] != "-"  # the owner, and a lag read from the data plane
     members = browser.find_element("id", "live-members").text
     assert XSS_CLIENT in members  # the hostile client id is text
-    timeline = browser.find_element("id", "live-timeline").text
-    assert "join" in timeline and "payments_pay-2" in timeline
+    # The timeline entry is written after the state says Stable: wait for it (the page refreshes itself).
+    wait_for(lambda: "payments_pay-2" in browser.find_element("id", "live-timeline").text, 30,
+             message="pay-2's join on the page")
+    assert "join" in browser.find_element("id", "live-timeline").text
     no_injection(browser)
     page(browser, base + "/ui/topics/orders", shots, "topic", wait_text="payments")
 

@@ -179,6 +179,19 @@ class Console:
         return rows, len(rows), {"q": params.get("q", ""), "state": state, "sort": sort,
                                  "order": "desc" if descending else "asc"}
 
+    def _offsets(self, view: GroupView) -> Optional[List[dict]]:
+        """The group's offsets rows: offsets and log ends as of the last lag reading, owners as
+        the snapshot says now (a rebalance since the reading shows at once, as groupctl would)."""
+        rows = self.sampler.reading().rows.get(view.name)
+        if rows is None or view.state is None:
+            return rows
+        snapshot = self._describe(view.name)
+        pairs = [(r["topic"], r["partition"]) for r in rows]
+        return documents.offsets_rows(snapshot, pairs, {pair: r["current_offset"] for pair, r in zip(pairs, rows)},
+                                      {pair: r["error"] for pair, r in zip(pairs, rows) if r["error"]},
+                                      {pair: r["log_end_offset"] for pair, r in zip(pairs, rows)
+                                       if r["log_end_offset"] is not None})
+
     def _describe(self, name: str) -> documents.GroupSnapshot:
         view = self.snapshot.group(name)
         return documents.GroupSnapshot(name, view.state, dict(view.members), dict(view.unreadable))
@@ -212,7 +225,7 @@ class Console:
             if what == "members":
                 return Response.json({"members": documents.members_rows(self._describe(view.name))})
             if what == "offsets":
-                rows = self.sampler.reading().rows.get(view.name)
+                rows = self._offsets(view)
                 if rows is None:
                     return Response.json({"error": "lag not read yet; try again shortly"}, 503)
                 return Response.json({"offsets": rows})
@@ -318,7 +331,7 @@ class Console:
             reg = view.members.get(row["consumer_id"])
             row["instance"] = reg.group_instance_id if reg else None
         partitions = []
-        for row in reading.rows.get(view.name, []):
+        for row in self._offsets(view) or []:
             times, committed, ends = self.sampler.history.series(view.name, row["topic"], row["partition"])
             lags = [None if c is None or e is None else e - c for c, e in zip(committed, ends)]
             estimate = catch_up(times, committed, ends)
