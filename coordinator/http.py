@@ -35,6 +35,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import os
 import socket
 import ssl
 import threading
@@ -306,12 +307,13 @@ def node_readiness(node, console=None) -> Tuple[bool, Dict[str, object]]:
 def _tls_context(cert: Optional[str], key: Optional[str]) -> ssl.SSLContext:
     if not cert or not key:
         raise InvalidConfig("TLS needs both --http-tls-cert and --http-tls-key")
+    for path in (cert, key):
+        if not os.path.isfile(path):
+            raise InvalidConfig(f"TLS file {path} does not exist (or is not a file)")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
         context.load_cert_chain(cert, key)
-    except FileNotFoundError as e:
-        raise InvalidConfig(f"TLS file {e.filename} does not exist") from None
     except (ssl.SSLError, OSError) as e:  # the key's content is never shown
         raise InvalidConfig(f"cannot load the TLS certificate {cert} and key {key}: "
                             f"{getattr(e, 'reason', None) or getattr(e, 'strerror', None) or type(e).__name__}") from None

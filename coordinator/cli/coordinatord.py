@@ -168,14 +168,15 @@ def main(zk, node_id, zk_timeout, wait_for_zk, metrics_port, http_addr, http_all
         check_mirror_config(config.bootstrap_servers, config.kafka)
     metrics = CoordinatorMetrics()
     settings = _http_settings(startup, source, metrics_port is not None, http_addr is not None)
-    ends = _log_ends(startup, config, lag_kafka) if settings is not None and startup["console"] is not False else None
     parts = {"node": None, "console": None}
-    server = None
+    server = ends = None
     if settings is not None:  # before ZooKeeper: a port in use is one line at once
         server = NodeHttpServer(settings, metrics.registry, lambda: node_health(parts["node"], parts["console"]),
                                 lambda: node_readiness(parts["node"], parts["console"]),
                                 app=_starting if startup["console"] is not False else None).start()
         log.info("metrics served at %s", server.url, extra={"port": server.port})
+        if startup["console"] is not False:
+            ends = _log_ends(startup, config, lag_kafka)
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -275,6 +276,8 @@ class DataPlaneEnds:
 
     def latest(self, topic: str, partitions):
         from consumer.records import TopicPartition
+        if not self.plane.has_data(topic):  # no directory of it here (another --data-dir?): unknown, not 0
+            return {}
         got = self.plane.latest_offsets([TopicPartition(topic, p) for p in partitions])
         return {tp.partition: offset for tp, offset in got.items()}
 
