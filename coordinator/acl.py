@@ -180,7 +180,7 @@ def _group_writers(coord: str, member: Optional[str], group: str, path: str) -> 
     """Within /consumers/groups/<group>; ``member``: the group's identity (None: unbound)."""
     if path == protocol.group_path(group):         # state by coordinators, the rest by members
         return _union({coord: C}, {member: C} if member else {})
-    if path == protocol.state_path(group):
+    if path in (protocol.state_path(group), protocol.timeline_path(group)):
         return {coord: RWCD}
     channel = _below(path, protocol.channel_path(group))
     if member is None:                             # unbound: no member writes; coordinators keep state and channels

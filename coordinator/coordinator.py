@@ -53,6 +53,7 @@ from coordinator.metrics import CoordinatorMetrics
 from coordinator.rebalance import (Abandoned, Deposed, GroupDeleted, GroupRebalancer, Superseded, fenced,
                                    fenced_commit, still_as_recorded)
 from coordinator.shards import Fence, ShardTerm, Term
+from coordinator.timeline import TimelineRecorder
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import TransactionFailed, close_client, commit, session_id, start_client, wait_in_order
 
@@ -411,6 +412,7 @@ class GroupCoordinator:
         self.info = protocol.NodeInfo(node.node_id, node.host, os.getpid(), protocol.now_ms())
         self.requests = RebalanceRequests()
         self.rebalancer = GroupRebalancer(self.client, self.config)
+        self.timeline = TimelineRecorder(self.client, self.node_id)
         self.index = GroupIndex()
         self.events: "queue.Queue[tuple]" = queue.Queue()
         self.lock = threading.Lock()
@@ -454,6 +456,13 @@ class GroupCoordinator:
                 self.client.delete(protocol.node_path(self.node_id))
             except KazooException:
                 pass
+
+    def loaded(self) -> bool:
+        """Whether this node knows the shard count and has verified every group of every shard
+        placed on it (a node leading nothing has nothing to load); any thread."""
+        with self.lock:
+            return self.registered and self.count is not None and not self.taking_over \
+                and not any(self.unverified.values())
 
     def held(self) -> Dict[int, int]:
         with self.lock:
@@ -853,6 +862,8 @@ class GroupCoordinator:
                          f" excluded={outcome.excluded}" if outcome.excluded else "", extra=fields)
             if outcome.state == protocol.FAILED:
                 log.error("group %s: %s", group, outcome.error, extra={**fields, "reason": outcome.error})
+            if outcome.state != "unchanged" or outcome.recheck_ms is not None:  # a generation, or a static hold
+                self.timeline.record(group, term.fence, outcome)
             if outcome.unavailable:  # look again for the squatted partitions later
                 self._retry_later(group, self.config.failed_retry_interval_ms)
             if outcome.recheck_ms is not None:  # a static member is away: look again when its grace ends
@@ -864,6 +875,7 @@ class GroupCoordinator:
                       extra={"group": group, "generation": self.rebalancer.generations.get(group, 0),
                              "reason": str(e)})
             self._retry_later(group, self.config.failed_retry_interval_ms)
+            self.timeline.record(group, term.fence, failed=True)
             self._verified(group)
         except Deposed as e:
             term.end(f"deposed: {e}")
@@ -872,6 +884,7 @@ class GroupCoordinator:
             self._request(group)  # for whoever leads it next in this node, if we resume
         except Superseded:
             log.info("group %s: changed during the rebalance; computing it again", group)  # queued again by done()
+            self.timeline.record(group, term.fence, superseded=True)
         except GroupDeleted as e:
             log.log(logging.INFO if e.first else logging.DEBUG, "%s; nothing left to rebalance", e,
                     extra={"group": group, "reason": "group deleted"})

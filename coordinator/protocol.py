@@ -27,6 +27,8 @@ Layout (documented in the README)::
                                                     its znode version is the fencing token of claims
     /consumers/groups/<group>/state                 GroupState, written by the leader (its optional
                                                     ``static`` record keeps static members while away)
+    /consumers/groups/<group>/timeline              Timeline: the group's last rebalances (a ring of at most
+                                                    TIMELINE_ENTRIES), written by the leader after each one
     /zkgroups-spark/stop/<run id>                   created to stop a streaming Spark job
     /consumers/acl                                  AclPolicy: the identities ACLs name (absent: open installation)
     /zkgroups-spark/runs/<run id>/workers/<consumer-id>   ephemeral: a Spark worker of the run is up
@@ -197,6 +199,10 @@ def offsets_path(group: str, topic: Optional[str] = None, partition: Optional[in
 
 def state_path(group: str) -> str:
     return f"{GROUPS}/{group}/state"
+
+
+def timeline_path(group: str) -> str:
+    return f"{GROUPS}/{group}/timeline"
 
 
 def node_path(node_id: str) -> str:
@@ -579,6 +585,95 @@ def _verified(obj) -> Dict[str, Any]:
     except (KeyError, TypeError):
         pass
     return {}
+
+
+# ---------------------------------------------------------------- the rebalance timeline
+
+#: Rebalances a group's timeline keeps (the oldest is dropped first).
+TIMELINE_ENTRIES = 32
+#: Consumer ids an entry names per list (joined, left, members left out); the counts are exact.
+TIMELINE_IDS = 20
+#: The newest entry also keeps the members after it (for the next entry's joined and left), up to this many.
+TIMELINE_MEMBERS = 1000
+TIMELINE_OUTCOMES = (STABLE, EMPTY, FAILED, "Superseded", "Held")
+
+
+@dataclass
+class RebalanceRecord:
+    """One rebalance as the timeline keeps it: the generation it wrote and when it ended
+    (``at``, wall-clock ms), the node and shard epoch that ran it, what caused it
+    (``reasons``: join, leave, topic grew, static member away/back, ...; ``detail``: the
+    coordinator's own words), the members before and after (counts; ``joined``/``left`` name
+    at most :data:`TIMELINE_IDS` each), the partition counts of the topics assigned after,
+    partitions moved, duration, ``outcome`` (Stable, Empty, Failed, Superseded: computed
+    again because the group changed meanwhile; Held: a static member is away and its
+    partitions wait for it) with ``error``, the members left out for not acking
+    (``excluded``) and the static members held away (consumer id -> when their hold ends)."""
+    generation: int
+    at: int
+    outcome: str
+    node: str = ""
+    epoch: int = 0
+    reasons: List[str] = field(default_factory=list)
+    detail: List[str] = field(default_factory=list)
+    members_before: Optional[int] = None
+    members_after: int = 0
+    joined: List[str] = field(default_factory=list)
+    left: List[str] = field(default_factory=list)
+    topics: Dict[str, int] = field(default_factory=dict)
+    moved: Optional[int] = None
+    duration_ms: Optional[float] = None
+    error: str = ""
+    excluded: List[str] = field(default_factory=list)
+    held: Dict[str, int] = field(default_factory=dict)
+    members: Optional[List[str]] = None   # the members after it: kept in the newest entry only
+
+    def encode(self, newest: bool = False) -> dict:
+        obj = {"generation": self.generation, "at": self.at, "outcome": self.outcome, "node": self.node,
+               "epoch": self.epoch, "reasons": list(self.reasons), "detail": list(self.detail),
+               "members_before": self.members_before, "members_after": self.members_after,
+               "joined": self.joined[:TIMELINE_IDS], "left": self.left[:TIMELINE_IDS],
+               "topics": dict(sorted(self.topics.items())), "moved": self.moved,
+               "duration_ms": None if self.duration_ms is None else round(self.duration_ms, 1),
+               "error": self.error, "excluded": self.excluded[:TIMELINE_IDS], "held": dict(sorted(self.held.items()))}
+        if newest and self.members is not None and len(self.members) <= TIMELINE_MEMBERS:
+            obj["members"] = sorted(self.members)
+        return obj
+
+    @classmethod
+    def decode(cls, obj, path: str) -> "RebalanceRecord":
+        _require(isinstance(obj, dict), path, "timeline entry is not a JSON object")
+        try:
+            before, moved, took = obj.get("members_before"), obj.get("moved"), obj.get("duration_ms")
+            return cls(generation=int(obj["generation"]), at=int(obj["at"]), outcome=str(obj["outcome"]),
+                       node=str(obj.get("node", "")), epoch=int(obj.get("epoch", 0)),
+                       reasons=[str(r) for r in obj.get("reasons", [])], detail=[str(d) for d in obj.get("detail", [])],
+                       members_before=None if before is None else int(before),
+                       members_after=int(obj.get("members_after", 0)),
+                       joined=[str(c) for c in obj.get("joined", [])], left=[str(c) for c in obj.get("left", [])],
+                       topics={str(t): int(n) for t, n in obj.get("topics", {}).items()},
+                       moved=None if moved is None else int(moved), duration_ms=None if took is None else float(took),
+                       error=str(obj.get("error", "")), excluded=[str(c) for c in obj.get("excluded", [])],
+                       held={str(c): int(t) for c, t in obj.get("held", {}).items()},
+                       members=None if obj.get("members") is None else [str(c) for c in obj["members"]])
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
+            raise CorruptZnode(path, f"timeline entry is malformed ({e!r})") from None
+
+
+def encode_timeline(entries: List[RebalanceRecord]) -> bytes:
+    """The ring: the newest :data:`TIMELINE_ENTRIES` entries, oldest first."""
+    kept = entries[-TIMELINE_ENTRIES:]
+    return _dump({"version": 1, "entries": [e.encode(newest=i == len(kept) - 1) for i, e in enumerate(kept)]})
+
+
+def decode_timeline(raw: bytes, path: str) -> List[RebalanceRecord]:
+    if not raw:
+        return []
+    obj = _load(raw, path, "timeline")
+    _check_version(obj, path, "timeline")
+    entries = obj.get("entries")
+    _require(isinstance(entries, list), path, "timeline has no 'entries' list")
+    return [RebalanceRecord.decode(e, path) for e in entries]
 
 
 # ---------------------------------------------------------------- shards and nodes

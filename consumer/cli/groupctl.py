@@ -44,7 +44,7 @@ from consumer.producer import Producer
 from consumer.cli import acls, groups
 from consumer.cli.context import CliContext, global_options, pass_cli
 from consumer.records import TopicPartition
-from coordinator import protocol
+from coordinator import documents, protocol
 from coordinator.cli.common import OUTPUT_OPTION, CliError, CliGroup, CliUsageError, Limited, print_json, print_table
 from coordinator.errors import CorruptZnode, InvalidPartitions, TopicExists
 
@@ -105,8 +105,7 @@ def topics_create(cli: CliContext, name: str, partitions: int, replication_facto
 def topics_list(cli: CliContext, output: str) -> None:
     """List topics and their partition counts (on Kafka: from Kafka's metadata)."""
     if cli.on_kafka:
-        found = [{"topic": name, "partitions": count, "error": None}
-                 for name, count in sorted(cli.data_plane.partition_counts().items())]
+        found = [documents.topic_row(name, count) for name, count in sorted(cli.data_plane.partition_counts().items())]
     else:
         found = _registered_topics(cli.topics)
     if output == "json":
@@ -132,7 +131,7 @@ def _registered_topics(registry) -> List[dict]:
             except CorruptZnode as e:
                 click.echo(f"warning: {e}", err=True)
                 problem = e.problem
-        found.append({"topic": name, "partitions": counts.get(name), "error": problem})
+        found.append(documents.topic_row(name, counts.get(name), problem))
     return found
 
 
@@ -151,10 +150,9 @@ def topics_describe(cli: CliContext, name: str, output: str) -> None:
     earliest, latest = plane.earliest_offsets(tps), plane.latest_offsets(tps)
     leaders = plane.partition_leaders(name) if cli.on_kafka else {}
     log = None if cli.on_kafka else cli.log()
-    rows = [{"partition": tp.partition, "earliest": earliest[tp], "latest": latest[tp],
-             "records": latest[tp] - earliest[tp],
-             "bytes": None if log is None else log.size_bytes(name, tp.partition),
-             "leader": leaders.get(tp.partition, -1) if cli.on_kafka else None} for tp in tps]
+    rows = [documents.topic_partition_row(tp.partition, earliest[tp], latest[tp],
+                                          None if log is None else log.size_bytes(name, tp.partition),
+                                          leaders.get(tp.partition, -1) if cli.on_kafka else None) for tp in tps]
     if output == "json":
         print_json({"topic": name, "data_plane": plane.name, "partitions": rows})
         return

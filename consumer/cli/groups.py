@@ -53,7 +53,7 @@ from typing import Dict, List, Optional, Tuple
 import click
 
 from coordinator import config as _config
-from coordinator import protocol, read
+from coordinator import documents, protocol, read
 from coordinator.assignors import STRATEGIES
 from consumer.cli import describe, reset
 from consumer.cli.exporter import exporter
@@ -101,8 +101,7 @@ def coordinator(cli: CliContext, output: str) -> None:
     shards = describe.shard_rows(zk, read.groups(zk))
     nodes = read.nodes(zk)
     if output == "json":
-        print_json({"leader": describe.leader_fields(info, verified), "contenders": contenders,
-                    "nodes": sorted(nodes), "shards": shards})
+        print_json(documents.coordinator_document(info, verified, contenders, nodes, shards))
         return
     if info is None:
         click.echo("leader: none")
@@ -134,10 +133,9 @@ def groups_list(cli: CliContext, output: str) -> None:
     for group in read.groups(cli.zk):
         try:
             s = read.group_state(cli.zk, group)
-            found.append({"group": group, "state": s.state, "generation": s.generation,
-                          "members": len(read.children(cli.zk, protocol.ids_path(group))), "error": None})
+            found.append(documents.list_row(group, s, len(read.children(cli.zk, protocol.ids_path(group)))))
         except CorruptZnode as e:
-            found.append({"group": group, "state": None, "generation": None, "members": None, "error": e.problem})
+            found.append(documents.list_row(group, None, None, e.problem))
     if output == "json":
         print_json({"groups": found})
         return
