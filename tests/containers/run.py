@@ -14,13 +14,15 @@ run, and judged from outside the containers; then everything it started is torn 
    (:func:`~coordinator.testing.zkserver.start_container`) on the local ZooKeeper image, the
    reaper disabled; a znode written and read back, the container gone after ``close()``.
 5. up: the compose stack (3 ZooKeeper servers, 3 ``coordinatord``, 3 consumers), until healthy.
-6. four rounds, each producing ``--records`` records (``compose run producer``) and waiting
+6. five rounds, each producing ``--records`` records (``compose run producer``) and waiting
    until every record is consumed (the consumers' printed records) and the group's committed
    offsets, read by ``groupctl`` on the host through the published ZooKeeper ports, cover them:
    ``baseline``; ``coordinator-killed``: the container of the node that coordinates the group
    SIGKILLed and a consumer stopped, so the group needs another node to rebalance it;
    ``zookeeper-killed``: the leading ZooKeeper server's container SIGKILLed (two of three keep
-   the quorum); ``healed``: both started again and healthy, the consumer back.
+   the quorum); ``healed``: both started again and healthy, the consumer back; ``rolled``:
+   every ZooKeeper and coordinator container recreated one at a time, as an upgrade does
+   (followers first, the ZooKeeper leader last, then the coordinators), records produced midway.
 7. verdict: every produced record consumed (each partition's offsets 0..end-1 seen); the
    stack removed with its volumes (``down -v``); the engine stopped if this run started it.
 
@@ -96,20 +98,21 @@ def missing_records(consumed: Set[Tuple[int, int]], ends: Dict[int, int]) -> Lis
     return [(p, o) for p, end in sorted(ends.items()) for o in range(end) if (p, o) not in consumed]
 
 
-def layer_times(history: Sequence[dict], base_layers: int, since: dt.datetime) -> List[Tuple[float, int, str]]:
-    """(seconds, bytes, step) for each build step of an image on top of its base, from its
-    ``docker history`` rows (newest first; ``CreatedAt`` RFC 3339, ``Size`` in bytes,
-    ``CreatedBy``), the number of rows its base image has and when the build began. A step took
-    the gap between its layer and the one before (or the build's start); a layer made before
-    the build began came from the cache and took 0 s."""
+def layer_times(history: Sequence[dict], base_layers: int, since: dt.datetime) -> List[Tuple[float, int, str, bool]]:
+    """(seconds, bytes, step, cached) for each build step of an image on top of its base, from
+    its ``docker history`` rows (newest first; ``CreatedAt`` RFC 3339, ``Size`` in bytes,
+    ``CreatedBy``), the number of rows its base image has and when the build began. A layer
+    made before the build began came from the cache (0 s); any other step took the gap between
+    its layer and the one before it (or the build's start): running it and committing it."""
     rows = list(reversed(history))
     steps = []
     previous = since
     for row in rows[base_layers:]:
         made = _when(row["CreatedAt"])
-        seconds = (made - previous).total_seconds() if made >= since else 0.0
+        cached = made < since
+        seconds = 0.0 if cached else max((made - previous).total_seconds(), 0.0)
         previous = max(previous, made)
-        steps.append((max(seconds, 0.0), int(row["Size"]), _step_name(row["CreatedBy"])))
+        steps.append((seconds, int(row["Size"]), _step_name(row["CreatedBy"]), cached))
     return steps
 
 
@@ -265,11 +268,12 @@ class ContainerRun:
         rows = self.history(image)
         base_layers = len(self.history(self.options.base or LOCAL_BASE))
         steps = layer_times(rows, base_layers, since)
-        rebuilt = [step for step in steps if step[0] > 0]
+        cached = sum(1 for step in steps if step[3])
         self.say(f"image {image}: {size / 1e6:.0f} MB, built in {self.timings.phases[f'build {image}']:.0f} s, "
-                 f"{len(steps) - len(rebuilt)} of {len(steps)} steps from the cache")
-        for seconds, size_b, step in sorted(rebuilt, reverse=True)[:4]:
-            self.say(f"  {seconds:6.0f} s {size_b / 1e6:7.1f} MB  {step[:90]}")
+                 f"{cached} of {len(steps)} steps from the cache")
+        for seconds, size_b, step, _ in sorted(steps, reverse=True)[:4]:
+            if seconds > 0:
+                self.say(f"  {seconds:6.0f} s {size_b / 1e6:7.1f} MB  {step[:90]}")
 
     def history(self, image: str) -> List[dict]:
         return [json.loads(line) for line in
@@ -405,6 +409,34 @@ class ContainerRun:
         self.wait_healthy([*ZK_SERVICES, *COORDINATORS])
         self.produce(n)
         self.wait_consumed("healed")
+        self.report_usage()
+
+        self.roll()
+        self.produce(n)
+        self.wait_consumed("rolled")
+
+    def roll(self) -> None:
+        """An upgrade's restarts, one server at a time: every container recreated (a new image
+        would be picked up here), ZooKeeper followers first and the leader last, then the
+        coordinators, each healthy before the next; records produced meanwhile."""
+        zk_leader = self.zookeeper_leader()
+        order = [s for s in ZK_SERVICES if s != zk_leader] + [zk_leader] + list(COORDINATORS)
+        started = time.monotonic()
+        for service in order:
+            self.compose("up", "-d", "--no-deps", "--force-recreate", service, timeout=300)
+            self.containers.pop(service, None)
+            self.wait_healthy([service])
+            if service == order[len(ZK_SERVICES) - 1]:
+                self.produce(self.options.records)  # mid-roll: the ensemble renewed, the coordinators not yet
+        self.say(f"rolled: {', '.join(order)} recreated one at a time, each healthy before the next "
+                 f"({time.monotonic() - started:.0f} s)")
+
+    def report_usage(self) -> None:
+        """Memory and CPU of each container now (for sizing)."""
+        out = self.run(["docker", "stats", "--no-stream", "--format", "{{.Name}}\t{{.MemUsage}}\t{{.CPUPerc}}"])
+        for line in sorted(out.splitlines()):
+            name, memory, cpu = line.split("\t")
+            self.say(f"  usage {name.replace(PROJECT + '_', '').rsplit('_', 1)[0]:<11} {memory.split(' / ')[0]:>9}  {cpu}")
 
     def save_logs(self) -> None:
         logs = os.path.join(self.options.run_dir, "containers")
@@ -443,7 +475,7 @@ def execute(options: Options) -> int:
         run.timings.timed("up", run.up)
         run.timings.timed("rounds", run.rounds)
         verdict = 0
-        message = f"PASS: {run.produced:,} records produced, every one consumed through a coordinator kill and a ZooKeeper kill"
+        message = f"PASS: {run.produced:,} records produced, every one consumed through a coordinator kill, a ZooKeeper kill and a rolling restart"
     except CannotRun as e:
         verdict, message = 2, f"could not run: {e}"
     except Failed as e:
