@@ -137,10 +137,13 @@ class DockerEngine:
         return self
 
     def _start_dockerd(self) -> None:
-        for path in (self.run_dir, self.data_root):
-            os.makedirs(path, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-            os.unlink(self.socket)
+        try:
+            for path in (self.run_dir, self.data_root):
+                os.makedirs(path, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.socket)
+        except OSError as e:
+            raise EngineUnavailable(f"cannot prepare dockerd's directories: {e}") from None
         argv = [shutil.which("dockerd") or "dockerd", "--host", f"unix://{self.socket}",
                 "--data-root", self.data_root, "--exec-root", self.exec_root, "--pidfile", self.pidfile]
         with open(self.log_path, "ab") as logf:
@@ -180,6 +183,9 @@ class DockerEngine:
         if pid is not None:
             _stop(pid, self._proc)
         self._unmount_leftovers()
+        for path in (self.exec_root, self.run_dir):  # empty once dockerd is gone; never removed with content
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
         log.info("docker engine: dockerd stopped")
 
     def _pid_from_file(self) -> Optional[int]:
