@@ -183,9 +183,6 @@ class DockerEngine:
         if pid is not None:
             _stop(pid, self._proc)
         self._unmount_leftovers()
-        for path in (self.exec_root, self.run_dir):  # empty once dockerd is gone; never removed with content
-            with contextlib.suppress(OSError):
-                os.rmdir(path)
         log.info("docker engine: dockerd stopped")
 
     def _pid_from_file(self) -> Optional[int]:
