@@ -262,6 +262,8 @@ class ContainerRun:
             self.run(argv, timeout=1800)
             self.timings.phases[f"build {image}"] = time.monotonic() - started
             self.report_image(image, since)
+        # Earlier builds of changed steps: the cache lives on in the current images' layers.
+        self.run(["docker", "image", "prune", "-f"], check=False)
 
     def report_image(self, image: str, since: dt.datetime) -> None:
         size = int(self.run(["docker", "image", "inspect", "-f", "{{.Size}}", image]).strip())
