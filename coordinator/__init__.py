@@ -26,3 +26,6 @@ The import rule: ``coordinator`` never imports ``consumer`` (the client side bui
 package, never the other way round), and no runtime module imports ``tests``
 (``tests/test_layering.py`` checks both).
 """
+
+#: The version of the zkgroups distribution (setup.cfg reads it from here; every tool's --version prints it).
+__version__ = "0.1.0"

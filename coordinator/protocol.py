@@ -61,7 +61,8 @@ NODES = COORDINATOR + "/nodes"
 SHARDS = COORDINATOR + "/shards"
 MIRROR_REFRESH = COORDINATOR + "/mirror-refresh"   # any node writes it to ask the controller's topic mirror to look now
 GROUPS = "/consumers/groups"
-ACL_POLICY = "/consumers/acl"   # who is who for ZooKeeper ACLs (coordinator/acl.py); written by admins
+#: Who is who for ZooKeeper ACLs (:mod:`coordinator.acl`); written by admins.
+ACL_POLICY = "/consumers/acl"
 SPARK_STOP = "/zkgroups-spark/stop"   # <run id>: created to stop a streaming Spark group job
 SPARK_RUNS = "/zkgroups-spark/runs"   # <run id>/{workers,flushed}/<consumer id>: the stop barrier
 
@@ -435,7 +436,8 @@ class Registration:
 
 # ---------------------------------------------------------------- commands
 
-Ownership = Dict[str, Dict[int, str]]  # topic -> partition -> stream id
+#: An assignment: topic -> partition -> stream id.
+Ownership = Dict[str, Dict[int, str]]
 
 
 @dataclass
