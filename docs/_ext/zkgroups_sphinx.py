@@ -4,6 +4,12 @@
   then its modules and subpackages in name order), each an ``automodule`` of its docstrings.
   A module added to the package appears without editing the docs. Every object is
   documented once, in the module that defines it (a package's re-exports are not repeated).
+* ``zkgroups-config``: one component's configuration as a table of TOML key, command-line
+  flag, environment variable, default and meaning, read from its config dataclass (keys,
+  defaults, the comment beside each field) and its click command (flags, environment
+  variables, help): a key or an option added to either appears without editing the docs.
+* ``zkgroups-bad-input``: the table of bad command lines that ``tests/test_cli_bad_input.py``
+  runs, with the text each error line must contain.
 
 And two adjustments that keep the docstrings as they are written:
 
@@ -16,11 +22,12 @@ And two adjustments that keep the docstrings as they are written:
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import pkgutil
 import re
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from docutils import nodes
 from docutils.statemachine import StringList
@@ -52,6 +59,141 @@ class ModulesDirective(SphinxDirective):
         container.document = self.state.document
         nested_parse_with_titles(self.state, StringList(lines, source="zkgroups-modules"), container)
         return container.children
+
+
+def _rst_table(header: Sequence[str], rows: Sequence[Sequence[str]], widths: str = "auto") -> List[str]:
+    lines = [".. list-table::", "   :header-rows: 1", f"   :widths: {widths}", ""]
+    for row in [header, *rows]:
+        for i, cell in enumerate(row):
+            text = " ".join(str(cell).split()) or "\\-"
+            lines.append(("   * - " if i == 0 else "     - ") + text)
+    return lines + [""]
+
+
+def _literal(text: str) -> str:
+    return f"``{text}``" if text else ""
+
+
+def _field_comments(cls) -> Dict[str, str]:
+    """The ``# comment`` beside each field of a dataclass, by field name."""
+    comments = {}
+    for line in inspect.getsource(cls).splitlines():
+        match = re.match(r"\s+(\w+)\s*:[^#]*#\s*(.*)$", line)
+        if match:
+            comments[match.group(1)] = match.group(2).strip()
+    return comments
+
+
+def _show_default(value) -> str:
+    if value is None or value is dataclasses.MISSING:
+        return ""
+    if isinstance(value, bool):
+        return _literal(str(value).lower())
+    if isinstance(value, (tuple, list)):
+        return _literal(", ".join(map(str, value)))
+    if value == "":
+        return '``""``'
+    return _literal(str(value))
+
+
+def _command(spec: str):
+    """``module:object`` then subcommand names: the click command they name."""
+    target, *path = spec.split()
+    module, _, name = target.partition(":")
+    command = getattr(importlib.import_module(module), name)
+    commands = [command]
+    for part in path:
+        command = command.commands[part]
+        commands.append(command)
+    return commands
+
+
+def _options(commands) -> Dict[str, "click.Option"]:
+    import click
+    found = {}
+    for command in commands:
+        for param in command.params:
+            if isinstance(param, click.Option) and param.name not in ("help", "version"):
+                found[param.name] = param
+    return found
+
+
+def _flag(option) -> str:
+    names = [*option.opts, *option.secondary_opts]
+    text = "/".join(names) if option.secondary_opts else ", ".join(names)
+    if not option.is_flag and option.metavar:
+        text += f" {option.metavar}"
+    return _literal(text)
+
+
+def _envvar(option) -> str:
+    envvar = option.envvar
+    if isinstance(envvar, (list, tuple)):
+        envvar = ", ".join(envvar)
+    return _literal(envvar or "")
+
+
+def _help(option) -> str:
+    text = option.help or ""
+    return re.sub(r"\s*\[[^\]]*\]\s*(?=[.(]|$)", " ", text).strip()  # defaults are their own column
+
+
+class ConfigDirective(SphinxDirective):
+    """``.. zkgroups-config::`` with ``:dataclass: module.Class`` (optional), ``:command: module:obj
+    [sub ...]``, ``:keys: a, b`` (keys read besides the dataclass's fields), ``:flags: key=name``
+    (a key set by an option of another name), ``:table: NAME`` (the TOML table)."""
+
+    option_spec = {"dataclass": str, "command": str, "table": str,
+                   "keys": lambda text: [t.strip() for t in text.split(",") if t.strip()],
+                   "flags": lambda text: dict(t.strip().split("=", 1) for t in text.split(",") if t.strip())}
+
+    def run(self):
+        options = _options(_command(self.options["command"])) if "command" in self.options else {}
+        renamed = self.options.get("flags", {})
+        keys, defaults, comments = list(self.options.get("keys", [])), {}, {}
+        if "dataclass" in self.options:
+            module, _, name = self.options["dataclass"].rpartition(".")
+            cls = getattr(importlib.import_module(module), name)
+            comments = _field_comments(cls)
+            for field in dataclasses.fields(cls):
+                keys.append(field.name)
+                defaults[field.name] = (field.default_factory() if field.default_factory is not dataclasses.MISSING
+                                        else field.default)
+        rows, used = [], set()
+        for key in keys:
+            option = options.get(renamed.get(key, key))
+            if option is not None:
+                used.add(option.name)
+            default = defaults.get(key, option.default if option is not None else None)
+            meaning = (_help(option) if option is not None else "") or comments.get(key, "")
+            rows.append((_literal(key), _flag(option) if option else "", _envvar(option) if option else "",
+                         _show_default(default if not callable(default) else None), meaning))
+        for name, option in options.items():
+            if name not in used:
+                default = None if callable(option.default) or option.default in ((), False) else option.default
+                rows.append(("", _flag(option), _envvar(option), _show_default(default), _help(option)))
+        table = self.options.get("table")
+        header = (f"TOML key ([{table}])" if table else "TOML key", "flag", "environment", "default", "meaning")
+        if not keys:
+            header, rows = header[1:], [row[1:] for row in rows]
+        return self._parse(_rst_table(header, rows))
+
+    def _parse(self, lines):
+        container = nodes.section()
+        container.document = self.state.document
+        nested_parse_with_titles(self.state, StringList(lines, source="zkgroups-config"), container)
+        return container.children
+
+
+class BadInputDirective(ConfigDirective):
+    """``.. zkgroups-bad-input::``: the cases of tests/test_cli_bad_input.py."""
+
+    option_spec = {}
+
+    def run(self):
+        from tests.test_cli_bad_input import CASES
+        rows = [(_literal(tool), _literal(args), _literal(match)) for tool, args, match in CASES]
+        return self._parse(_rst_table(("tool", "arguments", "the error line contains"), rows, "10 50 40"))
 
 
 def canonical_name(target: str, context: Sequence[str]) -> Optional[str]:
@@ -134,6 +276,8 @@ def setup(app):
     app.setup_extension("sphinx.ext.napoleon")
     napoleon_skips_attributes(app)
     app.add_directive("zkgroups-modules", ModulesDirective)
+    app.add_directive("zkgroups-config", ConfigDirective)
+    app.add_directive("zkgroups-bad-input", BadInputDirective)
     app.connect("missing-reference", resolve_short_reference)
     app.connect("autodoc-process-signature", unquote_annotations)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
