@@ -35,7 +35,7 @@ from kazoo.recipe.watchers import DataWatch
 from coordinator import protocol, read
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
-from coordinator.cli.common import VERSION_OPTION
+from coordinator.cli.common import version_option
 from coordinator.testing.zkserver import provide_zookeeper
 from consumer.dataplane import ENV_BOOTSTRAP_SERVERS, open_data_plane
 from consumer.member import new_consumer_id
@@ -259,7 +259,7 @@ def run_pipeline(procs: Processes, workdir: str) -> None:
               help="End with the Spark pipeline over the same topic.")
 @click.option("--data-plane", type=click.Choice(["embedded", "kafka"]), default="embedded", show_default=True,
               help="Where the records are: the embedded log, or librdkafka's mock Kafka cluster.")
-@VERSION_OPTION
+@version_option
 def main(rate, keep, spark, data_plane):
     """Run the zkgroups live demo."""
     import logging

@@ -45,8 +45,8 @@ from consumer.cli import acls, groups
 from consumer.cli.context import CliContext, global_options, pass_cli
 from consumer.records import TopicPartition
 from coordinator import protocol
-from coordinator.cli.common import (OUTPUT_OPTION, VERSION_OPTION, CliError, CliGroup, CliUsageError, Limited, print_json,
-                                    print_table)
+from coordinator.cli.common import (OUTPUT_OPTION, CliError, CliGroup, CliUsageError, Limited, print_json, print_table,
+                                    version_option)
 from coordinator.errors import CorruptZnode, InvalidPartitions, TopicExists
 
 #: --generate shows a progress bar when stderr is a terminal, or for at least this many records.
@@ -60,7 +60,7 @@ _CHUNK = 10_000  # records between progress updates
 
 @click.group(cls=CliGroup)
 @global_options
-@VERSION_OPTION
+@version_option
 def main() -> None:
     """Administer zkgroups: topics and their data."""
 

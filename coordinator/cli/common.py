@@ -18,7 +18,7 @@ demo in :mod:`consumer.cli`, whose :mod:`consumer.cli.context` adds the shared o
   message and the fields the call passed with ``extra=``, :data:`LOG_FIELDS`). A logged
   exception's traceback only with -vv (nodes: always). :func:`report` writes a line that is
   always shown (a tool's summary) in the format in use.
-* :data:`VERSION_OPTION` is every tool's ``--version`` (the package version).
+* :func:`version_option` is every tool's ``--version`` (the package version).
 
 A new tool: ``@click.command(cls=CliCommand)`` (or ``click.group(cls=CliGroup)``).
 """
@@ -48,9 +48,14 @@ DEFAULT_ZK_TIMEOUT = 10.0
 MAX_WAIT_S = 3600.0
 MAX_MS = 2**31 - 1   # upper bound of millisecond options: ZooKeeper's session timeout is an int32
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-#: ``--version`` for every tool: prints ``<command> <version>`` (the zkgroups package version) and exits 0.
-VERSION_OPTION = click.version_option(__version__, "--version", message="%(prog)s %(version)s",
-                                      help="Show the zkgroups version and exit.")
+
+
+def version_option(command):
+    """``--version`` for every tool (``@version_option``): prints ``<command> <version>`` (the
+    zkgroups package version) and exits 0. A fresh option per command: click's remembers the
+    first program name it printed."""
+    return click.version_option(__version__, "--version", message="%(prog)s %(version)s",
+                                help="Show the zkgroups version and exit.")(command)
 
 
 # ---------------------------------------------------------------- errors as one line

@@ -39,7 +39,7 @@ import click
 
 from coordinator import config as cfg
 from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, LOG_FORMAT_OPTION, MAX_MS, MAX_WAIT_S, ZK_CONNECT,
-                                    CliCommand, Seconds, VERSION_OPTION, setup_logging, take_connect)
+                                    CliCommand, Seconds, setup_logging, take_connect, version_option)
 from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.config import MAX_SHARD_COUNT
 from coordinator.errors import InvalidConfig
@@ -97,7 +97,7 @@ _DEFAULTS = CoordinatorConfig()  # the help shows the dataclass's defaults
 @LOG_FORMAT_OPTION
 @click.option("--config", "config_file", type=click.Path(),
               help="TOML file with the options above ([coordinator] table or top level).")
-@VERSION_OPTION
+@version_option
 def main(zk, node_id, zk_timeout, wait_for_zk, metrics_port, log_level, log_format, config_file, kafka_config,
          **options):
     """Run a zkgroups coordinator node; with --bootstrap-servers, the leader also mirrors the

@@ -228,6 +228,10 @@ def resolve_short_reference(app, env, node, contnode):
     as a suffix search (``.Name``), which still fails when several objects match."""
     if node.get("refdomain") != "py" or node["reftarget"].startswith(("_", ".")):
         return None
+    reftype = f"py:{node['reftype']}"
+    if any(re.fullmatch(kind, reftype) and re.fullmatch(target, node["reftarget"])
+           for kind, target in app.config.nitpick_ignore_regex):
+        return None  # a type of the standard library or of another package: no home here
     domain = env.get_domain("py")
     module, cls = node.get("py:module"), node.get("py:class")
     context = [p for p in (f"{module}.{cls}" if module and cls else None, module) if p] + [""]
