@@ -5,7 +5,7 @@ the consumer library (registration, command handling, owners, offsets). Nothing 
 a path or parses a znode. Decoders raise :class:`CorruptZnode` with the path and what was
 wrong, so a znode written by someone else never takes down more than the thing it describes.
 
-Layout (documented in the README)::
+Layout (documented in docs/concepts/zookeeper-layout.md)::
 
     /brokers/topics/<topic>                         {"version":1,"partitions":{"0":[0],...}} (Kafka's format;
                                                     versions 2 and 3 read too; mirrored ones marked)
