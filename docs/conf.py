@@ -33,6 +33,7 @@ root_doc = "index"
 # MyST: headings get anchors for links such as [the lease](../concepts/fencing.md#the-lease).
 myst_heading_anchors = 3
 myst_enable_extensions = ["colon_fence", "deflist"]
+smartquotes = False  # "--zk" stays two dashes, quotes stay straight: text here is copied into shells
 suppress_warnings = []
 
 # autodoc: the API reference is the docstrings; members in source order, signatures with types.

@@ -85,8 +85,8 @@ def _field_comments(cls) -> Dict[str, str]:
 
 
 def _show_default(value) -> str:
-    if value is None or value is dataclasses.MISSING:
-        return ""
+    if value is None or not isinstance(value, (str, int, float, tuple, list, dict)):
+        return ""  # None, dataclasses.MISSING, click's "no default" sentinel
     if isinstance(value, bool):
         return _literal(str(value).lower())
     if isinstance(value, (tuple, list)):
@@ -133,9 +133,14 @@ def _envvar(option) -> str:
     return _literal(envvar or "")
 
 
+def _escape(text: str) -> str:
+    """Plain text as reStructuredText shows it (no emphasis, literals or references)."""
+    return re.sub(r"([\\*`|_])", r"\\\1", text)
+
+
 def _help(option) -> str:
-    text = option.help or ""
-    return re.sub(r"\s*\[[^\]]*\]\s*(?=[.(]|$)", " ", text).strip()  # defaults are their own column
+    text = re.sub(r"\s*\[[^\]]*\](?=[.;,(]|\s*$)", "", option.help or "")  # defaults are their own column
+    return _escape(text.strip())
 
 
 class ConfigDirective(SphinxDirective):
@@ -165,7 +170,7 @@ class ConfigDirective(SphinxDirective):
             if option is not None:
                 used.add(option.name)
             default = defaults.get(key, option.default if option is not None else None)
-            meaning = (_help(option) if option is not None else "") or comments.get(key, "")
+            meaning = (_help(option) if option is not None else "") or _escape(comments.get(key, ""))
             rows.append((_literal(key), _flag(option) if option else "", _envvar(option) if option else "",
                          _show_default(default if not callable(default) else None), meaning))
         for name, option in options.items():
