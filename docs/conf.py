@@ -63,5 +63,6 @@ nitpick_ignore_regex = [
 
 html_theme = "furo"
 html_title = f"zkgroups {release}"
-html_static_path = []
+html_static_path = ["_static"]
+html_css_files = ["zkgroups.css"]
 html_show_sourcelink = False

@@ -62,7 +62,7 @@ class ModulesDirective(SphinxDirective):
 
 
 def _rst_table(header: Sequence[str], rows: Sequence[Sequence[str]], widths: str = "auto") -> List[str]:
-    lines = [".. list-table::", "   :header-rows: 1", f"   :widths: {widths}", ""]
+    lines = [".. list-table::", "   :header-rows: 1", f"   :widths: {widths}", "   :class: zkgroups-table", ""]
     for row in [header, *rows]:
         for i, cell in enumerate(row):
             text = " ".join(str(cell).split()) or "\\-"
@@ -138,17 +138,26 @@ def _escape(text: str) -> str:
     return re.sub(r"([\\*`|_])", r"\\\1", text)
 
 
-def _help(option) -> str:
-    text = re.sub(r"\s*\[[^\]]*\](?=[.;,(]|\s*$)", "", option.help or "")  # defaults are their own column
+def _help(option, has_default: bool = True) -> str:
+    text = option.help or ""
+    if has_default:  # the default has its own column
+        text = re.sub(r"\s*\[[^\]]*\](?=[.;,(]|\s*$)", "", text)
     return _escape(text.strip())
+
+
+def _flag_and_envvar(option) -> str:
+    if option is None:
+        return ""
+    envvar = _envvar(option)
+    return _flag(option) + (f" (env {envvar})" if envvar else "")
 
 
 class ConfigDirective(SphinxDirective):
     """``.. zkgroups-config::`` with ``:dataclass: module.Class`` (optional), ``:command: module:obj
     [sub ...]``, ``:keys: a, b`` (keys read besides the dataclass's fields), ``:flags: key=name``
-    (a key set by an option of another name), ``:table: NAME`` (the TOML table)."""
+    (a key set by an option of another name)."""
 
-    option_spec = {"dataclass": str, "command": str, "table": str,
+    option_spec = {"dataclass": str, "command": str,
                    "keys": lambda text: [t.strip() for t in text.split(",") if t.strip()],
                    "flags": lambda text: dict(t.strip().split("=", 1) for t in text.split(",") if t.strip())}
 
@@ -169,19 +178,17 @@ class ConfigDirective(SphinxDirective):
             option = options.get(renamed.get(key, key))
             if option is not None:
                 used.add(option.name)
-            default = defaults.get(key, option.default if option is not None else None)
-            meaning = (_help(option) if option is not None else "") or _escape(comments.get(key, ""))
-            rows.append((_literal(key), _flag(option) if option else "", _envvar(option) if option else "",
-                         _show_default(default if not callable(default) else None), meaning))
+            default = _show_default(defaults.get(key, option.default if option is not None else None))
+            meaning = (_help(option, bool(default)) if option is not None else "") or _escape(comments.get(key, ""))
+            rows.append((_literal(key), _flag_and_envvar(option), default, meaning))
         for name, option in options.items():
             if name not in used:
-                default = None if callable(option.default) or option.default in ((), False) else option.default
-                rows.append(("", _flag(option), _envvar(option), _show_default(default), _help(option)))
-        table = self.options.get("table")
-        header = (f"TOML key ([{table}])" if table else "TOML key", "flag", "environment", "default", "meaning")
+                default = _show_default(None if option.default in ((), False) else option.default)
+                rows.append(("", _flag_and_envvar(option), default, _help(option, bool(default))))
+        header = ("TOML key", "flag (environment)", "default", "meaning")
         if not keys:
-            header, rows = header[1:], [row[1:] for row in rows]
-        return self._parse(_rst_table(header, rows))
+            return self._parse(_rst_table(header[1:], [row[1:] for row in rows], "30 15 55"))
+        return self._parse(_rst_table(header, rows, "24 26 12 38"))
 
     def _parse(self, lines):
         container = nodes.section()
