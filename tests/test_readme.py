@@ -1,5 +1,5 @@
-"""The consumer examples of the README and of the docs' quickstart run as written (against
-this test's ZooKeeper, with its coordinator)."""
+"""The consumer examples of the README, the docs' quickstart and the consumer guide run as
+written (against this test's ZooKeeper, with its coordinator)."""
 import os
 import re
 
@@ -9,7 +9,8 @@ from coordinator.topics import TopicRegistry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAGES = {"README.md": os.path.join(ROOT, "README.md"),
-         "docs/quickstart.md": os.path.join(ROOT, "docs", "quickstart.md")}
+         "docs/quickstart.md": os.path.join(ROOT, "docs", "quickstart.md"),
+         "docs/guides/consumer.md": os.path.join(ROOT, "docs", "guides", "consumer.md")}
 
 
 def consumer_example(path: str) -> str:
