@@ -40,7 +40,9 @@ def readme_lines():
 
 
 def test_the_readme_is_one_screen_of_reading():
-    assert len(readme_lines()) <= README_MAX_LINES
+    lines = readme_lines()
+    assert len(lines) <= README_MAX_LINES
+    assert sum(line.startswith("```") for line in lines) % 2 == 0, "a code block is not closed"
 
 
 def heading_anchors(path: str) -> set:
