@@ -63,19 +63,19 @@ class WakeupException(ZkGroupsError):
 @dataclass
 class ConsumerConfig:
     auto_offset_reset: str = "latest"          # earliest | latest | none (no committed offset)
-    enable_auto_commit: bool = True
-    auto_commit_interval_ms: int = 5000
-    max_poll_records: int = 500
-    max_poll_interval_ms: int = 300000
-    session_timeout_ms: int = cfg.DEFAULT_SESSION_TIMEOUT_MS
-    fetch_max_bytes: int = 52428800
-    max_partition_fetch_bytes: int = 1048576
-    fetch_max_wait_ms: int = 100
-    client_id: str = "zkgroups"
+    enable_auto_commit: bool = True            # commit positions from poll() and before partitions are revoked
+    auto_commit_interval_ms: int = 5000        # at most this often
+    max_poll_records: int = 500                # records one poll() returns at most, fairly across partitions
+    max_poll_interval_ms: int = 300000         # no poll() for this long: leave the group (rejoin on the next poll)
+    session_timeout_ms: int = cfg.DEFAULT_SESSION_TIMEOUT_MS   # the ZooKeeper session: liveness
+    fetch_max_bytes: int = 52428800            # bytes one fetch reads at most
+    max_partition_fetch_bytes: int = 1048576   # bytes one fetch reads from a partition at most
+    fetch_max_wait_ms: int = 100               # idle partitions are looked at again this often
+    client_id: str = "zkgroups"                # shown in groups describe and the metrics
     assignment_strategy: tuple = ("sticky", "range")   # preferred first; range: what older members list
     start_position: str = "committed"          # committed | earliest | latest | timestamp (seed 002)
-    start_timestamp_ms: int = 0
-    connect_timeout_s: float = 10.0
+    start_timestamp_ms: int = 0                # for start_position = "timestamp"
+    connect_timeout_s: float = 10.0            # how long the constructor waits for ZooKeeper
     bootstrap_servers: str = ""                # Kafka brokers; "" (and no KAFKA_BOOTSTRAP_SERVERS): the embedded log
     kafka_commit_offsets: bool = False         # also copy commits to Kafka (after ZooKeeper's) for Kafka's tools
     metrics_port: Optional[int] = None         # serve Prometheus metrics on this port (0: any free one); None: off

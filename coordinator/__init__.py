@@ -34,3 +34,6 @@ package, never the other way round), but for ``coordinatord`` (:mod:`coordinator
 the composition root), which gives the console a reader of the data plane's log ends; and no
 runtime module imports ``tests`` (``tests/test_layering.py`` checks both).
 """
+
+#: The version of the zkgroups distribution (setup.cfg reads it from here; every tool's --version prints it).
+__version__ = "0.1.0"

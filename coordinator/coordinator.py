@@ -187,7 +187,7 @@ class Coordinator:
     """One coordinator node. Lifecycle: ``start()`` once, ``close()`` once (a second call of
     either does nothing); a closed node is not started again.
 
-    Threads: the election thread (:meth:`_contend`) runs the election and, while this node is
+    Threads: the election thread (``_contend()``) runs the election and, while this node is
     the controller, the :class:`~coordinator.controller.Controller`; the
     :class:`GroupCoordinator` has an event thread and handler threads of its own; kazoo's
     connection listener only marks state (suspended, reconnected, ended) and starts the grace
@@ -397,10 +397,10 @@ class GroupCoordinator:
     Groups of shards it does not lead are not watched and not handled.
 
     Threads and locks: kazoo's threads run the watch callbacks, which only put events on
-    ``events``. The event thread (:meth:`_run`) alone handles events, reads topics and group
+    ``events``. The event thread (``_run()``) alone handles events, reads topics and group
     memberships, starts and ends shard terms and owns ``topics``, ``topic_watches``,
     ``group_watches``, ``all_groups``, ``ignored_groups``, ``taking_over`` and ``count``.
-    Handler threads (:meth:`_handle`) rebalance one group each at a time (``requests`` guarantees a group is
+    Handler threads (``_handle()``) rebalance one group each at a time (``requests`` guarantees a group is
     never handled twice at once); ``rebalancer`` and ``index`` are safe for them to share.
     ``lock`` guards what both sides touch: ``terms``, ``unverified`` and ``retry_at``.
     ``suspended`` is written by the connection listener and read by everyone (a stale read

@@ -11,6 +11,8 @@ EXIT_RETRIABLE = 75
 
 
 class ZkGroupsError(Exception):
+    """The base of every zkgroups error; the message is one line, fit to show a user."""
+
     retriable = False
 
 

@@ -5,7 +5,7 @@ the consumer library (registration, command handling, owners, offsets). Nothing 
 a path or parses a znode. Decoders raise :class:`CorruptZnode` with the path and what was
 wrong, so a znode written by someone else never takes down more than the thing it describes.
 
-Layout (documented in the README)::
+Layout (documented in docs/concepts/zookeeper-layout.md)::
 
     /brokers/topics/<topic>                         {"version":1,"partitions":{"0":[0],...}} (Kafka's format;
                                                     versions 2 and 3 read too; mirrored ones marked)
@@ -63,7 +63,8 @@ NODES = COORDINATOR + "/nodes"
 SHARDS = COORDINATOR + "/shards"
 MIRROR_REFRESH = COORDINATOR + "/mirror-refresh"   # any node writes it to ask the controller's topic mirror to look now
 GROUPS = "/consumers/groups"
-ACL_POLICY = "/consumers/acl"   # who is who for ZooKeeper ACLs (coordinator/acl.py); written by admins
+#: Who is who for ZooKeeper ACLs (:mod:`coordinator.acl`); written by admins.
+ACL_POLICY = "/consumers/acl"
 SPARK_STOP = "/zkgroups-spark/stop"   # <run id>: created to stop a streaming Spark group job
 SPARK_RUNS = "/zkgroups-spark/runs"   # <run id>/{workers,flushed}/<consumer id>: the stop barrier
 
@@ -441,7 +442,8 @@ class Registration:
 
 # ---------------------------------------------------------------- commands
 
-Ownership = Dict[str, Dict[int, str]]  # topic -> partition -> stream id
+#: An assignment: topic -> partition -> stream id.
+Ownership = Dict[str, Dict[int, str]]
 
 
 @dataclass

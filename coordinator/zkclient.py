@@ -368,6 +368,7 @@ def wait_in_order(answers, timeout: Optional[float] = None):
     return answers
 
 
+#: The largest request ZooKeeper accepts by default (``jute.maxbuffer``, 1 MiB less a byte).
 MAX_REQUEST_BYTES = 0xFFFFF
 
 

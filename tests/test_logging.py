@@ -107,11 +107,11 @@ def test_setup_logging_switches_formats_and_report_follows(capsys, restore_loggi
         setup_logging(0, "xml")
 
 
-def test_the_documented_fields_are_the_readmes():
-    with open(common.__file__.replace("coordinator/cli/common.py", "README.md")) as f:
-        readme = f.read()
+def test_the_documented_fields_are_the_docs():
+    with open(common.__file__.replace("coordinator/cli/common.py", "docs/operations/logging.md")) as f:
+        page = f.read()
     for name in common.LOG_FIELDS:
-        assert f"`{name}`" in readme, name
+        assert f"`{name}`" in page, name
 
 
 def json_lines(text: str):

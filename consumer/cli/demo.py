@@ -37,6 +37,7 @@ from kazoo.recipe.watchers import DataWatch
 from coordinator import protocol, read
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
+from coordinator.cli.common import version_option
 from coordinator.testing.zkserver import provide_zookeeper
 from consumer.dataplane import ENV_BOOTSTRAP_SERVERS, open_data_plane
 from consumer.member import new_consumer_id
@@ -272,6 +273,7 @@ def run_pipeline(procs: Processes, workdir: str) -> None:
               help="Where the records are: the embedded log, or librdkafka's mock Kafka cluster.")
 @click.option("--hold", is_flag=True,
               help="At the end, keep the coordinators and the console running (until Ctrl-C) to look around.")
+@version_option
 def main(rate, keep, spark, data_plane, hold):
     """Run the zkgroups live demo."""
     import logging

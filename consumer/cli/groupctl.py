@@ -24,7 +24,7 @@ and ``add-partitions`` are Kafka's CreateTopics and CreatePartitions (bounded by
 ZooKeeper either way and read end offsets from the data plane.
 
 Read commands take ``--output json`` (:data:`coordinator.cli.common.OUTPUT_OPTION`): one JSON
-document on stdout with the field names the README lists, the same rows as the table.
+document on stdout with the field names of the docs' output reference, the same rows as the table.
 
 Adding commands: decorate a function with ``@main.command()`` (or ``@main.group()`` for a
 family like ``topics``) and take the shared context with ``@pass_cli``.
@@ -45,7 +45,8 @@ from consumer.cli import acls, groups
 from consumer.cli.context import CliContext, global_options, pass_cli
 from consumer.records import TopicPartition
 from coordinator import documents, protocol
-from coordinator.cli.common import OUTPUT_OPTION, CliError, CliGroup, CliUsageError, Limited, print_json, print_table
+from coordinator.cli.common import (OUTPUT_OPTION, CliError, CliGroup, CliUsageError, Limited, print_json, print_table,
+                                    version_option)
 from coordinator.errors import CorruptZnode, InvalidPartitions, TopicExists
 
 #: --generate shows a progress bar when stderr is a terminal, or for at least this many records.
@@ -59,6 +60,7 @@ _CHUNK = 10_000  # records between progress updates
 
 @click.group(cls=CliGroup)
 @global_options
+@version_option
 def main() -> None:
     """Administer zkgroups: topics and their data."""
 

@@ -1,4 +1,4 @@
-"""groupctl commands about the coordinator and consumer groups.
+"""groupctl commands about the coordinator and consumer groups::
 
     groupctl coordinator [--output json]
     groupctl groups list [--output json]
@@ -13,7 +13,7 @@
 
 ``describe`` and ``reset-offsets`` follow Kafka's ``kafka-consumer-groups.sh`` (their views and
 planning live in :mod:`consumer.cli.describe` and :mod:`consumer.cli.reset`). Every read command
-takes ``--output json``: one JSON document on stdout, with the field names the README lists.
+takes ``--output json``: one JSON document on stdout, with the field names of the docs' output reference.
 
 On Kafka (``--bootstrap-servers``) committed offsets stay in ZooKeeper (``describe`` and
 ``reset-offsets`` read and write them there, compare-and-set as always); end offsets, lag and

@@ -473,7 +473,7 @@ class _ProgressReporter:
 
 @dataclass
 class RunProgress:
-    """What :meth:`_ProgressReporter.snapshot` read: records and batches processed by every
+    """What ``_ProgressReporter.snapshot()`` read: records and batches processed by every
     attempt (as of its last report), live workers, and the lag (None: a live worker did not
     know its own; ``lag_to_snapshot``: a drain's, records below the snapshot not committed)."""
     records: int
@@ -501,7 +501,7 @@ def serve_job_metrics(port: int, group_id: str, mode: str, run_id: str, reporter
     zkgroups_spark_task_failures_total          counter                    failed worker task attempts
     ==========================================  =======  ================  ===================================
 
-    Each scrape reads the progress znodes once (:meth:`_ProgressReporter.snapshot`); the
+    Each scrape reads the progress znodes once (``_ProgressReporter.snapshot()``); the
     restarts and failures are the driver's own counts.
     """
     registry = CollectorRegistry()

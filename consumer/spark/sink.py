@@ -126,7 +126,7 @@ _KEY, _TIMESTAMP, _VALUE, _HEADERS = itemgetter(4), itemgetter(3), itemgetter(5)
 
 
 def records_table(tp, recs):
-    """One partition's contiguous records as an Arrow table of :func:`_schema` (Spark's Kafka
+    """One partition's contiguous records as an Arrow table of ``_schema()`` (Spark's Kafka
     source columns). Each column is taken from the records in C (``map(itemgetter)``, one
     ``pa.array`` call); the offsets of a contiguous run are a range, the constant columns are
     repeated scalars, and a batch without keys or headers gets those columns built at once."""
@@ -179,7 +179,7 @@ def columns_table(tp, chunks):
 
 
 def _table(tp, first: int, n: int, keys, values, timestamps, headers):
-    """The table of :func:`_schema` of ``n`` records of ``tp`` from offset ``first``: ``keys``
+    """The table of ``_schema()`` of ``n`` records of ``tp`` from offset ``first``: ``keys``
     and ``values`` as Arrow arrays, ``timestamps`` (ms) as an array or an iterable, ``headers``
     a tuple per record (None: no record has any)."""
     import pyarrow as pa

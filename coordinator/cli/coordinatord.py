@@ -54,7 +54,7 @@ import click
 from coordinator import config as cfg
 from coordinator import documents
 from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, LOG_FORMAT_OPTION, MAX_MS, MAX_WAIT_S, ZK_CONNECT,
-                                    CliCommand, Seconds, setup_logging, take_connect)
+                                    CliCommand, Seconds, setup_logging, take_connect, version_option)
 from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.config import ENV_DATA_DIR, MAX_SHARD_COUNT, default_data_dir
 from coordinator.kafka import check_bootstrap_servers
@@ -133,6 +133,7 @@ _DEFAULTS = CoordinatorConfig()  # the help shows the dataclass's defaults
 @LOG_FORMAT_OPTION
 @click.option("--config", "config_file", type=click.Path(),
               help="TOML file with the options above ([coordinator] table or top level).")
+@version_option
 def main(zk, node_id, zk_timeout, wait_for_zk, metrics_port, http_addr, http_allowed_hosts, http_tls_cert,
          http_tls_key, console, lag_interval, data_dir, lag_bootstrap_servers, log_level, log_format, config_file,
          kafka_config, **options):
