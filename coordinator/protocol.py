@@ -37,6 +37,9 @@ Layout (documented in docs/concepts/zookeeper-layout.md)::
                                                     once every live worker has flushed)
     /zkgroups-spark/runs/<run id>/progress/<consumer-id>  SparkProgress: what a worker attempt processed
                                                     (persistent: a killed attempt's stays until the run ends)
+    /zkgroups-spark/runs/<run id>/errors/<consumer-id>    the Python error a worker attempt failed with,
+                                                    one line of UTF-8 (the driver names it when the
+                                                    attempt's death ends the job)
 """
 from __future__ import annotations
 
@@ -66,7 +69,7 @@ GROUPS = "/consumers/groups"
 #: Who is who for ZooKeeper ACLs (:mod:`coordinator.acl`); written by admins.
 ACL_POLICY = "/consumers/acl"
 SPARK_STOP = "/zkgroups-spark/stop"   # <run id>: created to stop a streaming Spark group job
-SPARK_RUNS = "/zkgroups-spark/runs"   # <run id>/{workers,flushed}/<consumer id>: the stop barrier
+SPARK_RUNS = "/zkgroups-spark/runs"   # <run id>/{workers,flushed}/<consumer id>: the stop barrier; progress, errors
 
 COMMAND_PREFIX = "cmd-"
 STOP_FETCHER = "stop-fetcher"
@@ -241,6 +244,28 @@ def spark_flushed_path(run_id: str) -> str:
 
 def spark_progress_path(run_id: str) -> str:
     return spark_run_path(run_id) + "/progress"
+
+
+def spark_errors_path(run_id: str) -> str:
+    return spark_run_path(run_id) + "/errors"
+
+
+#: A worker attempt's recorded error is cut to this many characters.
+MAX_SPARK_ERROR_CHARS = 500
+
+
+def encode_spark_error(line: str) -> bytes:
+    return _spark_error_line(line).encode("utf-8")
+
+
+def decode_spark_error(raw: bytes) -> str:
+    """The recorded error line ("" if none): any bytes give one line of bounded length."""
+    return _spark_error_line(raw.decode("utf-8", "replace"))
+
+
+def _spark_error_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[0][:MAX_SPARK_ERROR_CHARS] if lines else ""
 
 
 class SparkProgress(NamedTuple):
