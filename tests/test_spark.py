@@ -52,8 +52,12 @@ def spark():
 
 @pytest.fixture
 def coordinator(zk_connect):
-    node = Coordinator(zk_connect, "n1", CoordinatorConfig(session_timeout_ms=2000, rebalance_timeout_ms=3000,
-                                                           rebalance_backoff_ms=50)).start()
+    # Acks may be slow on a busy machine (Python workers starting): a generic rebalance timeout,
+    # and a failed group retried soon rather than after the default 30 s. A dead worker's ack is
+    # not waited for: its session (2 s) ends and the rebalance starts again without it.
+    node = Coordinator(zk_connect, "n1", CoordinatorConfig(session_timeout_ms=2000, rebalance_timeout_ms=10000,
+                                                           rebalance_backoff_ms=50,
+                                                           failed_retry_interval_ms=1000)).start()
     wait_for(lambda: node.is_leader, 10, message="coordinator leads")
     yield node
     node.close()

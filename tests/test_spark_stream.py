@@ -28,7 +28,7 @@ from tests.helpers import wait_for  # noqa: E402
 from tests.test_spark import (WORKER_CONFIG, KillWorker, Producer,  # noqa: E402
                                coordinator)  # noqa: E402,F401  (the in-process coordinator fixture)
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]  # the first test also starts the Spark session
 
 
 @pytest.fixture(scope="module")
