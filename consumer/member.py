@@ -65,7 +65,7 @@ Guarantees
   are released. Commands that do not apply are acked and change nothing.
 * A partition the listener cannot serve once claimed (its data cannot be opened) is released
   at once, nothing committed, never kept half-applied: the coordinator finds it not owned at
-  its next check and assigns it again (:meth:`GroupMember._release_unserved` says why this
+  its next check and assigns it again (``GroupMember._release_unserved()`` says why this
   and not another member).
 * After a session expiry the member reports its partitions lost and registers again, coping
   with its own registration still held by the dead session (KAFKA-1387).
@@ -145,7 +145,7 @@ class MemberListener:
                committed: Dict[TopicPartition, Optional[int]]) -> Optional[Dict[TopicPartition, BaseException]]:
         """``added`` partitions (with their stream) are owned now; start fetching them. Return
         those that cannot be served (the data plane cannot open them), each with why: the
-        member releases them (see :meth:`GroupMember._release_unserved`)."""
+        member releases them (see ``GroupMember._release_unserved()``)."""
         return None
 
     def lost(self, partitions: Set[TopicPartition]) -> None:

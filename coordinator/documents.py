@@ -1,5 +1,5 @@
 """The JSON documents of zkgroups' read views: one schema for ``groupctl ... --output json``,
-the console's ``/api/v1`` and its pages (field names in the README's ``--output json`` table).
+the console's ``/api/v1`` and its pages (field names in docs/reference/output.md).
 
 Every function here is pure: it shapes what was read (by ``groupctl`` from ZooKeeper and the
 data plane at once, by the console from its watched snapshot and its lag sampler) into rows,

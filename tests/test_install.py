@@ -58,8 +58,11 @@ def test_both_packages_are_typed_and_ship_the_marker():
         assert os.path.isfile(os.path.join(ROOT, package, "py.typed"))
     config = configparser.ConfigParser()
     config.read(os.path.join(ROOT, "setup.cfg"))
-    assert {k: v.strip() for k, v in config["options.package_data"].items()} == \
-        {"coordinator": "py.typed", "consumer": "py.typed"}
+    data = {k: [p.strip() for p in v.split(",")] for k, v in config["options.package_data"].items()}
+    assert set(data) == {"coordinator", "consumer"}
+    assert all("py.typed" in patterns for patterns in data.values()), data
+    # The console's pages and static files are package data too: a wheel without them serves no console.
+    assert {"console/templates/*.html", "console/static/*"} <= set(data["coordinator"]), data
 
 
 def test_the_public_api_has_signatures_that_resolve():
