@@ -129,6 +129,21 @@ def decode_commands(gets) -> List[Tuple[str, Union[Command, str]]]:
     return commands
 
 
+def _children(pending) -> List[str]:
+    """A get_children answer; [] if the directory is gone (it is made before a claim: gone
+    means nothing is held, no offsets znode exists)."""
+    try:
+        return pending.get()
+    except NoNodeError:
+        return []
+
+
+def partition_numbers(names) -> Set[int]:
+    """The partition numbers among the child names of an owners/ or offsets/ directory
+    (anything else found there is no partition of ours)."""
+    return {int(n) for n in names if n.isascii() and n.isdigit()}
+
+
 class MemberListener:
     """What the consumer provides; called on the member thread."""
 
@@ -234,6 +249,10 @@ class GroupMember:
         self._lease_until = 0.0                                 # monotonic
         self._renewing = False
         self._known_offset_dirs: Set[str] = set()
+        # Per topic: the partitions whose offsets znodes the last listing of offsets/<topic>
+        # showed (and the ones this member created since). A claim reads the offsets znodes
+        # of these with its listings; a new partition has none to read. Member thread only.
+        self._offsets_listed: Dict[str, Set[int]] = {}
         self._applied = channel.NOTHING_APPLIED
         self._epoch_path: Optional[str] = None   # this group's shard epoch znode, once known
         # The number of the last command seen in the channel (-1: a channel we made, none yet;
@@ -270,7 +289,8 @@ class GroupMember:
             channel_async = c.exists_async(protocol.channel_path(g, cid))
             self._ensure_paths([protocol.ids_path(g), protocol.channel_path(g), protocol.owners_path(g),
                                 protocol.offsets_path(g)]
-                               + [d for t in topics for d in (protocol.owners_path(g, t), protocol.offsets_path(g, t))])
+                               + [d for t in topics for d in (protocol.owners_path(g, t), protocol.offsets_path(g, t))],
+                               listed=topics)
             self._known_offset_dirs.update(topics)
             new_channel = channel_async.get() is None
             if new_channel:
@@ -737,11 +757,23 @@ class GroupMember:
             return
         self._epoch_path = protocol.shard_epoch_path(protocol.shard_of(self.group, count))
 
-    def _ensure_paths(self, paths: List[str]) -> None:
-        """Create those of ``paths`` that are missing, looking at all of them in one round trip."""
-        for path, exists in [(path, self.client.exists_async(path)) for path in paths]:
-            if exists.get() is None:
+    def _ensure_paths(self, paths: List[str], listed: Iterable[str] = ()) -> None:
+        """Create those of ``paths`` that are missing, looking at all of them in one round trip.
+        The offsets directories of the topics ``listed`` are listed rather than looked at, for
+        the first claim of their partitions (``_offsets_listed``)."""
+        listings = {protocol.offsets_path(self.group, t): t for t in listed}
+        looks = [(path, self.client.get_children_async(path) if path in listings else self.client.exists_async(path))
+                 for path in paths]
+        wait_in_order([a for _, a in looks])
+        for path, a in looks:
+            try:
+                answer = a.get()
+            except NoNodeError:
+                answer = None
+            if answer is None:
                 self.client.ensure_path(path)
+            elif path in listings:
+                self._offsets_listed[listings[path]] = partition_numbers(answer)
 
     def _process_channel(self) -> None:
         if self._state is not MemberState.JOINED:
@@ -804,10 +836,11 @@ class GroupMember:
 
         Each round is two round trips: one looks at which of the partitions are still held (a
         listing of owners/<topic> per topic, whose watch wakes us when an owner node goes) and
-        reads their offsets znodes (after the listing, so a partition released before it has
-        its final commit in them); one transaction creates the owner nodes of those that are
-        free and rewrites their offsets znodes at the versions just read (the fencing token).
-        The round that claims the last of them deletes the acks too."""
+        at their offsets znodes (after the listing, so a partition released before it has its
+        final commit in them: see :meth:`_look_at`); one transaction creates the owner nodes of
+        those that are free and rewrites their offsets znodes at the versions just read, or
+        creates the ones that do not exist (the fencing token). The round that claims the last
+        of them deletes the acks too."""
         session = self._session()
         for topic in {tp.topic for tp in added}:
             self._ensure_dirs(topic)
@@ -842,6 +875,8 @@ class GroupMember:
                         commit(t)
                     claimed = {tp: current[tp] for tp in free}
                     tokens = {tp: 0 if version is None else version + 1 for tp, (_, version) in claimed.items()}
+                    for tp in free:
+                        self._offsets_listed.setdefault(tp.topic, set()).add(tp.partition)
                     self._record_claim(free, claimed, tokens, session, sent, committed)
                     for tp in free:
                         del waiting[tp]
@@ -858,19 +893,31 @@ class GroupMember:
                 self._adopt_own(waiting, session, committed)  # quiet for a while: is one of them ours?
 
     def _look_at(self, waiting: Dict[TopicPartition, str], watch):
-        """Which of ``waiting`` hold an owner node (listings watched by ``watch``), and the
-        offsets znodes of all of them read after the listings: one pipelined round trip."""
+        """Which of ``waiting`` hold an owner node (listings of owners/<topic> watched by
+        ``watch``), and {partition: (data, version)} of their offsets znodes, version None
+        where there is none: all read after the owner listings.
+
+        One pipelined round trip: the owner listings, a listing of offsets/<topic> and reads of
+        the offsets znodes the last listing showed. A partition that has none (new in a topic
+        that grew: most of a growth's) costs no read; the claim creates its znode, and fails if
+        it appeared since. Only znodes made since the last listing are read in a second round
+        trip."""
         topics = sorted({tp.topic for tp in waiting})
-        listings = [(t, self.client.get_children_async(protocol.owners_path(self.group, t), watch=watch)) for t in topics]
-        offsets = self._read_offsets_async(waiting)
-        wait_in_order([a for _, a in offsets] or [a for _, a in listings])
-        held = set()
-        for topic, a in listings:
-            try:
-                held |= {TopicPartition(topic, int(p)) for p in a.get()}
-            except NoNodeError:
-                pass  # the directory is made before the claim; gone means nothing is held
-        return held, self._offsets_answers(offsets)
+        owners = [(t, self.client.get_children_async(protocol.owners_path(self.group, t), watch=watch)) for t in topics]
+        offsets_dirs = [(t, self.client.get_children_async(protocol.offsets_path(self.group, t))) for t in topics]
+        known = [tp for tp in waiting if tp.partition in self._offsets_listed.get(tp.topic, ())]
+        reads = self._read_offsets_async(known)
+        wait_in_order([a for _, a in owners + offsets_dirs] + [a for _, a in reads])
+        held = {TopicPartition(t, p) for t, a in owners for p in partition_numbers(_children(a))}
+        for topic, a in offsets_dirs:
+            self._offsets_listed[topic] = partition_numbers(_children(a))
+        current = {tp: (protocol.NO_OFFSET, None) for tp in waiting}
+        current.update(self._offsets_answers(reads))
+        read = set(known)
+        missed = [tp for tp in waiting if tp not in read and tp.partition in self._offsets_listed[tp.topic]]
+        if missed:
+            current.update(self._read_offsets(missed))
+        return held, current
 
     def _read_offsets(self, partitions) -> Dict[TopicPartition, Tuple[bytes, Optional[int]]]:
         """{tp: (data, znode version)} of the offsets znodes; version None when absent."""
@@ -950,7 +997,8 @@ class GroupMember:
 
     def _ensure_dirs(self, topic: str) -> None:
         if topic not in self._known_offset_dirs:
-            self._ensure_paths([protocol.owners_path(self.group, topic), protocol.offsets_path(self.group, topic)])
+            self._ensure_paths([protocol.owners_path(self.group, topic), protocol.offsets_path(self.group, topic)],
+                               listed=[topic])
             self._known_offset_dirs.add(topic)
 
     # ------------------------------------------------------------ offsets (any thread)

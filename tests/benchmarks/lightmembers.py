@@ -12,10 +12,11 @@ the wire what :class:`consumer.member.GroupMember` does for its group's coordina
   after the last one seen), and decides what applies with the member's own pure
   :func:`consumer.commands.decide`;
 * releases what moves away (one transaction: the offsets token checked, the owner node
-  deleted, the applied commands deleted) and claims what is new (its owners directory listed
-  and the offsets znodes read in one round trip, then one transaction: ephemeral owner nodes
-  created, offsets znodes rewritten compare-and-set at the versions just read, the applied
-  commands deleted — the ack), as the member does.
+  deleted, the applied commands deleted) and claims what is new (its owners and offsets
+  directories listed and the offsets znodes its last listing showed read, in one round trip;
+  those listed now but not read in a second one; then one transaction: ephemeral owner nodes
+  created, offsets znodes rewritten compare-and-set at the versions just read or created
+  where there were none, the applied commands deleted — the ack), as the member does.
 
 Members are handled in batches: one worker thread per client takes every member whose channel
 fired and runs each step for the whole batch as pipelined asynchronous calls, so a batch costs
@@ -38,7 +39,7 @@ from typing import Dict, List, Optional, Tuple
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from consumer import commands as channel
-from consumer.member import decode_commands
+from consumer.member import decode_commands, partition_numbers
 from coordinator import protocol
 from coordinator.errors import CorruptZnode
 from coordinator.protocol import Registration
@@ -54,7 +55,7 @@ class LightMember:
     """One member's protocol state (touched only by its client's worker thread)."""
 
     __slots__ = ("group", "consumer_id", "client", "wake", "applied", "owned", "tokens", "rebalances", "left",
-                 "last_command", "channel_empty")
+                 "last_command", "channel_empty", "offsets_listed")
 
     def __init__(self, group: str, consumer_id: str, client, wake):
         self.group, self.consumer_id, self.client = group, consumer_id, client
@@ -66,6 +67,7 @@ class LightMember:
         self.left = False
         self.last_command = -1        # the number of the last command seen (it made its channel: none yet)
         self.channel_empty = False    # whether its last listing found the channel empty
+        self.offsets_listed: Dict[str, set] = {}   # topic -> partitions with offsets znodes, as last listed
 
 
 class _Worker:
@@ -238,15 +240,30 @@ def _apply(client, plans) -> List[LightMember]:
         for tp in revoked:
             m.owned.pop(tp, None)
             m.tokens.pop(tp, None)
-    # As the member: its owners directories listed, then the offsets znodes read, in one round trip.
-    reads = [(m, d, added, claim_acks,
-              [client.get_children_async(protocol.owners_path(m.group, t)) for t in sorted({t for t, _ in added})],
-              [(tp, client.get_async(protocol.offsets_path(m.group, *tp))) for tp in added])
-             for m, d, _, _, added, claim_acks in moves]
-    wait_in_order([a for *_, listings, gets in reads for a in listings + [a for _, a in gets]])
-    claims, refused = [], []
+    # As the member: its owners and offsets directories listed and the offsets znodes it knows
+    # of read, in one round trip; the ones listed now but not read, in a second.
+    reads = []
+    for m, d, _, _, added, claim_acks in moves:
+        topics = sorted({t for t, _ in added})
+        listings = [(t, client.get_children_async(protocol.owners_path(m.group, t)),
+                     client.get_children_async(protocol.offsets_path(m.group, t))) for t in topics]
+        gets = {tp: client.get_async(protocol.offsets_path(m.group, *tp))
+                for tp in added if tp[1] in m.offsets_listed.get(tp[0], ())}
+        reads.append((m, d, added, claim_acks, listings, gets))
+    wait_in_order([a for *_, listings, gets in reads for a in [x for _, o, f in listings for x in (o, f)]
+                   + list(gets.values())])
+    looked = []
     for m, d, added, claim_acks, listings, gets in reads:
-        held = {(t, int(p)) for t, a in zip(sorted({t for t, _ in added}), listings) for p in _children(a)}
+        held = {(t, p) for t, owners, _ in listings for p in partition_numbers(_children(owners))}
+        for t, _, offsets in listings:
+            m.offsets_listed[t] = partition_numbers(_children(offsets))
+        for tp in added:
+            if tp not in gets and tp[1] in m.offsets_listed[tp[0]]:
+                gets[tp] = client.get_async(protocol.offsets_path(m.group, *tp))
+        looked.append((m, d, added, claim_acks, held, gets))
+    wait_in_order([a for *_, gets in looked for a in gets.values()])
+    claims, refused = [], []
+    for m, d, added, claim_acks, held, gets in looked:
         if held & set(added):
             refused.append(m)  # its previous owner has not released it yet
             continue
@@ -254,14 +271,14 @@ def _apply(client, plans) -> List[LightMember]:
         versions = {}
         for tp, stream in added.items():
             t.create(protocol.owners_path(m.group, *tp), stream.encode(), ephemeral=True)
-        for tp, a in gets:
-            try:
-                raw, stat = a.get()
-                t.set_data(protocol.offsets_path(m.group, *tp), raw, version=stat.version)
-                versions[tp] = stat.version + 1
-            except NoNodeError:
+        for tp in added:
+            stored = _stored(gets.get(tp))
+            if stored is None:
                 t.create(protocol.offsets_path(m.group, *tp), protocol.NO_OFFSET)
                 versions[tp] = 0
+            else:
+                t.set_data(protocol.offsets_path(m.group, *tp), stored[0], version=stored[1].version)
+                versions[tp] = stored[1].version + 1
         for path in claim_acks:
             t.delete(path)
         claims.append((m, d, added, versions, t.commit_async() if t.operations else None))
@@ -272,6 +289,8 @@ def _apply(client, plans) -> List[LightMember]:
             continue
         m.owned.update(added)
         m.tokens.update(versions)
+        for topic, p in added:
+            m.offsets_listed.setdefault(topic, set()).add(p)
         _applied(m, d)
     return refused
 
@@ -305,6 +324,17 @@ def _children(pending) -> List[str]:
         return pending.get()
     except NoNodeError:
         return []
+
+
+def _stored(pending):
+    """(data, stat) of an offsets znode read, or None where it was not read (none was listed)
+    or is gone."""
+    if pending is None:
+        return None
+    try:
+        return pending.get()
+    except NoNodeError:
+        return None
 
 
 def _quietly(pending) -> None:
