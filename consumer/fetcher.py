@@ -32,7 +32,11 @@ Implements seed 004 (KIP-41, ``max.poll.records``):
   to each position does, so nothing is skipped or handed out twice.
 * **Idle partitions** (no new data) are re-checked every ``fetch_max_wait_ms``; appends by
   other processes are therefore seen within about that long. The thread sleeps on a
-  condition in between; it never spins.
+  condition in between; it never spins. With nothing due it sleeps at least
+  1/:data:`IDLE_SWEEPS` of that, and re-checks the partitions that fell due meanwhile in one
+  sweep; while nothing is buffered, neither it nor ``poll()`` walks the assignment. So an idle
+  partition costs one read of the log per ``fetch_max_wait_ms``, not a walk of every assigned
+  partition (a consumer with a thousand idle partitions spent a core on those walks).
 
 Thread-safety and guarantees
 ----------------------------
@@ -86,6 +90,9 @@ MIN_FETCH_CHUNK = 500
 MIN_IDLE_WAIT_MS = 1
 #: Pause of the prefetch thread after a bug in its own loop (not a fetch error: those park).
 ERROR_BACKOFF_S = 0.1
+#: With no partition due, a fetch waits at least fetch_max_wait_ms / IDLE_SWEEPS: the idle
+#: partitions that fall due meanwhile are then re-checked together, in one walk of the rotation.
+IDLE_SWEEPS = 8
 
 
 class _Partition:
@@ -230,6 +237,10 @@ class Fetcher:
         self._wakeup = False
         self._closed = False
         self._columns = False                   # buffers hold Columns (poll_columns), not records
+        # False only once a drain found nothing buffered for unpaused partitions; set again
+        # whenever records arrive or partitions resume. While it is False, poll() and the
+        # prefetch thread know without a walk of the assignment that nothing is buffered.
+        self._drainable = False
         self._thread: Optional[threading.Thread] = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -368,6 +379,7 @@ class Fetcher:
                 st = self._parts.get(TopicPartition(*tp))
                 if st is not None:
                     st.paused = False
+            self._drainable = True
             self._fetch_cv.notify_all()
             self._data_cv.notify_all()
 
@@ -491,6 +503,7 @@ class Fetcher:
                 st.chunks.extendleft(reversed(items) if columns else (items,))
                 st.count += end - first
                 st.position = first
+                self._drainable = True
             self._data_cv.notify_all()
 
     def _switch_form(self, columns: bool) -> None:
@@ -519,7 +532,7 @@ class Fetcher:
         where this one stopped."""
         size = len(self._order)
         result = {}
-        if not size:
+        if not size or not self._drainable:
             return result
         start = i = self._poll_next
         for i, st in self._rotation(start):
@@ -531,6 +544,7 @@ class Fetcher:
                     break
         else:
             i = start  # went all the way round (all drained): rotate the start by one
+            self._drainable = False
         if result:
             self._poll_next = i + 1 if i + 1 < size else 0
         return result
@@ -560,9 +574,10 @@ class Fetcher:
                 wait = None
                 if not self._busy:
                     retained = 0
-                    for st in self._parts.values():
-                        if not st.paused:
-                            retained += st.count
+                    if self._drainable:
+                        for st in self._parts.values():
+                            if not st.paused:
+                                retained += st.count
                     if retained < self.max_poll_records:
                         job, wait = self._pick(time.monotonic())
                         if job is not None:
@@ -595,6 +610,8 @@ class Fetcher:
             delay = st.next_fetch - now
             if wait is None or delay < wait:
                 wait = delay
+        if wait is not None:
+            wait = max(wait, self._idle_wait / IDLE_SWEEPS)
         return None, wait
 
     def _current(self, st: _Partition, epoch: int) -> bool:
@@ -638,8 +655,7 @@ class Fetcher:
                 if count:
                     took = time.monotonic() - started
                     self._read_s += (took - self._read_s) / 8  # moving average
-                    st.chunks.extend(chunks)
-                    st.count += count
+                    self._keep(st, chunks, count)
                     st.fetch_offset = last = end
                     if st.highwater is None or last > st.highwater:
                         st.highwater = last
@@ -652,6 +668,12 @@ class Fetcher:
             if isinstance(exc, OffsetOutOfRange):
                 st.highwater = exc.latest
         self._report(tp, offset, exc)
+
+    def _keep(self, st: _Partition, chunks: list, count: int) -> None:
+        """Under the lock: buffer the ``count`` records a read of ``st`` brought (in ``chunks``)."""
+        st.chunks.extend(chunks)
+        st.count += count
+        self._drainable = True
 
     def _release_slot(self) -> None:
         # The prefetch thread is not woken here: after its own read it loops anyway, and after
