@@ -106,6 +106,15 @@ LEASE_FRACTION = 0.5
 NO_COORDINATOR_WARNING_S = 5.0
 #: The member thread's housekeeping interval while nothing happens.
 HOUSEKEEPING_S = 1.0
+#: A claim creates the owner nodes of at most this many partitions per transaction (and
+#: writes as many offsets znodes), one transaction after the other. ZooKeeper runs the writes
+#: of all its clients one at a time, so one transaction of thousands of operations holds up
+#: every other session's requests, heartbeats included, and costs it more per operation than
+#: several small ones (10 members claiming 900 new partitions each: one transaction each, other
+#: sessions waited 2-3 s; 100 partitions a transaction, 0.2-0.3 s, and all was claimed sooner).
+CLAIM_PARTITIONS = 100
+#: A commit writes the offsets of at most this many partitions per transaction.
+COMMIT_PARTITIONS = 2 * CLAIM_PARTITIONS
 
 
 def new_consumer_id(group: str) -> str:
@@ -617,42 +626,43 @@ class GroupMember:
 
     def _release(self, offsets: Dict[TopicPartition, int], release: Set[TopicPartition], deletes: List[str],
                  what: str) -> None:
-        """One transaction: commit ``offsets`` (fenced), release the owner nodes of ``release``
-        and delete ``deletes`` (acks, the registration). An owner node is deleted only together
-        with a check of the partition's token, so a member that lost a partition never deletes
-        its new owner's node. If the whole cannot apply, the commit is tried alone and the rest
-        is done piece by piece: nothing stays held because one part failed."""
+        """Commit ``offsets`` (fenced), release the owner nodes of ``release`` and delete
+        ``deletes`` (acks, the registration): one transaction, or one per
+        :data:`CLAIM_PARTITIONS` released partitions, one after the other, ``deletes`` in the
+        last. A partition's owner node is deleted in the transaction that writes its offset, or
+        together with a check of its token, so a member that lost a partition never deletes its
+        new owner's node. If a transaction cannot apply, the commit of what is left is tried
+        alone and the rest is done piece by piece: nothing stays held because one part failed."""
         with self._commit_lock:
             self._settle_uncertain(set(offsets) | set(release))
-            t = self.client.transaction()
             try:
-                writes = self._fenced_writes(t, offsets)
+                writes = self._fenced_offsets(offsets)
             except (CommitFailedError, ZooKeeperUnavailable) as e:
                 log.warning("member %s: %s without committing: %s", self.consumer_id, what, e)
                 writes = []
-            written = {tp for tp, _, _ in writes}
             tokens = self._tokens_of(release)
-            for tp, token in tokens.items():
-                if tp not in written:
-                    t.check(protocol.offsets_path(self.group, tp.topic, tp.partition), token)
-                t.delete(protocol.owners_path(self.group, tp.topic, tp.partition))
-            for path in deletes:
-                t.delete(path)
-            try:
-                commit(t, timeout=self._session_timeout_s)
-                self._written(writes)
+            done: Set[TopicPartition] = set()   # released, or written, by a transaction that applied
+            for t, part_writes, part in self._release_parts(writes, tokens, deletes):
+                try:
+                    if t.operations:
+                        commit(t, timeout=self._session_timeout_s)
+                    self._written(part_writes)
+                    done |= set(part) | {tp for tp, _, _ in part_writes}
+                except TransactionFailed as e:
+                    refused = e.index < len(part_writes)
+                    break
+            else:
                 return
-            except TransactionFailed as e:
-                refused = e.index < len(writes)
             log.info("member %s: %s did not apply atomically (%s); going on step by step", self.consumer_id,
                      what, "a commit was refused" if refused else "a node was gone or a partition was claimed")
-            if writes and not refused:
+            left = {tp: offset for tp, offset in offsets.items() if tp not in done}
+            if writes and left and not refused:
                 try:
-                    self._commit_locked(offsets)
+                    self._commit_locked(left)
                 except (CommitFailedError, ZooKeeperUnavailable) as e:
                     log.warning("member %s: %s: %s", self.consumer_id, what, e)
             pending = []
-            for tp, token in self._tokens_of(release).items():
+            for tp, token in self._tokens_of(set(release) - done).items():
                 t = self.client.transaction()
                 t.check(protocol.offsets_path(self.group, tp.topic, tp.partition), token)
                 t.delete(protocol.owners_path(self.group, tp.topic, tp.partition))
@@ -663,6 +673,29 @@ class GroupMember:
                     a.get(timeout=self._session_timeout_s)
                 except UNREACHABLE:
                     pass
+
+    def _release_parts(self, writes, tokens: Dict[TopicPartition, int], deletes: List[str]):
+        """The transactions of a release: (transaction, the offsets writes in it, the partitions
+        it releases) each; every transaction's writes come first (a refusal's index says it)."""
+        by_partition = {w[0]: w for w in writes}
+        released = list(tokens)
+        chunks = [released[i:i + CLAIM_PARTITIONS] for i in range(0, len(released), CLAIM_PARTITIONS)] or [[]]
+        parts = []
+        for k, chunk in enumerate(chunks):
+            t = self.client.transaction()
+            part_writes = [by_partition[tp] for tp in chunk if tp in by_partition]
+            if k == 0:  # offsets of partitions kept are written with the first
+                part_writes = [w for w in writes if w[0] not in tokens] + part_writes
+            self._add_writes(t, part_writes)
+            for tp in chunk:
+                if tp not in by_partition:
+                    t.check(protocol.offsets_path(self.group, tp.topic, tp.partition), tokens[tp])
+                t.delete(protocol.owners_path(self.group, tp.topic, tp.partition))
+            if k == len(chunks) - 1:
+                for path in deletes:
+                    t.delete(path)
+            parts.append((t, part_writes, chunk))
+        return parts
 
     def _tokens_of(self, partitions) -> Dict[TopicPartition, int]:
         """The tokens of ``partitions`` that this member still holds (a partition whose token
@@ -834,13 +867,14 @@ class GroupMember:
         """Claim ``added`` and delete ``acks``; return the committed offsets of ``added``, or
         None if a newer decision or a shutdown interrupted the claim.
 
-        Each round is two round trips: one looks at which of the partitions are still held (a
-        listing of owners/<topic> per topic, whose watch wakes us when an owner node goes) and
-        at their offsets znodes (after the listing, so a partition released before it has its
-        final commit in them: see :meth:`_look_at`); one transaction creates the owner nodes of
-        those that are free and rewrites their offsets znodes at the versions just read, or
-        creates the ones that do not exist (the fencing token). The round that claims the last
-        of them deletes the acks too."""
+        Each round looks at which of the partitions are still held (a listing of
+        owners/<topic> per topic, whose watch wakes us when an owner node goes) and at their
+        offsets znodes (after the listing, so a partition released before it has its final
+        commit in them: see :meth:`_look_at`), in one round trip; then it claims those that are
+        free, :data:`CLAIM_PARTITIONS` a transaction, one transaction after the other: each
+        creates the owner nodes of its partitions and rewrites their offsets znodes at the
+        versions just read, or creates the ones that do not exist (the fencing token). The
+        transaction that claims the last of them deletes the acks too."""
         session = self._session()
         for topic in {tp.topic for tp in added}:
             self._ensure_dirs(topic)
@@ -854,43 +888,53 @@ class GroupMember:
         while True:
             released.clear()
             held, current = self._look_at(waiting, watch)
-            free = {tp: s for tp, s in waiting.items() if tp not in held}
+            free = [tp for tp in waiting if tp not in held]
             last = len(free) == len(waiting)  # also when there is nothing to claim: just ack
             if free or last:
-                t = self.client.transaction()
-                for tp, stream in free.items():
-                    t.create(protocol.owners_path(self.group, tp.topic, tp.partition), stream.encode(), ephemeral=True)
-                for tp in free:
-                    raw, version = current[tp]
-                    path = protocol.offsets_path(self.group, tp.topic, tp.partition)
-                    if version is None:
-                        t.create(path, protocol.NO_OFFSET)
-                    else:
-                        t.set_data(path, raw, version=version)
-                for path in acks if last else ():
-                    t.delete(path)
-                sent = time.monotonic()
+                parts = [free[i:i + CLAIM_PARTITIONS] for i in range(0, len(free), CLAIM_PARTITIONS)] or [[]]
                 try:
-                    if t.operations:
-                        commit(t)
-                    claimed = {tp: current[tp] for tp in free}
-                    tokens = {tp: 0 if version is None else version + 1 for tp, (_, version) in claimed.items()}
-                    for tp in free:
-                        self._offsets_listed.setdefault(tp.topic, set()).add(tp.partition)
-                    self._record_claim(free, claimed, tokens, session, sent, committed)
-                    for tp in free:
-                        del waiting[tp]
+                    for k, part in enumerate(parts):
+                        self._claim_part({tp: waiting[tp] for tp in part}, current,
+                                         acks if last and k == len(parts) - 1 else [], session, committed)
+                        for tp in part:
+                            del waiting[tp]
                     if last:
                         return committed
                     continue  # claim the others as they are released
                 except TransactionFailed as e:
-                    if isinstance(e.error, NoNodeError) and e.index >= 2 * len(free):  # an ack already gone
+                    if isinstance(e.error, NoNodeError) and e.index >= 2 * len(part):  # an ack already gone
                         acks = [p for p in acks if self.client.exists(p)]
                     # else an owner node was taken or an offset written since we looked: look again
             if self._superseded(acks):
                 return None
             if not free and not released.wait(0.25):
                 self._adopt_own(waiting, session, committed)  # quiet for a while: is one of them ours?
+
+    def _claim_part(self, claim: Dict[TopicPartition, str], current, acks: List[str], session: int,
+                    committed: Dict[TopicPartition, Optional[int]]) -> None:
+        """One transaction: create the owner nodes of ``claim``, write their offsets znodes
+        (compare-and-set at the versions in ``current``, or create), delete ``acks``; record
+        the partitions as owned. TransactionFailed if any of it could not apply (nothing did)."""
+        t = self.client.transaction()
+        for tp, stream in claim.items():
+            t.create(protocol.owners_path(self.group, tp.topic, tp.partition), stream.encode(), ephemeral=True)
+        for tp in claim:
+            raw, version = current[tp]
+            path = protocol.offsets_path(self.group, tp.topic, tp.partition)
+            if version is None:
+                t.create(path, protocol.NO_OFFSET)
+            else:
+                t.set_data(path, raw, version=version)
+        for path in acks:
+            t.delete(path)
+        sent = time.monotonic()
+        if t.operations:
+            commit(t)
+        claimed = {tp: current[tp] for tp in claim}
+        tokens = {tp: 0 if version is None else version + 1 for tp, (_, version) in claimed.items()}
+        for tp in claim:
+            self._offsets_listed.setdefault(tp.topic, set()).add(tp.partition)
+        self._record_claim(claim, claimed, tokens, session, sent, committed)
 
     def _look_at(self, waiting: Dict[TopicPartition, str], watch):
         """Which of ``waiting`` hold an owner node (listings of owners/<topic> watched by
@@ -1028,22 +1072,35 @@ class GroupMember:
                 self._commit_locked(offsets)
 
     def _commit_locked(self, offsets: Dict[TopicPartition, int]) -> None:
-        t = self.client.transaction()
-        writes = self._fenced_writes(t, offsets)
-        try:
-            commit(t, timeout=self._session_timeout_s)
-        except TransactionFailed as e:
-            tp = writes[e.index][0] if e.index < len(writes) else None
-            raise CommitFailedError(f"commit refused: {tp} was claimed by another member after this one") from None
-        except UNREACHABLE as e:  # no answer: the write may or may not have applied
-            with self._lock:
-                for tp, data, version in writes:
-                    self._uncertain[tp] = (data, version)
-            raise ZooKeeperUnavailable(f"commit failed: {type(e).__name__}") from None
-        self._written(writes)
+        """Write ``offsets`` in transactions of at most :data:`COMMIT_PARTITIONS`, one after
+        the other (see :data:`CLAIM_PARTITIONS` for why). A refusal or a lost answer stops
+        there: the parts before it are written, and each partition holds either its new offset
+        or the one before, as always."""
+        writes = self._fenced_offsets(offsets)
+        for i in range(0, len(writes), COMMIT_PARTITIONS):
+            part = writes[i:i + COMMIT_PARTITIONS]
+            t = self.client.transaction()
+            self._add_writes(t, part)
+            try:
+                commit(t, timeout=self._session_timeout_s)
+            except TransactionFailed as e:
+                tp = part[e.index][0] if e.index < len(part) else None
+                raise CommitFailedError(f"commit refused: {tp} was claimed by another member after this one") from None
+            except UNREACHABLE as e:  # no answer: the write may or may not have applied
+                with self._lock:
+                    for tp, data, version in part:
+                        self._uncertain[tp] = (data, version)
+                raise ZooKeeperUnavailable(f"commit failed: {type(e).__name__}") from None
+            self._written(part)
 
-    def _fenced_writes(self, t, offsets: Dict[TopicPartition, int]) -> List[Tuple[TopicPartition, bytes, int]]:
-        """Add a compare-and-set write per partition to ``t``; (tp, data, expected version) each.
+    def _add_writes(self, t, writes: List[Tuple[TopicPartition, bytes, int]]) -> None:
+        """Add a compare-and-set write to ``t`` for each (tp, data, expected version) of ``writes``."""
+        for tp, data, version in writes:
+            t.set_data(protocol.offsets_path(self.group, tp.topic, tp.partition), data, version=version)
+
+    def _fenced_offsets(self, offsets: Dict[TopicPartition, int]) -> List[Tuple[TopicPartition, bytes, int]]:
+        """(tp, data, the version to write at) of each of ``offsets``, once it is known that this
+        member may commit them all (CommitFailedError, ZooKeeperUnavailable: nothing is written).
         Caller holds ``_commit_lock``."""
         if not offsets:
             return []
@@ -1061,8 +1118,6 @@ class GroupMember:
                 if tp not in self._owned or tp not in self._tokens:
                     raise CommitFailedError(f"commit refused: {tp} is not owned by this member")
                 writes.append((tp, protocol.encode_offset(offset), self._tokens[tp]))
-        for tp, data, version in writes:
-            t.set_data(protocol.offsets_path(self.group, tp.topic, tp.partition), data, version=version)
         return writes
 
     def _settle_uncertain(self, partitions: Set[TopicPartition]) -> None:

@@ -14,9 +14,11 @@ the wire what :class:`consumer.member.GroupMember` does for its group's coordina
 * releases what moves away (one transaction: the offsets token checked, the owner node
   deleted, the applied commands deleted) and claims what is new (its owners and offsets
   directories listed and the offsets znodes its last listing showed read, in one round trip;
-  those listed now but not read in a second one; then one transaction: ephemeral owner nodes
-  created, offsets znodes rewritten compare-and-set at the versions just read or created
-  where there were none, the applied commands deleted — the ack), as the member does.
+  those listed now but not read in a second one; then transactions of at most
+  :data:`~consumer.member.CLAIM_PARTITIONS` partitions, one after the other: ephemeral owner
+  nodes created, offsets znodes rewritten compare-and-set at the versions just read or created
+  where there were none, the applied commands deleted with the last — the ack), as the member
+  does.
 
 Members are handled in batches: one worker thread per client takes every member whose channel
 fired and runs each step for the whole batch as pipelined asynchronous calls, so a batch costs
@@ -39,7 +41,7 @@ from typing import Dict, List, Optional, Tuple
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from consumer import commands as channel
-from consumer.member import decode_commands, partition_numbers
+from consumer.member import CLAIM_PARTITIONS, decode_commands, partition_numbers
 from coordinator import protocol
 from coordinator.errors import CorruptZnode
 from coordinator.protocol import Registration
@@ -262,36 +264,48 @@ def _apply(client, plans) -> List[LightMember]:
                 gets[tp] = client.get_async(protocol.offsets_path(m.group, *tp))
         looked.append((m, d, added, claim_acks, held, gets))
     wait_in_order([a for *_, gets in looked for a in gets.values()])
+    # As the member: CLAIM_PARTITIONS a transaction, each member's parts one after the other
+    # (the members' parts of one round pipelined), the acks with the last part.
     claims, refused = [], []
     for m, d, added, claim_acks, held, gets in looked:
         if held & set(added):
             refused.append(m)  # its previous owner has not released it yet
             continue
-        t = client.transaction()
-        versions = {}
-        for tp, stream in added.items():
-            t.create(protocol.owners_path(m.group, *tp), stream.encode(), ephemeral=True)
-        for tp in added:
-            stored = _stored(gets.get(tp))
-            if stored is None:
-                t.create(protocol.offsets_path(m.group, *tp), protocol.NO_OFFSET)
-                versions[tp] = 0
-            else:
-                t.set_data(protocol.offsets_path(m.group, *tp), stored[0], version=stored[1].version)
-                versions[tp] = stored[1].version + 1
-        for path in claim_acks:
-            t.delete(path)
-        claims.append((m, d, added, versions, t.commit_async() if t.operations else None))
-    wait_in_order([a for *_, a in claims if a is not None])
-    for m, d, added, versions, a in claims:
-        if a is not None and any(isinstance(r, Exception) for r in a.get()):
-            refused.append(m)  # an owner node still held, or an offset written meanwhile
-            continue
-        m.owned.update(added)
-        m.tokens.update(versions)
-        for topic, p in added:
-            m.offsets_listed.setdefault(topic, set()).add(p)
-        _applied(m, d)
+        order = list(added)
+        parts = [order[i:i + CLAIM_PARTITIONS] for i in range(0, len(order), CLAIM_PARTITIONS)] or [[]]
+        claims.append((m, d, added, gets, claim_acks, parts))
+    for r in range(max((len(parts) for *_, parts in claims), default=0)):
+        sent = []
+        for m, d, added, gets, claim_acks, parts in claims:
+            if r >= len(parts) or m in refused:
+                continue
+            t, versions = client.transaction(), {}
+            for tp in parts[r]:
+                t.create(protocol.owners_path(m.group, *tp), added[tp].encode(), ephemeral=True)
+            for tp in parts[r]:
+                stored = _stored(gets.get(tp))
+                if stored is None:
+                    t.create(protocol.offsets_path(m.group, *tp), protocol.NO_OFFSET)
+                    versions[tp] = 0
+                else:
+                    t.set_data(protocol.offsets_path(m.group, *tp), stored[0], version=stored[1].version)
+                    versions[tp] = stored[1].version + 1
+            final = r == len(parts) - 1
+            for path in claim_acks if final else ():
+                t.delete(path)
+            sent.append((m, d, {tp: added[tp] for tp in parts[r]}, versions, final,
+                         t.commit_async() if t.operations else None))
+        wait_in_order([a for *_, a in sent if a is not None])
+        for m, d, part, versions, final, a in sent:
+            if a is not None and any(isinstance(x, Exception) for x in a.get()):
+                refused.append(m)  # an owner node still held, or an offset written meanwhile
+                continue
+            m.owned.update(part)
+            m.tokens.update(versions)
+            for topic, p in part:
+                m.offsets_listed.setdefault(topic, set()).add(p)
+            if final:
+                _applied(m, d)
     return refused
 
 
