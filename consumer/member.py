@@ -49,6 +49,11 @@ Guarantees
   ``set_data`` at exactly that version. So once another member has claimed the partition,
   no commit of this one can land, whatever it was doing (paused, cut off, late), and the new
   owner starts from the last offset committed before its claim.
+* **Bounded writes.** A claim, a commit or a release of many partitions is written in
+  transactions of at most :data:`CLAIM_PARTITIONS` partitions (:data:`COMMIT_PARTITIONS` for
+  a commit), one after the other, each fenced as above for its partitions; the acks and the
+  registration go with the last. ZooKeeper handles every client's writes one at a time: one
+  transaction of thousands of operations would hold every other session's requests back.
 * Readers outside the group (a Spark query reading its topics) commit through
   :func:`commit_unowned`: only forward, only where no live member owns the partition, and
   compare-and-set on the same znode, so a claim in between wins.
@@ -1063,10 +1068,12 @@ class GroupMember:
     def commit(self, offsets: Dict[TopicPartition, int]) -> None:
         """Commit ``offsets`` (next offset to consume), fenced by this member's tokens.
 
-        Raises CommitFailedError for a partition this member does not own, or that another
-        member claimed since this one did; ZooKeeperUnavailable when ZooKeeper cannot be
-        reached (within a session timeout; whether such a write applied is found out and
-        accounted for at the next commit)."""
+        Raises CommitFailedError for a partition this member does not own (then nothing is
+        written), or that another member claimed since this one did; ZooKeeperUnavailable when
+        ZooKeeper cannot be reached (within a session timeout; whether such a write applied is
+        found out and accounted for at the next commit). More than :data:`COMMIT_PARTITIONS`
+        offsets are written in parts: those of the parts before a refusal or a lost answer stay
+        written."""
         if offsets:
             with self._commit_lock:
                 self._commit_locked(offsets)
