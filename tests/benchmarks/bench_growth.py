@@ -8,10 +8,10 @@ growth, until the group's state is Stable with every partition assigned (the coo
 Stable only once every member acked, and a member acks only once it created the owner nodes of
 all it was given):
 
-* the time from the topic's growth (its znode changed, seen by a watch) and from the command's
-  start (which includes starting ``groupctl``);
+* the time from the topic's growth to the Stable state (both znodes' mtimes) and from the
+  command's start (which includes starting ``groupctl``);
 * ZooKeeper's own view (``mntr``, its statistics reset just before): requests and bytes it
-  received, ``max_latency``, the most ``outstanding_requests`` seen (sampled every 20 ms);
+  received, ``max_latency``, the most ``outstanding_requests`` seen (sampled every 100 ms);
 * the bytes each side sent and received on its ZooKeeper connections (``ss``: the coordinator,
   the consumers together), and the CPU ZooKeeper, the coordinator and the consumers spent;
 * then, over ``--settle-s`` seconds: the consumers' CPU with nothing to consume (their idle
@@ -73,7 +73,7 @@ def mntr(connect: str) -> Dict[str, float]:
 
 
 class OutstandingSampler:
-    """The largest ``outstanding_requests`` mntr shows, sampled every 20 ms until stopped."""
+    """The largest ``outstanding_requests`` mntr shows, sampled every 100 ms until stopped."""
 
     def __init__(self, connect: str):
         self.connect, self.most = connect, 0.0
@@ -82,7 +82,7 @@ class OutstandingSampler:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(0.02):
+        while not self._stop.wait(0.1):
             self.most = max(self.most, mntr(self.connect).get("zk_outstanding_requests", 0.0))
 
     def stop(self) -> float:
@@ -194,47 +194,50 @@ class Stack:
 
 
 class Watches:
-    """The group's state and the topic's partition count, with when each last changed
-    (``perf_counter`` in kazoo's callback thread); waiters are woken at every change."""
+    """The group's state and the topic's partition count, with when each was written (the
+    znode's mtime: ZooKeeper's clock, this machine's, in seconds); waiters are woken at every
+    change. Server times, so that the observer's own delay (a watch, a read of a large state)
+    is not measured."""
 
     def __init__(self, client):
         self.cond = threading.Condition()
-        self.state, self.state_at = protocol.GroupState(), 0.0
+        self.states: List = []   # (when written, GroupState) of every state seen
         self.partitions, self.partitions_at = 0, 0.0
         DataWatch(client, protocol.state_path(GROUP), self._state)
         DataWatch(client, protocol.topic_path(TOPIC), self._topic)
 
-    def _state(self, data, _stat):
+    def _state(self, data, stat):
         with self.cond:
             if data:
-                self.state, self.state_at = protocol.GroupState.decode(data, "state"), time.perf_counter()
+                self.states.append((stat.mtime / 1000.0, protocol.GroupState.decode(data, "state")))
             self.cond.notify_all()
 
-    def _topic(self, data, _stat):
+    def _topic(self, data, stat):
         with self.cond:
             if data:
-                partitions = protocol.decode_topic(data, "topic")
-                if partitions != self.partitions:
-                    self.partitions, self.partitions_at = partitions, time.perf_counter()
+                self.partitions = protocol.decode_topic(data, "topic")
+                self.partitions_at = stat.mtime / 1000.0
             self.cond.notify_all()
 
     def wait_stable(self, members: int, partitions: int, timeout: float) -> float:
-        """When the group was seen Stable with ``members`` members and ``partitions`` partitions assigned."""
-        def done(s):
-            return (s.state == protocol.STABLE and len(s.members) == members
-                    and sum(len(parts) for parts in s.assignment.values()) == partitions)
+        """When the group's state was written Stable with ``members`` members and ``partitions``
+        partitions assigned."""
+        def first():
+            return next((at for at, s in self.states if s.state == protocol.STABLE and len(s.members) == members
+                         and sum(len(parts) for parts in s.assignment.values()) == partitions), None)
         with self.cond:
-            if not self.cond.wait_for(lambda: done(self.state), timeout):
+            if not self.cond.wait_for(lambda: first() is not None, timeout):
+                last = self.states[-1][1] if self.states else protocol.GroupState()
                 raise TimeoutError(f"group not Stable with {partitions} partitions within {timeout:.0f} s: "
-                                   f"{self.state.state}, generation {self.state.generation}")
-            return self.state_at
+                                   f"{last.state}, generation {last.generation}")
+            return first()
 
 
 # ---------------------------------------------------------------- one scenario
 
 @dataclass
 class Growth:
-    from_topic_s: float = 0.0        # the topic znode changed -> Stable
+    from_topic_s: float = 0.0        # the topic znode written -> the Stable state written
     wall_s: float = 0.0              # the command started -> Stable
     requests: float = 0.0            # ZooKeeper's figures, from the command's start to Stable
     request_bytes: float = 0.0
@@ -263,7 +266,7 @@ def grow(stack: Stack, watch: Watches, connect: str, zk_port: int, zk_pid: Optio
     _four_letter(connect, "srst")
     before = mntr(connect)
     sampler = OutstandingSampler(connect)
-    t0 = time.perf_counter()
+    t0 = time.time()
     command = stack.groupctl("topics", "add-partitions", TOPIC, "--to", str(total))
     stable_at = watch.wait_stable(args.consumers, total, args.timeout)
     g.wall_s, g.from_topic_s = stable_at - t0, stable_at - watch.partitions_at
