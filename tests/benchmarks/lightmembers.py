@@ -11,14 +11,13 @@ the wire what :class:`consumer.member.GroupMember` does for its group's coordina
   round trip when the channel was empty at its last listing: the next commands are numbered
   after the last one seen), and decides what applies with the member's own pure
   :func:`consumer.commands.decide`;
-* releases what moves away (one transaction: the offsets token checked, the owner node
-  deleted, the applied commands deleted) and claims what is new (its owners and offsets
-  directories listed and the offsets znodes its last listing showed read, in one round trip;
-  those listed now but not read in a second one; then transactions of at most
-  :data:`~consumer.member.CLAIM_PARTITIONS` partitions, one after the other: ephemeral owner
-  nodes created, offsets znodes rewritten compare-and-set at the versions just read or created
-  where there were none, the applied commands deleted with the last — the ack), as the member
-  does.
+* releases what moves away (owner nodes deleted, each with its offsets token checked) and
+  claims what is new (its owners and offsets directories listed and the offsets znodes its
+  last listing showed read, in one round trip; those listed now but not read, in a second;
+  then ephemeral owner nodes created and offsets znodes rewritten compare-and-set at the
+  versions just read, or created where there were none), each in transactions of at most
+  :data:`~consumer.member.CLAIM_PARTITIONS` partitions, one after the other, the applied
+  commands deleted with the last (the ack), as the member does.
 
 Members are handled in batches: one worker thread per client takes every member whose channel
 fired and runs each step for the whole batch as pipelined asynchronous calls, so a batch costs
@@ -225,20 +224,14 @@ def _apply(client, plans) -> List[LightMember]:
             moves.append((m, d, revoked, acks + start, {}, []))
         else:
             moves.append((m, d, set(), [], added, acks + start))
-    releases = []
-    for m, d, revoked, release_acks, _, _ in moves:
-        if revoked:
-            t = client.transaction()
-            for tp in revoked:
-                if tp in m.tokens:
-                    t.check(protocol.offsets_path(m.group, *tp), m.tokens[tp])
-                t.delete(protocol.owners_path(m.group, *tp))
-            for path in release_acks:
-                t.delete(path)
-            releases.append((m, revoked, t.commit_async()))
-    wait_in_order([a for *_, a in releases])
-    for m, revoked, a in releases:
-        a.get()  # a refused release (a token taken over) leaves the node to its new owner
+    releases = [(m, revoked, _release_parts(client, m, revoked, release_acks))
+                for m, d, revoked, release_acks, _, _ in moves if revoked]
+    for r in range(max((len(parts) for *_, parts in releases), default=0)):  # each member's parts in turn
+        sent = [parts[r].commit_async() for *_, parts in releases if r < len(parts)]
+        wait_in_order(sent)
+        for a in sent:
+            a.get()  # a refused release (a token taken over) leaves the node to its new owner
+    for m, revoked, _ in releases:
         for tp in revoked:
             m.owned.pop(tp, None)
             m.tokens.pop(tp, None)
@@ -309,21 +302,33 @@ def _apply(client, plans) -> List[LightMember]:
     return refused
 
 
+def _release_parts(client, m: LightMember, partitions, deletes: List[str]):
+    """The transactions of a release, as a member writes them: its owner nodes deleted, each
+    with a check of its token, CLAIM_PARTITIONS a transaction; ``deletes`` with the last."""
+    order = list(partitions)
+    chunks = [order[i:i + CLAIM_PARTITIONS] for i in range(0, len(order), CLAIM_PARTITIONS)] or [[]]
+    parts = []
+    for k, chunk in enumerate(chunks):
+        t = client.transaction()
+        for tp in chunk:
+            if tp in m.tokens:
+                t.check(protocol.offsets_path(m.group, *tp), m.tokens[tp])
+            t.delete(protocol.owners_path(m.group, *tp))
+        for path in deletes if k == len(chunks) - 1 else ():
+            t.delete(path)
+        parts.append(t)
+    return parts
+
+
 def _leave(client, m: LightMember) -> None:
-    """Leave as a member does: one transaction releasing its owner nodes (each with its token
-    checked), deleting the commands left in its channel and its registration; it handles
-    nothing after that."""
+    """Leave as a member does: its owner nodes released (each with its token checked), the
+    commands left in its channel and its registration deleted with the last of those
+    transactions; it handles nothing after that."""
     m.left = True
     base = protocol.channel_path(m.group, m.consumer_id)
-    t = client.transaction()
-    for c in sorted(client.get_children(base)):
-        t.delete(f"{base}/{c}")
-    for tp in m.owned:
-        if tp in m.tokens:
-            t.check(protocol.offsets_path(m.group, *tp), m.tokens[tp])
-        t.delete(protocol.owners_path(m.group, *tp))
-    t.delete(protocol.ids_path(m.group, m.consumer_id))
-    t.commit_async().get()
+    commands = [f"{base}/{c}" for c in sorted(client.get_children(base))]
+    for t in _release_parts(client, m, m.owned, commands + [protocol.ids_path(m.group, m.consumer_id)]):
+        t.commit_async().get()
     m.owned.clear()
     m.tokens.clear()
 
