@@ -369,7 +369,16 @@ def main():
     ap.add_argument("--baseline", metavar="DIR", help="also run the processes of this checkout, for ratios")
     ap.add_argument("--keep-logs", metavar="DIR", help="keep every process's log (and ZooKeeper's) here")
     args = ap.parse_args()
-    args.to = [int(x) for x in args.to.split(",") if x]
+    try:
+        args.to = [int(x) for x in args.to.split(",") if x]
+    except ValueError:
+        ap.error(f"--to: comma-separated partition counts, not {args.to!r}")
+    if not args.to or [args.partitions] + args.to != sorted(set([args.partitions] + args.to)):
+        ap.error("--to: totals above --partitions, each larger than the one before")
+    if args.consumers < 1 or args.rounds < 1 or args.partitions < 1 or args.settle_s <= 0:
+        ap.error("--consumers, --rounds and --partitions must be at least 1, --settle-s above 0")
+    if args.baseline and not os.path.isfile(os.path.join(args.baseline, "coordinator", "cli", "coordinatord.py")):
+        ap.error(f"--baseline {args.baseline}: not a zkgroups checkout (no coordinator/cli/coordinatord.py)")
     base_runs: List[List[Growth]] = []
     cur_runs: List[List[Growth]] = []
     with provide_zookeeper(tick_ms=200, fsync=True, jvm=SERVER_JVM) as zk:
