@@ -31,12 +31,17 @@ Implements seed 004 (KIP-41, ``max.poll.records``):
   ``poll()`` after one) drops the buffers and reads again from the positions, as a ``seek``
   to each position does, so nothing is skipped or handed out twice.
 * **Idle partitions** (no new data) are re-checked every ``fetch_max_wait_ms``; appends by
-  other processes are therefore seen within about that long. The thread sleeps on a
-  condition in between; it never spins. With nothing due it sleeps at least
-  1/:data:`IDLE_SWEEPS` of that, and re-checks the partitions that fell due meanwhile in one
-  sweep; while nothing is buffered, neither it nor ``poll()`` walks the assignment. So an idle
-  partition costs one read of the log per ``fetch_max_wait_ms``, not a walk of every assigned
-  partition (a consumer with a thousand idle partitions spent a core on those walks).
+  other processes are therefore seen within about that long. A fetcher re-checks at most
+  :data:`IDLE_CHECKS_PER_S` idle partitions a second, though: with more partitions than
+  ``fetch_max_wait_ms`` × that (100 with the defaults) each is re-checked once per
+  ``partitions / IDLE_CHECKS_PER_S`` seconds (1,000 partitions: once a second), so what a
+  consumer spends looking at partitions with nothing new stays bounded however many it owns
+  (each look is a read of the log's directory, ~50 µs; a thousand idle partitions every
+  100 ms took half a core per consumer). Partitions with data are read back to back as
+  before. The thread sleeps on a condition in between; it never spins. With nothing due it
+  sleeps at least 1/:data:`IDLE_SWEEPS` of ``fetch_max_wait_ms`` and re-checks the partitions
+  that fell due meanwhile in one sweep; while nothing is buffered, neither it nor ``poll()``
+  walks the assignment.
 
 Thread-safety and guarantees
 ----------------------------
@@ -93,6 +98,8 @@ ERROR_BACKOFF_S = 0.1
 #: With no partition due, a fetch waits at least fetch_max_wait_ms / IDLE_SWEEPS: the idle
 #: partitions that fall due meanwhile are then re-checked together, in one walk of the rotation.
 IDLE_SWEEPS = 8
+#: Idle partitions a fetcher re-checks per second at most, in all (see the module docstring).
+IDLE_CHECKS_PER_S = 1000
 
 
 class _Partition:
@@ -662,7 +669,7 @@ class Fetcher:
                 else:
                     # Nothing new: offset == latest. Look again after fetch_max_wait_ms.
                     st.highwater = offset
-                    st.next_fetch = time.monotonic() + self._idle_wait
+                    st.next_fetch = time.monotonic() + max(self._idle_wait, len(self._order) / IDLE_CHECKS_PER_S)
                 return
             st.error = exc  # parked: not fetched again until seek/assign
             if isinstance(exc, OffsetOutOfRange):
