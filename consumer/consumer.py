@@ -684,7 +684,9 @@ class Consumer:
 
         Raises CommitFailedError for a partition this member does not own (never assigned, or
         claimed by another member since), ZooKeeperUnavailable (retriable) when ZooKeeper cannot
-        be reached within a session timeout, IllegalStateError once closed."""
+        be reached within a session timeout, IllegalStateError once closed. Offsets of more
+        than ``consumer.member.COMMIT_PARTITIONS`` partitions are written in several
+        transactions: after such an error, those written before it stay written."""
         self._check_open()
         if offsets is None:
             offsets = self._positions_of(self._member.owned())

@@ -49,6 +49,11 @@ Guarantees
   ``set_data`` at exactly that version. So once another member has claimed the partition,
   no commit of this one can land, whatever it was doing (paused, cut off, late), and the new
   owner starts from the last offset committed before its claim.
+* **Bounded writes.** A claim, a commit or a release of many partitions is written in
+  transactions of at most :data:`CLAIM_PARTITIONS` partitions (:data:`COMMIT_PARTITIONS` for
+  a commit), one after the other, each fenced as above for its partitions; the acks and the
+  registration go with the last. ZooKeeper handles every client's writes one at a time: one
+  transaction of thousands of operations would hold every other session's requests back.
 * Readers outside the group (a Spark query reading its topics) commit through
   :func:`commit_unowned`: only forward, only where no live member owns the partition, and
   compare-and-set on the same znode, so a claim in between wins.
@@ -110,6 +115,15 @@ LEASE_FRACTION = 0.5
 NO_COORDINATOR_WARNING_S = 5.0
 #: The member thread's housekeeping interval while nothing happens.
 HOUSEKEEPING_S = 1.0
+#: A claim creates the owner nodes of at most this many partitions per transaction (and
+#: writes as many offsets znodes), one transaction after the other. ZooKeeper runs the writes
+#: of all its clients one at a time, so one transaction of thousands of operations holds up
+#: every other session's requests, heartbeats included, and costs it more per operation than
+#: several small ones (10 members claiming 900 new partitions each: one transaction each, other
+#: sessions waited 2-3 s; 100 partitions a transaction, 0.2-0.3 s, and all was claimed sooner).
+CLAIM_PARTITIONS = 100
+#: A commit writes the offsets of at most this many partitions per transaction.
+COMMIT_PARTITIONS = 2 * CLAIM_PARTITIONS
 
 
 def new_consumer_id(group: str) -> str:
@@ -131,6 +145,21 @@ def decode_commands(gets) -> List[Tuple[str, Union[Command, str]]]:
         except CorruptZnode as e:
             commands.append((path, e.problem))
     return commands
+
+
+def _children(pending) -> List[str]:
+    """A get_children answer; [] if the directory is gone (it is made before a claim: gone
+    means nothing is held, no offsets znode exists)."""
+    try:
+        return pending.get()
+    except NoNodeError:
+        return []
+
+
+def partition_numbers(names) -> Set[int]:
+    """The partition numbers among the child names of an owners/ or offsets/ directory
+    (anything else found there is no partition of ours)."""
+    return {int(n) for n in names if n.isascii() and n.isdigit()}
 
 
 class MemberListener:
@@ -243,6 +272,10 @@ class GroupMember:
         self._renewing = False
         self._known_offset_dirs: Set[str] = set()
         self._unserved: Set[TopicPartition] = set()   # claimed, refused by the listener, release pending
+        # Per topic: the partitions whose offsets znodes the last listing of offsets/<topic>
+        # showed (and the ones this member created since). A claim reads the offsets znodes
+        # of these with its listings; a new partition has none to read. Member thread only.
+        self._offsets_listed: Dict[str, Set[int]] = {}
         self._applied = channel.NOTHING_APPLIED
         self._epoch_path: Optional[str] = None   # this group's shard epoch znode, once known
         # The number of the last command seen in the channel (-1: a channel we made, none yet;
@@ -279,7 +312,8 @@ class GroupMember:
             channel_async = c.exists_async(protocol.channel_path(g, cid))
             self._ensure_paths([protocol.ids_path(g), protocol.channel_path(g), protocol.owners_path(g),
                                 protocol.offsets_path(g)]
-                               + [d for t in topics for d in (protocol.owners_path(g, t), protocol.offsets_path(g, t))])
+                               + [d for t in topics for d in (protocol.owners_path(g, t), protocol.offsets_path(g, t))],
+                               listed=topics)
             self._known_offset_dirs.update(topics)
             new_channel = channel_async.get() is None
             if new_channel:
@@ -612,42 +646,43 @@ class GroupMember:
 
     def _release(self, offsets: Dict[TopicPartition, int], release: Set[TopicPartition], deletes: List[str],
                  what: str) -> None:
-        """One transaction: commit ``offsets`` (fenced), release the owner nodes of ``release``
-        and delete ``deletes`` (acks, the registration). An owner node is deleted only together
-        with a check of the partition's token, so a member that lost a partition never deletes
-        its new owner's node. If the whole cannot apply, the commit is tried alone and the rest
-        is done piece by piece: nothing stays held because one part failed."""
+        """Commit ``offsets`` (fenced), release the owner nodes of ``release`` and delete
+        ``deletes`` (acks, the registration): one transaction, or one per
+        :data:`CLAIM_PARTITIONS` released partitions, one after the other, ``deletes`` in the
+        last. A partition's owner node is deleted in the transaction that writes its offset, or
+        together with a check of its token, so a member that lost a partition never deletes its
+        new owner's node. If a transaction cannot apply, the commit of what is left is tried
+        alone and the rest is done piece by piece: nothing stays held because one part failed."""
         with self._commit_lock:
             self._settle_uncertain(set(offsets) | set(release))
-            t = self.client.transaction()
             try:
-                writes = self._fenced_writes(t, offsets)
+                writes = self._fenced_offsets(offsets)
             except (CommitFailedError, ZooKeeperUnavailable) as e:
                 log.warning("member %s: %s without committing: %s", self.consumer_id, what, e)
                 writes = []
-            written = {tp for tp, _, _ in writes}
             tokens = self._tokens_of(release)
-            for tp, token in tokens.items():
-                if tp not in written:
-                    t.check(protocol.offsets_path(self.group, tp.topic, tp.partition), token)
-                t.delete(protocol.owners_path(self.group, tp.topic, tp.partition))
-            for path in deletes:
-                t.delete(path)
-            try:
-                commit(t, timeout=self._session_timeout_s)
-                self._written(writes)
+            done: Set[TopicPartition] = set()   # released, or written, by a transaction that applied
+            for t, part_writes, part in self._release_parts(writes, tokens, deletes):
+                try:
+                    if t.operations:
+                        commit(t, timeout=self._session_timeout_s)
+                    self._written(part_writes)
+                    done |= set(part) | {tp for tp, _, _ in part_writes}
+                except TransactionFailed as e:
+                    refused = e.index < len(part_writes)
+                    break
+            else:
                 return
-            except TransactionFailed as e:
-                refused = e.index < len(writes)
             log.info("member %s: %s did not apply atomically (%s); going on step by step", self.consumer_id,
                      what, "a commit was refused" if refused else "a node was gone or a partition was claimed")
-            if writes and not refused:
+            left = {tp: offset for tp, offset in offsets.items() if tp not in done}
+            if writes and left and not refused:
                 try:
-                    self._commit_locked(offsets)
+                    self._commit_locked(left)
                 except (CommitFailedError, ZooKeeperUnavailable) as e:
                     log.warning("member %s: %s: %s", self.consumer_id, what, e)
             pending = []
-            for tp, token in self._tokens_of(release).items():
+            for tp, token in self._tokens_of(set(release) - done).items():
                 t = self.client.transaction()
                 t.check(protocol.offsets_path(self.group, tp.topic, tp.partition), token)
                 t.delete(protocol.owners_path(self.group, tp.topic, tp.partition))
@@ -658,6 +693,29 @@ class GroupMember:
                     a.get(timeout=self._session_timeout_s)
                 except UNREACHABLE:
                     pass
+
+    def _release_parts(self, writes, tokens: Dict[TopicPartition, int], deletes: List[str]):
+        """The transactions of a release: (transaction, the offsets writes in it, the partitions
+        it releases) each; every transaction's writes come first (a refusal's index says it)."""
+        by_partition = {w[0]: w for w in writes}
+        released = list(tokens)
+        chunks = [released[i:i + CLAIM_PARTITIONS] for i in range(0, len(released), CLAIM_PARTITIONS)] or [[]]
+        parts = []
+        for k, chunk in enumerate(chunks):
+            t = self.client.transaction()
+            part_writes = [by_partition[tp] for tp in chunk if tp in by_partition]
+            if k == 0:  # offsets of partitions kept are written with the first
+                part_writes = [w for w in writes if w[0] not in tokens] + part_writes
+            self._add_writes(t, part_writes)
+            for tp in chunk:
+                if tp not in by_partition:
+                    t.check(protocol.offsets_path(self.group, tp.topic, tp.partition), tokens[tp])
+                t.delete(protocol.owners_path(self.group, tp.topic, tp.partition))
+            if k == len(chunks) - 1:
+                for path in deletes:
+                    t.delete(path)
+            parts.append((t, part_writes, chunk))
+        return parts
 
     def _tokens_of(self, partitions) -> Dict[TopicPartition, int]:
         """The tokens of ``partitions`` that this member still holds (a partition whose token
@@ -752,11 +810,23 @@ class GroupMember:
             return
         self._epoch_path = protocol.shard_epoch_path(protocol.shard_of(self.group, count))
 
-    def _ensure_paths(self, paths: List[str]) -> None:
-        """Create those of ``paths`` that are missing, looking at all of them in one round trip."""
-        for path, exists in [(path, self.client.exists_async(path)) for path in paths]:
-            if exists.get() is None:
+    def _ensure_paths(self, paths: List[str], listed: Iterable[str] = ()) -> None:
+        """Create those of ``paths`` that are missing, looking at all of them in one round trip.
+        The offsets directories of the topics ``listed`` are listed rather than looked at, for
+        the first claim of their partitions (``_offsets_listed``)."""
+        listings = {protocol.offsets_path(self.group, t): t for t in listed}
+        looks = [(path, self.client.get_children_async(path) if path in listings else self.client.exists_async(path))
+                 for path in paths]
+        wait_in_order([a for _, a in looks])
+        for path, a in looks:
+            try:
+                answer = a.get()
+            except NoNodeError:
+                answer = None
+            if answer is None:
                 self.client.ensure_path(path)
+            elif path in listings:
+                self._offsets_listed[listings[path]] = partition_numbers(answer)
 
     def _process_channel(self) -> None:
         if self._state is not MemberState.JOINED:
@@ -857,12 +927,14 @@ class GroupMember:
         """Claim ``added`` and delete ``acks``; return the committed offsets of ``added``, or
         None if a newer decision or a shutdown interrupted the claim.
 
-        Each round is two round trips: one looks at which of the partitions are still held (a
-        listing of owners/<topic> per topic, whose watch wakes us when an owner node goes) and
-        reads their offsets znodes (after the listing, so a partition released before it has
-        its final commit in them); one transaction creates the owner nodes of those that are
-        free and rewrites their offsets znodes at the versions just read (the fencing token).
-        The round that claims the last of them deletes the acks too."""
+        Each round looks at which of the partitions are still held (a listing of
+        owners/<topic> per topic, whose watch wakes us when an owner node goes) and at their
+        offsets znodes (after the listing, so a partition released before it has its final
+        commit in them: see :meth:`_look_at`), in one round trip; then it claims those that are
+        free, :data:`CLAIM_PARTITIONS` a transaction, one transaction after the other: each
+        creates the owner nodes of its partitions and rewrites their offsets znodes at the
+        versions just read, or creates the ones that do not exist (the fencing token). The
+        transaction that claims the last of them deletes the acks too."""
         session = self._session()
         for topic in {tp.topic for tp in added}:
             self._ensure_dirs(topic)
@@ -876,35 +948,21 @@ class GroupMember:
         while True:
             released.clear()
             held, current = self._look_at(waiting, watch)
-            free = {tp: s for tp, s in waiting.items() if tp not in held}
+            free = [tp for tp in waiting if tp not in held]
             last = len(free) == len(waiting)  # also when there is nothing to claim: just ack
             if free or last:
-                t = self.client.transaction()
-                for tp, stream in free.items():
-                    t.create(protocol.owners_path(self.group, tp.topic, tp.partition), stream.encode(), ephemeral=True)
-                for tp in free:
-                    raw, version = current[tp]
-                    path = protocol.offsets_path(self.group, tp.topic, tp.partition)
-                    if version is None:
-                        t.create(path, protocol.NO_OFFSET)
-                    else:
-                        t.set_data(path, raw, version=version)
-                for path in acks if last else ():
-                    t.delete(path)
-                sent = time.monotonic()
+                parts = [free[i:i + CLAIM_PARTITIONS] for i in range(0, len(free), CLAIM_PARTITIONS)] or [[]]
                 try:
-                    if t.operations:
-                        commit(t)
-                    claimed = {tp: current[tp] for tp in free}
-                    tokens = {tp: 0 if version is None else version + 1 for tp, (_, version) in claimed.items()}
-                    self._record_claim(free, claimed, tokens, session, sent, committed)
-                    for tp in free:
-                        del waiting[tp]
+                    for k, part in enumerate(parts):
+                        self._claim_part({tp: waiting[tp] for tp in part}, current,
+                                         acks if last and k == len(parts) - 1 else [], session, committed)
+                        for tp in part:
+                            del waiting[tp]
                     if last:
                         return committed
                     continue  # claim the others as they are released
                 except TransactionFailed as e:
-                    if isinstance(e.error, NoNodeError) and e.index >= 2 * len(free):  # an ack already gone
+                    if isinstance(e.error, NoNodeError) and e.index >= 2 * len(part):  # an ack already gone
                         acks = [p for p in acks if self.client.exists(p)]
                     # else an owner node was taken or an offset written since we looked: look again
             if self._superseded(acks):
@@ -912,20 +970,58 @@ class GroupMember:
             if not free and not released.wait(0.25):
                 self._adopt_own(waiting, session, committed)  # quiet for a while: is one of them ours?
 
+    def _claim_part(self, claim: Dict[TopicPartition, str], current, acks: List[str], session: int,
+                    committed: Dict[TopicPartition, Optional[int]]) -> None:
+        """One transaction: create the owner nodes of ``claim``, write their offsets znodes
+        (compare-and-set at the versions in ``current``, or create), delete ``acks``; record
+        the partitions as owned. TransactionFailed if any of it could not apply (nothing did)."""
+        t = self.client.transaction()
+        for tp, stream in claim.items():
+            t.create(protocol.owners_path(self.group, tp.topic, tp.partition), stream.encode(), ephemeral=True)
+        for tp in claim:
+            raw, version = current[tp]
+            path = protocol.offsets_path(self.group, tp.topic, tp.partition)
+            if version is None:
+                t.create(path, protocol.NO_OFFSET)
+            else:
+                t.set_data(path, raw, version=version)
+        for path in acks:
+            t.delete(path)
+        sent = time.monotonic()
+        if t.operations:
+            commit(t)
+        claimed = {tp: current[tp] for tp in claim}
+        tokens = {tp: 0 if version is None else version + 1 for tp, (_, version) in claimed.items()}
+        for tp in claim:
+            self._offsets_listed.setdefault(tp.topic, set()).add(tp.partition)
+        self._record_claim(claim, claimed, tokens, session, sent, committed)
+
     def _look_at(self, waiting: Dict[TopicPartition, str], watch):
-        """Which of ``waiting`` hold an owner node (listings watched by ``watch``), and the
-        offsets znodes of all of them read after the listings: one pipelined round trip."""
+        """Which of ``waiting`` hold an owner node (listings of owners/<topic> watched by
+        ``watch``), and {partition: (data, version)} of their offsets znodes, version None
+        where there is none: all read after the owner listings.
+
+        One pipelined round trip: the owner listings, a listing of offsets/<topic> and reads of
+        the offsets znodes the last listing showed. A partition that has none (new in a topic
+        that grew: most of a growth's) costs no read; the claim creates its znode, and fails if
+        it appeared since. Only znodes made since the last listing are read in a second round
+        trip."""
         topics = sorted({tp.topic for tp in waiting})
-        listings = [(t, self.client.get_children_async(protocol.owners_path(self.group, t), watch=watch)) for t in topics]
-        offsets = self._read_offsets_async(waiting)
-        wait_in_order([a for _, a in offsets] or [a for _, a in listings])
-        held = set()
-        for topic, a in listings:
-            try:
-                held |= {TopicPartition(topic, int(p)) for p in a.get()}
-            except NoNodeError:
-                pass  # the directory is made before the claim; gone means nothing is held
-        return held, self._offsets_answers(offsets)
+        owners = [(t, self.client.get_children_async(protocol.owners_path(self.group, t), watch=watch)) for t in topics]
+        offsets_dirs = [(t, self.client.get_children_async(protocol.offsets_path(self.group, t))) for t in topics]
+        known = [tp for tp in waiting if tp.partition in self._offsets_listed.get(tp.topic, ())]
+        reads = self._read_offsets_async(known)
+        wait_in_order([a for _, a in owners + offsets_dirs] + [a for _, a in reads])
+        held = {TopicPartition(t, p) for t, a in owners for p in partition_numbers(_children(a))}
+        for topic, a in offsets_dirs:
+            self._offsets_listed[topic] = partition_numbers(_children(a))
+        current = {tp: (protocol.NO_OFFSET, None) for tp in waiting}
+        current.update(self._offsets_answers(reads))
+        read = set(known)
+        missed = [tp for tp in waiting if tp not in read and tp.partition in self._offsets_listed[tp.topic]]
+        if missed:
+            current.update(self._read_offsets(missed))
+        return held, current
 
     def _read_offsets(self, partitions) -> Dict[TopicPartition, Tuple[bytes, Optional[int]]]:
         """{tp: (data, znode version)} of the offsets znodes; version None when absent."""
@@ -1005,7 +1101,8 @@ class GroupMember:
 
     def _ensure_dirs(self, topic: str) -> None:
         if topic not in self._known_offset_dirs:
-            self._ensure_paths([protocol.owners_path(self.group, topic), protocol.offsets_path(self.group, topic)])
+            self._ensure_paths([protocol.owners_path(self.group, topic), protocol.offsets_path(self.group, topic)],
+                               listed=[topic])
             self._known_offset_dirs.add(topic)
 
     # ------------------------------------------------------------ offsets (any thread)
@@ -1026,31 +1123,46 @@ class GroupMember:
     def commit(self, offsets: Dict[TopicPartition, int]) -> None:
         """Commit ``offsets`` (next offset to consume), fenced by this member's tokens.
 
-        Raises CommitFailedError for a partition this member does not own, or that another
-        member claimed since this one did; ZooKeeperUnavailable when ZooKeeper cannot be
-        reached (within a session timeout; whether such a write applied is found out and
-        accounted for at the next commit)."""
+        Raises CommitFailedError for a partition this member does not own (then nothing is
+        written), or that another member claimed since this one did; ZooKeeperUnavailable when
+        ZooKeeper cannot be reached (within a session timeout; whether such a write applied is
+        found out and accounted for at the next commit). More than :data:`COMMIT_PARTITIONS`
+        offsets are written in parts: those of the parts before a refusal or a lost answer stay
+        written."""
         if offsets:
             with self._commit_lock:
                 self._commit_locked(offsets)
 
     def _commit_locked(self, offsets: Dict[TopicPartition, int]) -> None:
-        t = self.client.transaction()
-        writes = self._fenced_writes(t, offsets)
-        try:
-            commit(t, timeout=self._session_timeout_s)
-        except TransactionFailed as e:
-            tp = writes[e.index][0] if e.index < len(writes) else None
-            raise CommitFailedError(f"commit refused: {tp} was claimed by another member after this one") from None
-        except UNREACHABLE as e:  # no answer: the write may or may not have applied
-            with self._lock:
-                for tp, data, version in writes:
-                    self._uncertain[tp] = (data, version)
-            raise ZooKeeperUnavailable(f"commit failed: {type(e).__name__}") from None
-        self._written(writes)
+        """Write ``offsets`` in transactions of at most :data:`COMMIT_PARTITIONS`, one after
+        the other (see :data:`CLAIM_PARTITIONS` for why). A refusal or a lost answer stops
+        there: the parts before it are written, and each partition holds either its new offset
+        or the one before, as always."""
+        writes = self._fenced_offsets(offsets)
+        for i in range(0, len(writes), COMMIT_PARTITIONS):
+            part = writes[i:i + COMMIT_PARTITIONS]
+            t = self.client.transaction()
+            self._add_writes(t, part)
+            try:
+                commit(t, timeout=self._session_timeout_s)
+            except TransactionFailed as e:
+                tp = part[e.index][0] if e.index < len(part) else None
+                raise CommitFailedError(f"commit refused: {tp} was claimed by another member after this one") from None
+            except UNREACHABLE as e:  # no answer: the write may or may not have applied
+                with self._lock:
+                    for tp, data, version in part:
+                        self._uncertain[tp] = (data, version)
+                raise ZooKeeperUnavailable(f"commit failed: {type(e).__name__}") from None
+            self._written(part)
 
-    def _fenced_writes(self, t, offsets: Dict[TopicPartition, int]) -> List[Tuple[TopicPartition, bytes, int]]:
-        """Add a compare-and-set write per partition to ``t``; (tp, data, expected version) each.
+    def _add_writes(self, t, writes: List[Tuple[TopicPartition, bytes, int]]) -> None:
+        """Add a compare-and-set write to ``t`` for each (tp, data, expected version) of ``writes``."""
+        for tp, data, version in writes:
+            t.set_data(protocol.offsets_path(self.group, tp.topic, tp.partition), data, version=version)
+
+    def _fenced_offsets(self, offsets: Dict[TopicPartition, int]) -> List[Tuple[TopicPartition, bytes, int]]:
+        """(tp, data, the version to write at) of each of ``offsets``, once it is known that this
+        member may commit them all (CommitFailedError, ZooKeeperUnavailable: nothing is written).
         Caller holds ``_commit_lock``."""
         if not offsets:
             return []
@@ -1071,8 +1183,6 @@ class GroupMember:
                 if tp not in self._owned or tp not in self._tokens:
                     raise CommitFailedError(f"commit refused: {tp} is not owned by this member")
                 writes.append((tp, protocol.encode_offset(offset), self._tokens[tp]))
-        for tp, data, version in writes:
-            t.set_data(protocol.offsets_path(self.group, tp.topic, tp.partition), data, version=version)
         return writes
 
     def _settle_uncertain(self, partitions: Set[TopicPartition]) -> None:

@@ -16,8 +16,10 @@ import time
 
 import pytest
 
+from kazoo.exceptions import BadVersionError, NodeExistsError
+
 from consumer import Consumer, Producer, TopicPartition
-from consumer.member import GroupMember
+from consumer.member import CLAIM_PARTITIONS, COMMIT_PARTITIONS, GroupMember, MemberListener
 from coordinator import protocol
 from coordinator.config import CoordinatorConfig
 from coordinator.controller import Controller
@@ -25,6 +27,7 @@ from coordinator.coordinator import Coordinator, Leadership
 from coordinator.errors import CommitFailedError
 from coordinator.rebalance import Deposed
 from coordinator.topics import TopicRegistry
+from coordinator.zkclient import close_client, start_client
 from tests.groups import read_state
 from tests.helpers import GROUPCTL, fill, wait_for
 from tests.test_consumer import consume_until
@@ -287,3 +290,120 @@ def test_a_member_reads_its_commands_whether_or_not_their_names_were_guessed(zk)
         for path in paths:  # the acks
             zk.delete(path)
         assert member._read_channel() == ([], None, None)
+
+
+class Sent:
+    """Records what a client sends: the paths it reads, and each transaction it commits as
+    [(operation, path)] (paths as the client names them, without its chroot)."""
+
+    def __init__(self, client):
+        self.reads, self.transactions = [], []
+        get_async, transaction = client.get_async, client.transaction
+        chroot = len(client.chroot or "")
+
+        def get(path, *args, **kwargs):
+            self.reads.append(path)
+            return get_async(path, *args, **kwargs)
+
+        def recorded():
+            t = transaction()
+            commit_async = t.commit_async
+
+            def commit():
+                self.transactions.append([(type(op).__name__, op.path[chroot:]) for op in t.operations])
+                return commit_async()
+            t.commit_async = commit
+            return t
+        client.get_async, client.transaction = get, recorded
+
+    def counts(self, kind: str, prefix: str):
+        """Per transaction, how many ``kind`` operations on paths under ``prefix`` it had (those with any)."""
+        counted = [sum(k == kind and p.startswith(prefix + "/") for k, p in t) for t in self.transactions]
+        return [n for n in counted if n]
+
+    def with_ops_under(self, prefix: str):
+        """The indexes of the transactions with an operation under ``prefix``."""
+        return [i for i, t in enumerate(self.transactions) if any(p.startswith(prefix + "/") for _, p in t)]
+
+
+class Keeper(MemberListener):
+    """Records the committed offsets a claim found; revoking, commits ``1000 + partition``."""
+
+    def __init__(self):
+        self.committed = {}
+
+    def assign(self, added, committed):
+        self.committed.update(committed)
+
+    def revoke(self, partitions):
+        return {tp: 1000 + tp.partition for tp in partitions}
+
+
+def test_a_claim_reads_only_offsets_znodes_that_exist_and_fences_every_partition(zk, zk_connect):
+    """Member m gets partitions 0-249 of t. 0 has an offsets znode m saw when it joined, 1 one
+    made after that (as another member's claim or a reader's commit makes one), the others
+    none (new: the topic grew). The claim reads those two and no other offsets znode, and
+    claims in transactions of at most CLAIM_PARTITIONS partitions, the ack in the last. Every
+    partition's offsets znode was then written by the claim: a write at a version from before
+    it is refused, and m commits through its own tokens."""
+    zk.create(protocol.offsets_path("g", "t", 0), b"7", makepath=True)
+    client = start_client(zk_connect, session_timeout_ms=4000)
+    try:
+        leader = ActingLeader(zk, "g")
+        keeper = Keeper()
+        member = GroupMember(client, "g", {"t": 1}, consumer_id="m", listener=keeper).start()
+        zk.create(protocol.offsets_path("g", "t", 1), b"5")
+        sent = Sent(client)
+        leader.assign({"m": list(range(250))})
+        wait_for(lambda: leader.acked("m"), message="m claimed its partitions")
+
+        offsets = protocol.offsets_path("g", "t")
+        assert sorted(p for p in sent.reads if p.startswith(offsets + "/")) == [f"{offsets}/0", f"{offsets}/1"]
+        owners = protocol.owners_path("g", "t")
+        assert sent.counts("Create", owners) == [CLAIM_PARTITIONS, CLAIM_PARTITIONS, 250 - 2 * CLAIM_PARTITIONS]
+        claims = sent.with_ops_under(owners)
+        assert sent.with_ops_under(protocol.channel_path("g", "m")) == [claims[-1]]  # the ack, with the last
+        assert keeper.committed[TopicPartition("t", 0)] == 7 and keeper.committed[TopicPartition("t", 1)] == 5
+        assert all(keeper.committed[TopicPartition("t", p)] is None for p in range(2, 250))
+
+        for p in (0, 1):  # rewritten by the claim (same data, next version): an older token is refused
+            assert zk.get(protocol.offsets_path("g", "t", p))[1].version == 1
+            with pytest.raises(BadVersionError):
+                zk.set(protocol.offsets_path("g", "t", p), b"99", version=0)
+        with pytest.raises(NodeExistsError):  # created by the claim: no one else creates it now
+            zk.create(protocol.offsets_path("g", "t", 2), b"99")
+        member.commit({TopicPartition("t", p): 40 + p for p in (0, 1, 2)})
+        assert [zk.get(protocol.offsets_path("g", "t", p))[0] for p in (0, 1, 2)] == [b"40", b"41", b"42"]
+        member.close()
+    finally:
+        close_client(client)
+
+
+def test_commits_and_releases_of_many_partitions_go_in_parts(zk, zk_connect):
+    """m owns 250 partitions. A commit of all their offsets is written in transactions of at
+    most COMMIT_PARTITIONS; revoking all of them (their offsets written, their owner nodes
+    deleted) in transactions of at most CLAIM_PARTITIONS, the ack in the last. Every offset
+    lands and every owner node goes."""
+    client = start_client(zk_connect, session_timeout_ms=4000)
+    try:
+        leader = ActingLeader(zk, "g")
+        member = GroupMember(client, "g", {"t": 1}, consumer_id="m", listener=Keeper()).start()
+        leader.assign({"m": list(range(250))})
+        wait_for(lambda: leader.acked("m"), message="m claimed its partitions")
+        sent = Sent(client)
+        member.commit({TopicPartition("t", p): p for p in range(250)})
+        offsets, owners = protocol.offsets_path("g", "t"), protocol.owners_path("g", "t")
+        assert sent.counts("SetData", offsets) == [COMMIT_PARTITIONS, 250 - COMMIT_PARTITIONS]
+        assert all(zk.get(protocol.offsets_path("g", "t", p))[0] == str(p).encode() for p in range(250))
+
+        sent.transactions.clear()
+        leader.assign({"m": []})
+        wait_for(lambda: leader.acked("m"), message="m released its partitions")
+        assert sent.counts("Delete", owners) == [CLAIM_PARTITIONS, CLAIM_PARTITIONS, 250 - 2 * CLAIM_PARTITIONS]
+        releases = sent.with_ops_under(owners)
+        assert sent.with_ops_under(protocol.channel_path("g", "m")) == [releases[-1]]
+        assert zk.get_children(owners) == []
+        assert all(zk.get(protocol.offsets_path("g", "t", p))[0] == str(1000 + p).encode() for p in range(250))
+        member.close()
+    finally:
+        close_client(client)
