@@ -67,7 +67,9 @@ Guarantees
   handed out either (:meth:`wait_connected`).
 * Commands are applied in channel order; which apply is :func:`consumer.commands.decide`.
   When a stop-fetcher and a start-fetcher are both waiting, only partitions that really move
-  are released. Commands that do not apply are acked and change nothing.
+  are released. Commands that do not apply are acked and change nothing. Every partition a
+  claim took is handed to the listener, also when a newer command or an error cut the claim
+  short, so none is owned and never fetched.
 * A partition the listener cannot serve once claimed (its data cannot be opened) is released
   at once, nothing committed, never kept half-applied: the coordinator finds it not owned at
   its next check and assigns it again (``GroupMember._release_unserved()`` says why this
@@ -859,7 +861,8 @@ class GroupMember:
 
     def _apply(self, target: Dict[TopicPartition, str], acks: List[str], start_path: Optional[str]) -> bool:
         """Move from the owned partitions to ``target``: revoke and release what moves away,
-        claim what is new, ack. Returns False if a newer command interrupted the claim."""
+        claim what is new, ack. Returns False if a newer command interrupted the claim (the
+        partitions claimed before that are handed to the listener all the same)."""
         owned = self.owned()
         revoked = {tp for tp, s in owned.items() if target.get(tp) != s}
         added = {tp: s for tp, s in target.items() if tp not in owned or tp in revoked}
@@ -874,18 +877,25 @@ class GroupMember:
             self._release(offsets, revoked, acks, "revoking partitions")
             self._forget(revoked)
             acks = []
-        committed = self._claim(added, acks + ([start_path] if start_path else []))
-        if committed is None:
-            return False
-        if added:
-            try:
-                refused = self.listener.assign(added, committed)
-            except Exception:
-                self._release_unserved(set(added), "starting them failed")  # never half-applied
-                raise
-            if refused:
-                self._release_unserved(set(refused), "; ".join(sorted({str(e) for e in refused.values()})))
-        return True
+        committed: Dict[TopicPartition, Optional[int]] = {}
+        try:
+            return self._claim(added, acks + ([start_path] if start_path else []), committed)
+        finally:
+            # What was claimed is handed over however the claim ended (a newer command or an
+            # error may cut it short): a partition owned and never handed over is never fetched,
+            # and the next command, which sees it owned, would neither hand it over nor revoke it.
+            if committed:
+                self._hand_over({tp: added[tp] for tp in committed}, committed)
+
+    def _hand_over(self, added: Dict[TopicPartition, str], committed: Dict[TopicPartition, Optional[int]]) -> None:
+        """Tell the listener of partitions just claimed; release those it cannot serve."""
+        try:
+            refused = self.listener.assign(added, committed)
+        except Exception:
+            self._release_unserved(set(added), "starting them failed")  # never half-applied
+            raise
+        if refused:
+            self._release_unserved(set(refused), "; ".join(sorted({str(e) for e in refused.values()})))
 
     def _release_unserved(self, partitions: Set[TopicPartition] = frozenset(), why: str = "") -> None:
         """Give up partitions just claimed that the listener cannot serve, nothing committed
@@ -923,9 +933,11 @@ class GroupMember:
                 self._tokens.pop(tp, None)
                 self._uncertain.pop(tp, None)
 
-    def _claim(self, added: Dict[TopicPartition, str], acks: List[str]) -> Optional[Dict[TopicPartition, Optional[int]]]:
-        """Claim ``added`` and delete ``acks``; return the committed offsets of ``added``, or
-        None if a newer decision or a shutdown interrupted the claim.
+    def _claim(self, added: Dict[TopicPartition, str], acks: List[str],
+               committed: Dict[TopicPartition, Optional[int]]) -> bool:
+        """Claim ``added`` and delete ``acks``; True once done, False if a newer decision or a
+        shutdown interrupted the claim. ``committed`` gets the committed offset of each
+        partition as soon as it is claimed (also when the claim is interrupted or fails later).
 
         Each round looks at which of the partitions are still held (a listing of
         owners/<topic> per topic, whose watch wakes us when an owner node goes) and at their
@@ -939,7 +951,6 @@ class GroupMember:
         for topic in {tp.topic for tp in added}:
             self._ensure_dirs(topic)
         waiting = dict(added)
-        committed: Dict[TopicPartition, Optional[int]] = {}
         released = threading.Event()
 
         def watch(_event):
@@ -959,14 +970,14 @@ class GroupMember:
                         for tp in part:
                             del waiting[tp]
                     if last:
-                        return committed
+                        return True
                     continue  # claim the others as they are released
                 except TransactionFailed as e:
                     if isinstance(e.error, NoNodeError) and e.index >= 2 * len(part):  # an ack already gone
                         acks = [p for p in acks if self.client.exists(p)]
                     # else an owner node was taken or an offset written since we looked: look again
             if self._superseded(acks):
-                return None
+                return False
             if not free and not released.wait(0.25):
                 self._adopt_own(waiting, session, committed)  # quiet for a while: is one of them ours?
 
