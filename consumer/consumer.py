@@ -34,8 +34,8 @@ from kazoo.client import KazooClient
 from coordinator import config as cfg
 from coordinator import protocol
 from coordinator.assignors import STRATEGIES
-from coordinator.errors import (FetchFailed, IllegalStateError, InvalidConfig, NoOffsetForPartition,
-                                OffsetOutOfRange, ZkGroupsError)
+from coordinator.errors import (CommitFailedError, FetchFailed, IllegalStateError, InvalidConfig,
+                                NoOffsetForPartition, OffsetOutOfRange, ZkGroupsError)
 from coordinator.acl import parse_auth
 from coordinator.metrics import check_port
 from coordinator.zkclient import close_client, start_client
@@ -682,11 +682,12 @@ class Consumer:
         """Commit ``offsets`` ({partition: next offset to consume}, or OffsetAndMetadata-like
         objects with ``.offset``; default: the positions of every record returned so far).
 
-        Raises CommitFailedError for a partition this member does not own (never assigned, or
-        claimed by another member since), ZooKeeperUnavailable (retriable) when ZooKeeper cannot
-        be reached within a session timeout, IllegalStateError once closed. Offsets of more
-        than ``consumer.member.COMMIT_PARTITIONS`` partitions are written in several
-        transactions: after such an error, those written before it stay written."""
+        Raises CommitFailedError for partitions this member does not own (never assigned, or
+        claimed by another member since), after the others were written (its ``partitions``
+        names the refused ones); ZooKeeperUnavailable (retriable) when ZooKeeper cannot be
+        reached within a session timeout; IllegalStateError once closed. Offsets of more than
+        ``consumer.member.COMMIT_PARTITIONS`` partitions are written in several transactions:
+        after ZooKeeperUnavailable, those written before it stay written."""
         self._check_open()
         if offsets is None:
             offsets = self._positions_of(self._member.owned())
@@ -695,10 +696,15 @@ class Consumer:
             changed = {tp: o for tp, o in offsets.items() if self._committed_positions.get(tp) != o}
         if not changed:
             return
-        if self._metrics is not None:
-            self._metrics.timed_commit(self._member.commit, changed)
-        else:
-            self._member.commit(changed)
+        try:
+            if self._metrics is not None:
+                self._metrics.timed_commit(self._member.commit, changed)
+            else:
+                self._member.commit(changed)
+        except CommitFailedError as e:  # the partitions it does not name were written
+            with self._commit_lock:
+                self._committed_positions.update({tp: o for tp, o in changed.items() if tp not in e.partitions})
+            raise
         with self._commit_lock:
             self._committed_positions.update(changed)
         if self.config.kafka_commit_offsets:

@@ -107,7 +107,12 @@ class ConsumerRebalanceFailedException(RetriableError):
 
 
 class CommitFailedError(ZkGroupsError):
-    """The offset commit was refused: this member no longer owns the partition."""
+    """The offset commit was refused for ``partitions``: this member does not own them (any
+    more). The commit's other partitions were written."""
+
+    def __init__(self, message: str, partitions=frozenset()) -> None:
+        super().__init__(message)
+        self.partitions = frozenset(partitions)
 
 
 class FencedInstanceIdError(ZkGroupsError):

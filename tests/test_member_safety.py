@@ -433,3 +433,42 @@ def test_partitions_claimed_before_a_newer_command_are_handed_to_the_listener(zk
     finally:
         close_client(client)
         close_client(holder)
+
+
+def claim_as_another_member(client, group, tp):
+    """Claim ``tp`` on ``client``'s session as a member does: its owner node, and its offsets
+    znode rewritten at the version just read (the new owner's token)."""
+    raw, stat = client.get(protocol.offsets_path(group, tp.topic, tp.partition))
+    t = client.transaction()
+    t.create(protocol.owners_path(group, tp.topic, tp.partition), b"other", ephemeral=True)
+    t.set_data(protocol.offsets_path(group, tp.topic, tp.partition), raw, version=stat.version)
+    assert all(not isinstance(r, Exception) for r in t.commit())
+
+
+def test_a_commit_writes_the_partitions_still_owned_and_names_the_refused_ones(zk, zk_connect):
+    """m owns t-0 and t-1; t-1 moves to another member (m's owner node deleted under it, the
+    other claims it). A commit of t-0, t-1 and t-2 (never m's) writes t-0 and then raises
+    CommitFailedError naming t-1 and t-2; t-1 keeps the new owner's offset. Before, the one
+    refused partition kept the whole commit from being written (bin/chaos: a partition's
+    progress was never committed because another one of the same commit was refused)."""
+    client, other = start_client(zk_connect, 4000), start_client(zk_connect, 4000)
+    t0, t1, t2 = (TopicPartition("t", p) for p in range(3))
+    try:
+        leader = ActingLeader(zk, "g")
+        member = GroupMember(client, "g", {"t": 1}, consumer_id="m", listener=Keeper()).start()
+        leader.assign({"m": [0, 1]})
+        wait_for(lambda: leader.acked("m"), message="m claimed its partitions")
+        member.commit({t0: 5, t1: 5})
+        zk.delete(protocol.owners_path("g", "t", 1))
+        claim_as_another_member(other, "g", t1)
+
+        with pytest.raises(CommitFailedError) as refused:
+            member.commit({t0: 10, t1: 20, t2: 30})
+        assert committed(zk, tp=t0) == b"10" and committed(zk, tp=t1) == b"5"
+        assert refused.value.partitions == {t1, t2}
+        assert "t-1 was claimed by another member" in str(refused.value)
+        assert "t-2 is not owned by this member" in str(refused.value)
+        member.close()
+    finally:
+        close_client(client)
+        close_client(other)
