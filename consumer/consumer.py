@@ -75,7 +75,7 @@ class ConsumerConfig:
     assignment_strategy: tuple = ("sticky", "range")   # preferred first; range: what older members list
     start_position: str = "committed"          # committed | earliest | latest | timestamp (seed 002)
     start_timestamp_ms: int = 0                # for start_position = "timestamp"
-    connect_timeout_s: float = 10.0            # how long the constructor waits for ZooKeeper
+    connect_timeout_s: float = 10.0            # to connect (else ZooKeeperUnavailable); a later loss is waited out
     bootstrap_servers: str = ""                # Kafka brokers; "" (and no KAFKA_BOOTSTRAP_SERVERS): the embedded log
     kafka_commit_offsets: bool = False         # also copy commits to Kafka (after ZooKeeper's) for Kafka's tools
     metrics_port: Optional[int] = None         # serve Prometheus metrics on this port (0: any free one); None: off
@@ -235,6 +235,10 @@ class Consumer:
     others; while another live process holds the same instance id the constructor (or, after a
     session loss, ``poll()``) raises FencedInstanceIdError.
 
+    The constructor connects to ZooKeeper within ``connect_timeout_s`` (ZooKeeperUnavailable,
+    retriable, if it cannot); once connected, a connection lost while it joins the group is
+    waited out as while it runs, with one warning every ``connect_timeout_s``.
+
     States (:class:`ConsumerState`), changed through ``_set_state`` under ``_state_lock``::
 
         ACTIVE ──poll() not called within max_poll_interval_ms──▶ EVICTED ──poll()──▶ ACTIVE
@@ -320,7 +324,7 @@ class Consumer:
                                        session_timeout_ms=self.config.session_timeout_ms,
                                        group_instance_id=self.config.group_instance_id or None,
                                        static_grace_ms=self.config.static_grace_ms or None)
-            self._member.start()
+            self._member.start(report_every=self.config.connect_timeout_s)
         except BaseException:
             if self._metrics is not None:
                 self._metrics.close()

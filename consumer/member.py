@@ -107,7 +107,7 @@ from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
 from coordinator.errors import (AuthFailed, CommitFailedError, CorruptZnode, FencedInstanceIdError, InvalidConfig,
                                ZooKeeperUnavailable)
 from coordinator.protocol import Command, Registration
-from coordinator.zkclient import UNREACHABLE, TransactionFailed, commit, session_id, wait_in_order
+from coordinator.zkclient import LOST_CONNECTION, UNREACHABLE, TransactionFailed, commit, session_id, wait_in_order
 from consumer import commands as channel
 from consumer.records import TopicPartition
 
@@ -325,38 +325,74 @@ class GroupMember:
 
     # ------------------------------------------------------------ lifecycle
 
-    def start(self) -> "GroupMember":
-        """Register and start the member thread (once; ZooKeeperUnavailable if ZooKeeper is not reachable)."""
+    def start(self, report_every: float = 10.0) -> "GroupMember":
+        """Register and start the member thread (once).
+
+        A connection lost meanwhile is waited out, as the member does while it runs: it tries
+        again once the client has reconnected (kazoo reconnects by itself, to a new session if
+        the old one expired), saying so once every ``report_every`` seconds. Raises AuthFailed
+        if ZooKeeper refuses this identity, FencedInstanceIdError (static membership),
+        ZooKeeperUnavailable if the client was closed or ZooKeeper refused the join otherwise."""
         if self._state is not MemberState.NEW:
             raise RuntimeError("a GroupMember starts once")
-        c, g, cid = self.client, self.group, self.consumer_id
+        # Listening first: a session that expires while the member joins is noticed (the
+        # member thread registers again), never left with its registration gone.
+        self.client.add_listener(self._on_connection_state)
         try:
-            # The group's directories (and those of the topics it names) usually exist: look at
-            # all, at this member's channel and at the shard count in one round trip, create the
-            # missing directories; a new channel is created with the registration, in one write.
-            shards = c.get_async(protocol.SHARDS)
-            topics = sorted(self.registration.subscription) if self.registration.pattern == protocol.PATTERN_STATIC \
-                else []
-            channel_async = c.exists_async(protocol.channel_path(g, cid))
-            self._ensure_paths([protocol.ids_path(g), protocol.channel_path(g), protocol.owners_path(g),
-                                protocol.offsets_path(g)]
-                               + [d for t in topics for d in (protocol.owners_path(g, t), protocol.offsets_path(g, t))],
-                               listed=topics)
-            self._known_offset_dirs.update(topics)
-            new_channel = channel_async.get() is None
-            if new_channel:
-                self._last_command = -1
-            self._learn_epoch_path(shards)
-            self._register(create_channel=new_channel)
-        except NoAuthError:
-            raise AuthFailed(f"cannot join group {g}: ZooKeeper refused this identity (the group is bound to "
-                             "another one, or none was given)") from None
-        except KazooException as e:
-            raise ZooKeeperUnavailable(f"cannot join group {g}: {type(e).__name__}") from None
-        c.add_listener(self._on_connection_state)
-        self._thread = threading.Thread(target=self._run, name=f"member-{cid[-8:]}", daemon=True)
+            self._join(report_every)
+        except BaseException:
+            self.client.remove_listener(self._on_connection_state)
+            raise
+        self._thread = threading.Thread(target=self._run, name=f"member-{self.consumer_id[-8:]}", daemon=True)
         self._thread.start()
         return self
+
+    def _join(self, report_every: float) -> None:
+        """:meth:`_join_once` until it is done; a lost connection is waited out (one line per
+        ``report_every`` seconds), anything else ZooKeeper answers ends it."""
+        g, waiting_since, next_report = self.group, None, 0.0
+        while True:
+            if self.client.connected:
+                try:
+                    self._join_once()
+                    return
+                except NoAuthError:
+                    raise AuthFailed(f"cannot join group {g}: ZooKeeper refused this identity (the group is bound "
+                                     "to another one, or none was given)") from None
+                except LOST_CONNECTION as e:
+                    cause = type(e).__name__
+                except KazooException as e:
+                    raise ZooKeeperUnavailable(f"cannot join group {g}: {type(e).__name__}") from None
+            else:
+                cause = "not connected"
+            now = time.monotonic()
+            waiting_since = waiting_since or now
+            if now >= next_report:
+                log.warning("member %s: cannot join group %s yet: ZooKeeper connection lost (%s); waiting for it "
+                            "(%.0f s so far)", self.consumer_id, g, cause, now - waiting_since)
+                next_report = now + report_every
+            time.sleep(0.1)
+
+    def _join_once(self) -> None:
+        """Make the group's directories that are missing and register. Every step may be done
+        again: a lost connection retries all of it."""
+        c, g, cid = self.client, self.group, self.consumer_id
+        # The group's directories (and those of the topics it names) usually exist: look at
+        # all, at this member's channel and at the shard count in one round trip, create the
+        # missing directories; a new channel is created with the registration, in one write.
+        shards = c.get_async(protocol.SHARDS)
+        topics = sorted(self.registration.subscription) if self.registration.pattern == protocol.PATTERN_STATIC \
+            else []
+        channel_async = c.exists_async(protocol.channel_path(g, cid))
+        self._ensure_paths([protocol.ids_path(g), protocol.channel_path(g), protocol.owners_path(g),
+                            protocol.offsets_path(g)]
+                           + [d for t in topics for d in (protocol.owners_path(g, t), protocol.offsets_path(g, t))],
+                           listed=topics)
+        self._known_offset_dirs.update(topics)
+        new_channel = channel_async.get() is None
+        self._last_command = -1 if new_channel else None
+        self._learn_epoch_path(shards)
+        self._register(create_channel=new_channel)
 
     def close(self, timeout: float = 30.0) -> None:
         """Leave the group: revoke (commit), release owners, deregister — one transaction. Once."""

@@ -22,7 +22,7 @@ from coordinator import protocol
 from coordinator.errors import CommitFailedError, ZooKeeperUnavailable
 from coordinator.testing.zkserver import Ensemble, local_classpath
 from coordinator.zkclient import close_client, start_client
-from tests.helpers import fill, wait_for
+from tests.helpers import fill, stopped, wait_for
 from tests.test_consumer import consume_until
 from tests.test_member_safety import ActingLeader, claim_as_another_member, committed
 
@@ -30,11 +30,6 @@ pytestmark = [pytest.mark.zk, pytest.mark.skipif(local_classpath() is None, reas
 
 TP = TopicPartition("t", 0)
 SESSION_MS = 6000  # the read timeout (2/3 of it) ends each frozen request; the session outlives the freeze
-
-
-def stopped(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
 def test_a_commit_checking_an_unanswered_write_without_an_answer_is_zookeeper_unavailable(tmp_path):
