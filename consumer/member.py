@@ -48,7 +48,10 @@ Guarantees
   version read just before; the member remembers the new version. Every commit is a
   ``set_data`` at exactly that version. So once another member has claimed the partition,
   no commit of this one can land, whatever it was doing (paused, cut off, late), and the new
-  owner starts from the last offset committed before its claim.
+  owner starts from the last offset committed before its claim. Each partition has its own
+  token: a commit writes the partitions still held and refuses the others by name. A write
+  whose answer was lost is checked before the partition is written again (``_settle_uncertain``):
+  the token is dropped only on proof that the partition was lost.
 * **Bounded writes.** A claim, a commit or a release of many partitions is written in
   transactions of at most :data:`CLAIM_PARTITIONS` partitions (:data:`COMMIT_PARTITIONS` for
   a commit), one after the other, each fenced as above for its partitions; the acks and the
@@ -67,7 +70,9 @@ Guarantees
   handed out either (:meth:`wait_connected`).
 * Commands are applied in channel order; which apply is :func:`consumer.commands.decide`.
   When a stop-fetcher and a start-fetcher are both waiting, only partitions that really move
-  are released. Commands that do not apply are acked and change nothing.
+  are released. Commands that do not apply are acked and change nothing. Every partition a
+  claim took is handed to the listener, also when a newer command or an error cut the claim
+  short, so none is owned and never fetched.
 * A partition the listener cannot serve once claimed (its data cannot be opened) is released
   at once, nothing committed, never kept half-applied: the coordinator finds it not owned at
   its next check and assigns it again (``GroupMember._release_unserved()`` says why this
@@ -102,7 +107,7 @@ from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
 from coordinator.errors import (AuthFailed, CommitFailedError, CorruptZnode, FencedInstanceIdError, InvalidConfig,
                                ZooKeeperUnavailable)
 from coordinator.protocol import Command, Registration
-from coordinator.zkclient import UNREACHABLE, TransactionFailed, commit, session_id, wait_in_order
+from coordinator.zkclient import LOST_CONNECTION, UNREACHABLE, TransactionFailed, commit, session_id, wait_in_order
 from consumer import commands as channel
 from consumer.records import TopicPartition
 
@@ -124,6 +129,29 @@ HOUSEKEEPING_S = 1.0
 CLAIM_PARTITIONS = 100
 #: A commit writes the offsets of at most this many partitions per transaction.
 COMMIT_PARTITIONS = 2 * CLAIM_PARTITIONS
+
+#: Why a commit of a partition is refused (:func:`refusal` fills in the verb).
+CLAIMED_SINCE = "{was} claimed by another member after this one"
+NOT_OWNED = "{is} not owned by this member"
+HOLD_LOST = "{is} no longer held by this member (its owner node was deleted or taken over)"
+SESSION_ENDED = "{was} owned by a ZooKeeper session that ended"
+#: A refusal names at most this many partitions per reason.
+REFUSALS_NAMED = 10
+
+
+def refusal(refused: Dict[TopicPartition, str], written: int = 0) -> CommitFailedError:
+    """The CommitFailedError for ``refused`` ({partition: one of the reasons above}); ``written``:
+    how many partitions of the same commit were written."""
+    reasons = []
+    for why in sorted(set(refused.values())):
+        partitions = sorted(tp for tp, w in refused.items() if w == why)
+        names = ", ".join(str(tp) for tp in partitions[:REFUSALS_NAMED])
+        if len(partitions) > REFUSALS_NAMED:
+            names += f" and {len(partitions) - REFUSALS_NAMED} more"
+        one = len(partitions) == 1
+        reasons.append(f"{names} " + why.format(was="was" if one else "were", **{"is": "is" if one else "are"}))
+    others = f" ({written} other partition{'s' if written != 1 else ''} committed)" if written else ""
+    return CommitFailedError(f"commit refused: {'; '.join(reasons)}{others}", refused)
 
 
 def new_consumer_id(group: str) -> str:
@@ -297,38 +325,74 @@ class GroupMember:
 
     # ------------------------------------------------------------ lifecycle
 
-    def start(self) -> "GroupMember":
-        """Register and start the member thread (once; ZooKeeperUnavailable if ZooKeeper is not reachable)."""
+    def start(self, report_every: float = 10.0) -> "GroupMember":
+        """Register and start the member thread (once).
+
+        A connection lost meanwhile is waited out, as the member does while it runs: it tries
+        again once the client has reconnected (kazoo reconnects by itself, to a new session if
+        the old one expired), saying so once every ``report_every`` seconds. Raises AuthFailed
+        if ZooKeeper refuses this identity, FencedInstanceIdError (static membership),
+        ZooKeeperUnavailable if the client was closed or ZooKeeper refused the join otherwise."""
         if self._state is not MemberState.NEW:
             raise RuntimeError("a GroupMember starts once")
-        c, g, cid = self.client, self.group, self.consumer_id
+        # Listening first: a session that expires while the member joins is noticed (the
+        # member thread registers again), never left with its registration gone.
+        self.client.add_listener(self._on_connection_state)
         try:
-            # The group's directories (and those of the topics it names) usually exist: look at
-            # all, at this member's channel and at the shard count in one round trip, create the
-            # missing directories; a new channel is created with the registration, in one write.
-            shards = c.get_async(protocol.SHARDS)
-            topics = sorted(self.registration.subscription) if self.registration.pattern == protocol.PATTERN_STATIC \
-                else []
-            channel_async = c.exists_async(protocol.channel_path(g, cid))
-            self._ensure_paths([protocol.ids_path(g), protocol.channel_path(g), protocol.owners_path(g),
-                                protocol.offsets_path(g)]
-                               + [d for t in topics for d in (protocol.owners_path(g, t), protocol.offsets_path(g, t))],
-                               listed=topics)
-            self._known_offset_dirs.update(topics)
-            new_channel = channel_async.get() is None
-            if new_channel:
-                self._last_command = -1
-            self._learn_epoch_path(shards)
-            self._register(create_channel=new_channel)
-        except NoAuthError:
-            raise AuthFailed(f"cannot join group {g}: ZooKeeper refused this identity (the group is bound to "
-                             "another one, or none was given)") from None
-        except KazooException as e:
-            raise ZooKeeperUnavailable(f"cannot join group {g}: {type(e).__name__}") from None
-        c.add_listener(self._on_connection_state)
-        self._thread = threading.Thread(target=self._run, name=f"member-{cid[-8:]}", daemon=True)
+            self._join(report_every)
+        except BaseException:
+            self.client.remove_listener(self._on_connection_state)
+            raise
+        self._thread = threading.Thread(target=self._run, name=f"member-{self.consumer_id[-8:]}", daemon=True)
         self._thread.start()
         return self
+
+    def _join(self, report_every: float) -> None:
+        """:meth:`_join_once` until it is done; a lost connection is waited out (one line per
+        ``report_every`` seconds), anything else ZooKeeper answers ends it."""
+        g, waiting_since, next_report = self.group, None, 0.0
+        while True:
+            if self.client.connected:
+                try:
+                    self._join_once()
+                    return
+                except NoAuthError:
+                    raise AuthFailed(f"cannot join group {g}: ZooKeeper refused this identity (the group is bound "
+                                     "to another one, or none was given)") from None
+                except LOST_CONNECTION as e:
+                    cause = type(e).__name__
+                except KazooException as e:
+                    raise ZooKeeperUnavailable(f"cannot join group {g}: {type(e).__name__}") from None
+            else:
+                cause = "not connected"
+            now = time.monotonic()
+            waiting_since = waiting_since or now
+            if now >= next_report:
+                log.warning("member %s: cannot join group %s yet: ZooKeeper connection lost (%s); waiting for it "
+                            "(%.0f s so far)", self.consumer_id, g, cause, now - waiting_since)
+                next_report = now + report_every
+            time.sleep(0.1)
+
+    def _join_once(self) -> None:
+        """Make the group's directories that are missing and register. Every step may be done
+        again: a lost connection retries all of it."""
+        c, g, cid = self.client, self.group, self.consumer_id
+        # The group's directories (and those of the topics it names) usually exist: look at
+        # all, at this member's channel and at the shard count in one round trip, create the
+        # missing directories; a new channel is created with the registration, in one write.
+        shards = c.get_async(protocol.SHARDS)
+        topics = sorted(self.registration.subscription) if self.registration.pattern == protocol.PATTERN_STATIC \
+            else []
+        channel_async = c.exists_async(protocol.channel_path(g, cid))
+        self._ensure_paths([protocol.ids_path(g), protocol.channel_path(g), protocol.owners_path(g),
+                            protocol.offsets_path(g)]
+                           + [d for t in topics for d in (protocol.owners_path(g, t), protocol.offsets_path(g, t))],
+                           listed=topics)
+        self._known_offset_dirs.update(topics)
+        new_channel = channel_async.get() is None
+        self._last_command = -1 if new_channel else None
+        self._learn_epoch_path(shards)
+        self._register(create_channel=new_channel)
 
     def close(self, timeout: float = 30.0) -> None:
         """Leave the group: revoke (commit), release owners, deregister — one transaction. Once."""
@@ -656,10 +720,12 @@ class GroupMember:
         with self._commit_lock:
             self._settle_uncertain(set(offsets) | set(release))
             try:
-                writes = self._fenced_offsets(offsets)
-            except (CommitFailedError, ZooKeeperUnavailable) as e:
+                writes, refused = self._fenced_offsets(offsets)
+            except ZooKeeperUnavailable as e:
                 log.warning("member %s: %s without committing: %s", self.consumer_id, what, e)
-                writes = []
+                writes, refused = [], {}
+            if refused:
+                log.warning("member %s: %s: %s", self.consumer_id, what, refusal(refused))
             tokens = self._tokens_of(release)
             done: Set[TopicPartition] = set()   # released, or written, by a transaction that applied
             for t, part_writes, part in self._release_parts(writes, tokens, deletes):
@@ -669,14 +735,15 @@ class GroupMember:
                     self._written(part_writes)
                     done |= set(part) | {tp for tp, _, _ in part_writes}
                 except TransactionFailed as e:
-                    refused = e.index < len(part_writes)
+                    failed = "a commit was refused" if e.index < len(part_writes) else \
+                        "a node was gone or a partition was claimed"
                     break
             else:
                 return
             log.info("member %s: %s did not apply atomically (%s); going on step by step", self.consumer_id,
-                     what, "a commit was refused" if refused else "a node was gone or a partition was claimed")
-            left = {tp: offset for tp, offset in offsets.items() if tp not in done}
-            if writes and left and not refused:
+                     what, failed)
+            left = {tp: offset for tp, offset in offsets.items() if tp not in done and tp not in refused}
+            if writes and left:
                 try:
                     self._commit_locked(left)
                 except (CommitFailedError, ZooKeeperUnavailable) as e:
@@ -859,7 +926,8 @@ class GroupMember:
 
     def _apply(self, target: Dict[TopicPartition, str], acks: List[str], start_path: Optional[str]) -> bool:
         """Move from the owned partitions to ``target``: revoke and release what moves away,
-        claim what is new, ack. Returns False if a newer command interrupted the claim."""
+        claim what is new, ack. Returns False if a newer command interrupted the claim (the
+        partitions claimed before that are handed to the listener all the same)."""
         owned = self.owned()
         revoked = {tp for tp, s in owned.items() if target.get(tp) != s}
         added = {tp: s for tp, s in target.items() if tp not in owned or tp in revoked}
@@ -874,18 +942,25 @@ class GroupMember:
             self._release(offsets, revoked, acks, "revoking partitions")
             self._forget(revoked)
             acks = []
-        committed = self._claim(added, acks + ([start_path] if start_path else []))
-        if committed is None:
-            return False
-        if added:
-            try:
-                refused = self.listener.assign(added, committed)
-            except Exception:
-                self._release_unserved(set(added), "starting them failed")  # never half-applied
-                raise
-            if refused:
-                self._release_unserved(set(refused), "; ".join(sorted({str(e) for e in refused.values()})))
-        return True
+        committed: Dict[TopicPartition, Optional[int]] = {}
+        try:
+            return self._claim(added, acks + ([start_path] if start_path else []), committed)
+        finally:
+            # What was claimed is handed over however the claim ended (a newer command or an
+            # error may cut it short): a partition owned and never handed over is never fetched,
+            # and the next command, which sees it owned, would neither hand it over nor revoke it.
+            if committed:
+                self._hand_over({tp: added[tp] for tp in committed}, committed)
+
+    def _hand_over(self, added: Dict[TopicPartition, str], committed: Dict[TopicPartition, Optional[int]]) -> None:
+        """Tell the listener of partitions just claimed; release those it cannot serve."""
+        try:
+            refused = self.listener.assign(added, committed)
+        except Exception:
+            self._release_unserved(set(added), "starting them failed")  # never half-applied
+            raise
+        if refused:
+            self._release_unserved(set(refused), "; ".join(sorted({str(e) for e in refused.values()})))
 
     def _release_unserved(self, partitions: Set[TopicPartition] = frozenset(), why: str = "") -> None:
         """Give up partitions just claimed that the listener cannot serve, nothing committed
@@ -923,9 +998,11 @@ class GroupMember:
                 self._tokens.pop(tp, None)
                 self._uncertain.pop(tp, None)
 
-    def _claim(self, added: Dict[TopicPartition, str], acks: List[str]) -> Optional[Dict[TopicPartition, Optional[int]]]:
-        """Claim ``added`` and delete ``acks``; return the committed offsets of ``added``, or
-        None if a newer decision or a shutdown interrupted the claim.
+    def _claim(self, added: Dict[TopicPartition, str], acks: List[str],
+               committed: Dict[TopicPartition, Optional[int]]) -> bool:
+        """Claim ``added`` and delete ``acks``; True once done, False if a newer decision or a
+        shutdown interrupted the claim. ``committed`` gets the committed offset of each
+        partition as soon as it is claimed (also when the claim is interrupted or fails later).
 
         Each round looks at which of the partitions are still held (a listing of
         owners/<topic> per topic, whose watch wakes us when an owner node goes) and at their
@@ -939,7 +1016,6 @@ class GroupMember:
         for topic in {tp.topic for tp in added}:
             self._ensure_dirs(topic)
         waiting = dict(added)
-        committed: Dict[TopicPartition, Optional[int]] = {}
         released = threading.Event()
 
         def watch(_event):
@@ -959,14 +1035,14 @@ class GroupMember:
                         for tp in part:
                             del waiting[tp]
                     if last:
-                        return committed
+                        return True
                     continue  # claim the others as they are released
                 except TransactionFailed as e:
                     if isinstance(e.error, NoNodeError) and e.index >= 2 * len(part):  # an ack already gone
                         acks = [p for p in acks if self.client.exists(p)]
                     # else an owner node was taken or an offset written since we looked: look again
             if self._superseded(acks):
-                return None
+                return False
             if not free and not released.wait(0.25):
                 self._adopt_own(waiting, session, committed)  # quiet for a while: is one of them ours?
 
@@ -1123,84 +1199,124 @@ class GroupMember:
     def commit(self, offsets: Dict[TopicPartition, int]) -> None:
         """Commit ``offsets`` (next offset to consume), fenced by this member's tokens.
 
-        Raises CommitFailedError for a partition this member does not own (then nothing is
-        written), or that another member claimed since this one did; ZooKeeperUnavailable when
-        ZooKeeper cannot be reached (within a session timeout; whether such a write applied is
-        found out and accounted for at the next commit). More than :data:`COMMIT_PARTITIONS`
-        offsets are written in parts: those of the parts before a refusal or a lost answer stay
-        written."""
+        Partitions this member does not own, or that another member claimed since this one
+        did, are refused: CommitFailedError naming them (its ``partitions``), raised once the
+        others are written. ZooKeeperUnavailable when ZooKeeper cannot be reached (within a
+        session timeout; whether such a write applied is found out and accounted for at the
+        next commit). More than :data:`COMMIT_PARTITIONS` offsets are written in parts: those
+        of the parts before a lost answer stay written."""
         if offsets:
             with self._commit_lock:
                 self._commit_locked(offsets)
 
     def _commit_locked(self, offsets: Dict[TopicPartition, int]) -> None:
         """Write ``offsets`` in transactions of at most :data:`COMMIT_PARTITIONS`, one after
-        the other (see :data:`CLAIM_PARTITIONS` for why). A refusal or a lost answer stops
-        there: the parts before it are written, and each partition holds either its new offset
-        or the one before, as always."""
-        writes = self._fenced_offsets(offsets)
+        the other (see :data:`CLAIM_PARTITIONS` for why). A transaction refused for one
+        partition applied nothing: it is sent again without that partition. A lost answer
+        stops there: the parts before it are written, and each partition holds either its new
+        offset or the one before, as always."""
+        writes, refused = self._fenced_offsets(offsets)
+        written = 0
         for i in range(0, len(writes), COMMIT_PARTITIONS):
             part = writes[i:i + COMMIT_PARTITIONS]
-            t = self.client.transaction()
-            self._add_writes(t, part)
-            try:
-                commit(t, timeout=self._session_timeout_s)
-            except TransactionFailed as e:
-                tp = part[e.index][0] if e.index < len(part) else None
-                raise CommitFailedError(f"commit refused: {tp} was claimed by another member after this one") from None
-            except UNREACHABLE as e:  # no answer: the write may or may not have applied
-                with self._lock:
-                    for tp, data, version in part:
-                        self._uncertain[tp] = (data, version)
-                raise ZooKeeperUnavailable(f"commit failed: {type(e).__name__}") from None
-            self._written(part)
+            while part:
+                t = self.client.transaction()
+                self._add_writes(t, part)
+                try:
+                    commit(t, timeout=self._session_timeout_s)
+                except TransactionFailed as e:
+                    refused[part[e.index][0]] = CLAIMED_SINCE
+                    part = part[:e.index] + part[e.index + 1:]
+                    continue
+                except UNREACHABLE as e:  # no answer: the write may or may not have applied
+                    with self._lock:
+                        for tp, data, version in part:
+                            self._uncertain[tp] = (data, version)
+                    raise ZooKeeperUnavailable(f"commit failed: {type(e).__name__}") from None
+                self._written(part)
+                written += len(part)
+                break
+        if refused:
+            raise refusal(refused, written)
 
     def _add_writes(self, t, writes: List[Tuple[TopicPartition, bytes, int]]) -> None:
         """Add a compare-and-set write to ``t`` for each (tp, data, expected version) of ``writes``."""
         for tp, data, version in writes:
             t.set_data(protocol.offsets_path(self.group, tp.topic, tp.partition), data, version=version)
 
-    def _fenced_offsets(self, offsets: Dict[TopicPartition, int]) -> List[Tuple[TopicPartition, bytes, int]]:
-        """(tp, data, the version to write at) of each of ``offsets``, once it is known that this
-        member may commit them all (CommitFailedError, ZooKeeperUnavailable: nothing is written).
-        Caller holds ``_commit_lock``."""
+    def _fenced_offsets(self, offsets: Dict[TopicPartition, int]):
+        """([(tp, data, the version to write at)], {tp: why it is refused}): the writes of those
+        of ``offsets`` this member may commit, and the others. ZooKeeperUnavailable: nothing
+        may be written now. Caller holds ``_commit_lock``."""
         if not offsets:
-            return []
+            return [], {}
         sid = session_id(self.client)
         if sid is None or not self._connected.is_set():
             raise ZooKeeperUnavailable("commit failed: not connected to ZooKeeper")
         with self._lock:
             owned_session = self._owned_session
         if owned_session is not None and owned_session != sid:
-            raise CommitFailedError("commit refused: the ZooKeeper session that owned these partitions ended")
+            return [], {tp: SESSION_ENDED for tp in offsets}
         try:
             self._settle_uncertain(set(offsets))
         except UNREACHABLE as e:  # unsettled writes stay uncertain until a check is answered
             raise ZooKeeperUnavailable(f"commit failed: {type(e).__name__} (checking an unanswered write)") from None
-        writes = []
+        writes, refused = [], {}
         with self._lock:
             for tp, offset in offsets.items():
-                if tp not in self._owned or tp not in self._tokens:
-                    raise CommitFailedError(f"commit refused: {tp} is not owned by this member")
-                writes.append((tp, protocol.encode_offset(offset), self._tokens[tp]))
-        return writes
+                if tp in self._owned and tp in self._tokens:
+                    writes.append((tp, protocol.encode_offset(offset), self._tokens[tp]))
+                else:
+                    refused[tp] = HOLD_LOST if tp in self._owned else NOT_OWNED
+        return writes, refused
 
     def _settle_uncertain(self, partitions: Set[TopicPartition]) -> None:
-        """Find out whether writes that got no answer applied: the version tells."""
+        """Find out what became of writes that got no answer, and so what the tokens of their
+        partitions are: :meth:`_read_holds` tells. While this session's owner node of a
+        partition stands, no one else has written its offsets znode since this member claimed
+        it (another claim needs that node gone; a reader's commit or a reset, no owner at all),
+        so the znode's version is the result of this member's own writes, whichever applied:
+        the token. Only an owner node gone, or another session's, proves the partition lost:
+        then the token is dropped. A version older than the write's (a server behind, which a
+        sync rules out) settles nothing: the write stays uncertain."""
         with self._lock:
             partitions = set(partitions) & set(self._uncertain)
+            session = self._owned_session
         if not partitions:
             return
-        reads = self._read_offsets(partitions)
+        found = self._read_holds(partitions)
         with self._lock:
-            for tp, (raw, version) in reads.items():
-                data, expected = self._uncertain.pop(tp)
-                if version == expected:
-                    continue  # it did not apply; the token stands
-                if version == expected + 1 and raw == data:
-                    self._tokens[tp] = version  # it applied
+            for tp, (version, holder) in found.items():
+                if tp not in self._uncertain:
+                    continue  # forgotten meanwhile
+                _, expected = self._uncertain[tp]
+                if holder is not None and holder == session and version is not None:
+                    if version < expected:
+                        continue
+                    if tp in self._tokens:
+                        self._tokens[tp] = version
                 else:
-                    self._tokens.pop(tp, None)  # someone else wrote since: fenced
+                    self._tokens.pop(tp, None)  # the hold ended: lost
+                del self._uncertain[tp]
+
+    def _read_holds(self, partitions) -> Dict[TopicPartition, Tuple[Optional[int], Optional[int]]]:
+        """{tp: (its offsets znode's version, None if there is none; the session holding its
+        owner node, None if there is none)}, in one round trip: a sync first, so the server
+        answering is as new as ZooKeeper's leader was then (a session reconnected after a lost
+        answer may be on a server that has not applied that write yet: it is only as new as
+        what the session saw), then the offsets znodes, then the owner nodes."""
+        synced = self.client.sync_async(protocol.offsets_path(self.group))
+        versions = self._read_offsets_async(partitions)
+        owners = [(tp, self.client.exists_async(protocol.owners_path(self.group, tp.topic, tp.partition)))
+                  for tp in partitions]
+        wait_in_order([synced] + [a for _, a in versions + owners])
+        synced.get()
+        read = self._offsets_answers(versions)
+        found = {}
+        for tp, a in owners:
+            stat = a.get()
+            found[tp] = (read[tp][1], stat.ephemeralOwner if stat is not None else None)
+        return found
 
     def _written(self, writes) -> None:
         with self._lock:

@@ -28,7 +28,7 @@ from coordinator.errors import CommitFailedError
 from coordinator.rebalance import Deposed
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
-from tests.groups import read_state
+from tests.groups import Recorder, read_state
 from tests.helpers import GROUPCTL, fill, wait_for
 from tests.test_consumer import consume_until
 
@@ -407,3 +407,68 @@ def test_commits_and_releases_of_many_partitions_go_in_parts(zk, zk_connect):
         member.close()
     finally:
         close_client(client)
+
+
+def test_partitions_claimed_before_a_newer_command_are_handed_to_the_listener(zk, zk_connect):
+    """m is given t-0 and t-1 while another session holds t-1: it claims t-0 and waits for t-1.
+    A newer command then gives it t-0 alone. m keeps t-0, and its listener is told of it: a
+    partition owned and never handed over would never be fetched (found by bin/chaos)."""
+    holder, client = start_client(zk_connect, 4000), start_client(zk_connect, 4000)
+    try:
+        leader = ActingLeader(zk, "g")
+        recorder = Recorder()
+        member = GroupMember(client, "g", {"t": 1}, consumer_id="m", listener=recorder).start()
+        holder.create(protocol.owners_path("g", "t", 1), b"other", ephemeral=True, makepath=True)
+        leader.assign({"m": [0, 1]})
+
+        def owner_of_t0():
+            stat = zk.exists(protocol.owners_path("g", "t", 0))
+            return stat and stat.ephemeralOwner
+        wait_for(lambda: owner_of_t0() == client.client_id[0], message="m claimed t-0")
+        leader.assign({"m": [0]})
+        wait_for(lambda: leader.acked("m"), message="m applied the newer command")
+        wait_for(lambda: recorder.owned == {TP}, message="the listener was told of t-0")
+        assert set(member.owned()) == {TP}
+        member.close()
+    finally:
+        close_client(client)
+        close_client(holder)
+
+
+def claim_as_another_member(client, group, tp):
+    """Claim ``tp`` on ``client``'s session as a member does: its owner node, and its offsets
+    znode rewritten at the version just read (the new owner's token)."""
+    raw, stat = client.get(protocol.offsets_path(group, tp.topic, tp.partition))
+    t = client.transaction()
+    t.create(protocol.owners_path(group, tp.topic, tp.partition), b"other", ephemeral=True)
+    t.set_data(protocol.offsets_path(group, tp.topic, tp.partition), raw, version=stat.version)
+    assert all(not isinstance(r, Exception) for r in t.commit())
+
+
+def test_a_commit_writes_the_partitions_still_owned_and_names_the_refused_ones(zk, zk_connect):
+    """m owns t-0 and t-1; t-1 moves to another member (m's owner node deleted under it, the
+    other claims it). A commit of t-0, t-1 and t-2 (never m's) writes t-0 and then raises
+    CommitFailedError naming t-1 and t-2; t-1 keeps the new owner's offset. Before, the one
+    refused partition kept the whole commit from being written (bin/chaos: a partition's
+    progress was never committed because another one of the same commit was refused)."""
+    client, other = start_client(zk_connect, 4000), start_client(zk_connect, 4000)
+    t0, t1, t2 = (TopicPartition("t", p) for p in range(3))
+    try:
+        leader = ActingLeader(zk, "g")
+        member = GroupMember(client, "g", {"t": 1}, consumer_id="m", listener=Keeper()).start()
+        leader.assign({"m": [0, 1]})
+        wait_for(lambda: leader.acked("m"), message="m claimed its partitions")
+        member.commit({t0: 5, t1: 5})
+        zk.delete(protocol.owners_path("g", "t", 1))
+        claim_as_another_member(other, "g", t1)
+
+        with pytest.raises(CommitFailedError) as refused:
+            member.commit({t0: 10, t1: 20, t2: 30})
+        assert committed(zk, tp=t0) == b"10" and committed(zk, tp=t1) == b"5"
+        assert refused.value.partitions == {t1, t2}
+        assert "t-1 was claimed by another member" in str(refused.value)
+        assert "t-2 is not owned by this member" in str(refused.value)
+        member.close()
+    finally:
+        close_client(client)
+        close_client(other)
