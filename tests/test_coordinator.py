@@ -6,6 +6,7 @@ import signal
 import dataclasses
 
 import pytest
+from kazoo.exceptions import NotEmptyError
 
 from coordinator import protocol, read
 from consumer.records import TopicPartition
@@ -373,6 +374,16 @@ def test_corrupt_state_znode_is_rewritten(cluster, zk, caplog):
     assert read_state(zk, "g").generation > s.generation  # members never see a generation go back
 
 
+def _deleted(zk, path) -> bool:
+    """Delete ``path`` and all below it, as an admin would; False if a child appeared meanwhile
+    (the coordinator may still be writing the group's timeline for the rebalance to Empty)."""
+    try:
+        zk.delete(path, recursive=True)
+    except NotEmptyError:
+        return False
+    return True
+
+
 def test_a_deleted_group_that_comes_back_is_watched_again(cluster, zk):
     """An admin deletes an empty group's znodes; a member later joins under the same name and
     the leader assigns it at once (its watches follow the group, not the first znode)."""
@@ -383,7 +394,7 @@ def test_a_deleted_group_that_comes_back_is_watched_again(cluster, zk):
     m.close()
     cluster.members.remove(m)
     wait_for(lambda: read_state(zk, "g").state == protocol.EMPTY, message="group Empty")
-    zk.delete(protocol.group_path("g"), recursive=True)
+    wait_for(lambda: _deleted(zk, protocol.group_path("g")), message="the group's znodes deleted")
     wait_for(lambda: not zk.exists(protocol.group_path("g")), message="deleted")
     again = cluster.member("g", ["t"])
     wait_stable(zk, "g", 1, timeout=10)

@@ -347,7 +347,7 @@ def test_a_claim_reads_only_offsets_znodes_that_exist_and_fences_every_partition
     partition's offsets znode was then written by the claim: a write at a version from before
     it is refused, and m commits through its own tokens."""
     zk.create(protocol.offsets_path("g", "t", 0), b"7", makepath=True)
-    client = start_client(zk_connect, session_timeout_ms=4000)
+    client = start_client(zk_connect, session_timeout_ms=10000)  # 250 partitions on a loaded machine
     try:
         leader = ActingLeader(zk, "g")
         keeper = Keeper()
@@ -386,12 +386,14 @@ def test_commits_and_releases_of_many_partitions_go_in_parts(zk, zk_connect):
     most COMMIT_PARTITIONS; revoking all of them (their offsets written, their owner nodes
     deleted) in transactions of at most CLAIM_PARTITIONS, the ack in the last. Every offset
     lands and every owner node goes."""
-    client = start_client(zk_connect, session_timeout_ms=4000)
+    client = start_client(zk_connect, session_timeout_ms=10000)  # 250 partitions on a loaded machine
     try:
         leader = ActingLeader(zk, "g")
-        member = GroupMember(client, "g", {"t": 1}, consumer_id="m", listener=Keeper()).start()
+        keeper = Keeper()
+        member = GroupMember(client, "g", {"t": 1}, consumer_id="m", listener=keeper).start()
         leader.assign({"m": list(range(250))})
         wait_for(lambda: leader.acked("m"), message="m claimed its partitions")
+        wait_for(lambda: len(keeper.committed) == 250, message="m handed its partitions to the listener")
         sent = Sent(client)
         member.commit({TopicPartition("t", p): p for p in range(250)})
         offsets, owners = protocol.offsets_path("g", "t"), protocol.owners_path("g", "t")
