@@ -3,6 +3,8 @@
 Modules, from the bottom up (each imports only those above it):
 
 * :mod:`~coordinator.errors` — the error hierarchy (one-line messages; ``RetriableError``).
+* :mod:`~coordinator.lifecycle` — the one way a stateful class is written: a state enum, a
+  table of legal moves, one ``_set_state``, start-once/close-once.
 * :mod:`~coordinator.kafka` — librdkafka clients the zkgroups way (bootstrap servers checked,
   ``[kafka]`` properties merged); confluent-kafka is imported only when Kafka is used.
 * :mod:`~coordinator.config` — configuration as dataclasses that reject unknown keys; TOML
