@@ -13,6 +13,8 @@ Modules, from the bottom up (each imports only those above it):
   validating decoders; group states and their transitions.
 * :mod:`~coordinator.zkclient` — kazoo clients the way zkgroups wants them (bounded retries,
   connect strings checked, transactions that raise).
+* :mod:`~coordinator.fencing` — who may write: the controller and shard epochs, fences
+  checked in every leader transaction (``Deposed`` when one failed), terms of leadership.
 * :mod:`~coordinator.topics` — the topic registry (``/brokers/topics``, Kafka's format).
 * :mod:`~coordinator.assignors` — assignment strategies as pure functions (range,
   roundrobin, sticky) and the group's vote on one.

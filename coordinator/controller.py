@@ -34,72 +34,20 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from coordinator import protocol, read
 from coordinator.errors import CorruptZnode
+from coordinator.fencing import Deposed, Fence, fenced, fenced_commit, recorded_shard_epochs, restore_epoch
 from coordinator.mirror import TopicMirror
-from coordinator.rebalance import Deposed, fenced, fenced_commit
-from coordinator.shards import Fence, place_shards
-from coordinator.zkclient import TransactionFailed, commit
+from coordinator.shards import place_shards
+from coordinator.zkclient import TransactionFailed
 
 log = logging.getLogger("zkgroups.controller")
 
-#: Version bumps per transaction when a deleted epoch znode is restored.
-EPOCH_RESTORE_BATCH = 1000
 #: The controller looks at the placement this often even when no watch fires (watches are hints).
 RECONCILE_INTERVAL_S = 5.0
 
 
-def restore_epoch(client, path: str, floor: int, what: str) -> None:
-    """Create the missing epoch znode ``path`` with a version of at least ``floor`` (each
-    ``set_data`` bumps it; one transaction carries many), saying so if ``floor`` is above 0."""
-    client.ensure_path(path.rsplit("/", 1)[0])
-    try:
-        client.create(path, b"0")
-    except NodeExistsError:
-        pass  # restored by someone else meanwhile
-    if floor:
-        log.error("the epoch znode %s (%s) was missing although epoch %d was recorded; restoring it above that",
-                  path, what, floor)
-    while True:
-        stat = client.exists(path)
-        if stat is None or stat.version >= floor:
-            return
-        t = client.transaction()
-        for _ in range(min(EPOCH_RESTORE_BATCH, floor - stat.version)):
-            t.set_data(path, b"restored")
-        commit(t)
-
-
-def recorded_shard_epochs(client, count: int) -> Dict[int, int]:
-    """The highest epoch recorded per shard: in its assignment, its groups' states and the
-    nodes' reports (0 where nothing is recorded). Reads pipelined."""
-    highest = {s: 0 for s in range(count)}
-    assignments = [(s, client.get_async(protocol.shard_path(s))) for s in range(count)]
-    groups = read.groups(client)
-    states = [(g, client.get_async(protocol.state_path(g))) for g in groups]
-    nodes = [(n, client.get_async(protocol.node_path(n))) for n in read.children(client, protocol.NODES)]
-    for s, a in assignments:
-        try:
-            highest[s] = max(highest[s], protocol.ShardAssignment.decode(a.get()[0], protocol.shard_path(s)).epoch)
-        except (NoNodeError, CorruptZnode):
-            pass
-    for g, a in states:
-        try:
-            s = protocol.shard_of(g, count)
-            highest[s] = max(highest[s], protocol.GroupState.decode(a.get()[0], protocol.state_path(g)).epoch)
-        except (NoNodeError, CorruptZnode):
-            pass
-    for n, a in nodes:
-        try:
-            for s, report in protocol.NodeInfo.decode(a.get()[0], protocol.node_path(n)).shards.items():
-                if s in highest:
-                    highest[s] = max(highest[s], int(report["epoch"]))
-        except (NoNodeError, CorruptZnode):
-            pass
-    return highest
-
-
 class Controller:
     """One term as controller (see the module docstring). ``term`` is the node's
-    :class:`~coordinator.coordinator.Leadership` for this election: its epoch fences every write."""
+    :class:`~coordinator.fencing.Leadership` for this election: its epoch fences every write."""
 
     def __init__(self, client, config, node_id: str, term):
         self.client, self.config, self.node_id, self.term = client, config, node_id, term

@@ -45,14 +45,14 @@ from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, N
 from kazoo.protocol.states import EventType, KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
-from coordinator import protocol, read
+from coordinator import protocol
 from coordinator.config import CoordinatorConfig
-from coordinator.controller import Controller, restore_epoch
+from coordinator.controller import Controller
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode, InvalidName
+from coordinator.fencing import (Deposed, Fence, Leadership, ShardTerm, bump_epoch, fenced, fenced_commit,
+                                 highest_recorded_epoch)
 from coordinator.metrics import CoordinatorMetrics
-from coordinator.rebalance import (Abandoned, Deposed, GroupDeleted, GroupRebalancer, Superseded, fenced,
-                                   fenced_commit, still_as_recorded)
-from coordinator.shards import Fence, ShardTerm, Term
+from coordinator.rebalance import Abandoned, GroupDeleted, GroupRebalancer, Superseded, still_as_recorded
 from coordinator.timeline import TimelineRecorder
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import TransactionFailed, close_client, commit, session_id, start_client, wait_in_order
@@ -65,15 +65,6 @@ EPOCH_BUMP_ATTEMPTS = 5
 NODE_ID_WAIT_FACTOR = 1.5
 #: Every this many periodic checks, every group is read in full (owner nodes included), not just its versions.
 FULL_CHECK_EVERY = 10
-
-
-def highest_recorded_epoch(client) -> int:
-    """The highest controller epoch recorded (the leader znode's; 0 if none)."""
-    try:
-        info = read.leader(client)
-    except CorruptZnode:
-        return 0
-    return info.epoch if info else 0
 
 
 class RebalanceRequests:
@@ -168,19 +159,6 @@ class GroupIndex:
             groups |= {g for g, pats in self._wildcards.items()
                        if any(bool(rx.fullmatch(topic)) == white for rx, white in pats)}
         return groups
-
-
-class Leadership(Term):
-    """State of one term as controller; ``end()`` may be called from any thread, once or more."""
-
-    def __init__(self, epoch: int):
-        super().__init__()
-        self.epoch = epoch
-        self.suspended = False
-        self.reconnected = False  # set on CONNECTED after SUSPENDED: re-read everything
-
-    def _suspended(self) -> bool:
-        return self.suspended
 
 
 class Coordinator:
@@ -325,12 +303,7 @@ class Coordinator:
         epoch. Only the elected node bumps it, so a conflict means someone else wrote it:
         retried a few times, then the election is given up and contended again. A missing
         epoch znode is restored above the last recorded one first."""
-        stat = self.client.exists(protocol.EPOCH)
-        if stat is None:
-            restore_epoch(self.client, protocol.EPOCH, highest_recorded_epoch(self.client), "the controller's")
-            stat = self.client.exists(protocol.EPOCH)
-        new = self.client.set(protocol.EPOCH, str(stat.version + 1).encode(), version=stat.version)
-        return new.version
+        return bump_epoch(self.client, protocol.EPOCH, lambda: highest_recorded_epoch(self.client), "the controller's")
 
     def _publish_leader(self, info: protocol.LeaderInfo) -> None:
         """Create the leader znode, replacing one left by a controller that resigned without
@@ -393,7 +366,7 @@ class GroupCoordinator:
 
     It registers the node under ``/consumers/coordinator/nodes`` (an ephemeral znode reporting
     the shards it leads and whether each is verified), follows every shard's assignment, and
-    holds a :class:`~coordinator.shards.ShardTerm` per shard placed on it at the epoch given.
+    holds a :class:`~coordinator.fencing.ShardTerm` per shard placed on it at the epoch given.
     Groups of shards it does not lead are not watched and not handled.
 
     Threads and locks: kazoo's threads run the watch callbacks, which only put events on

@@ -58,7 +58,8 @@ from prometheus_client.core import GaugeMetricFamily
 
 from coordinator import protocol
 from coordinator.errors import ConsumerRebalanceFailedException, InvalidConfig
-from coordinator.rebalance import Abandoned, Deposed, Superseded
+from coordinator.fencing import Deposed
+from coordinator.rebalance import Abandoned, Superseded
 
 GROUP_STATES = (protocol.EMPTY, protocol.REBALANCING, protocol.STABLE, protocol.FAILED)
 #: Rebalances take milliseconds to a rebalance timeout (30 s by default).

@@ -52,8 +52,7 @@ from coordinator import protocol, read
 from coordinator.errors import InvalidConfig, InvalidName
 from coordinator.kafka import DEFAULT_TIMEOUT_S, check_bootstrap_servers, confluent_kafka, librdkafka_config
 from coordinator.protocol import TopicZnode
-from coordinator.rebalance import Deposed, fenced_commit
-from coordinator.shards import Fence
+from coordinator.fencing import Deposed, Fence, fenced_commit
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import TransactionFailed
 

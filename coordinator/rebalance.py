@@ -38,14 +38,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
-from kazoo.exceptions import BadVersionError, NoNodeError
+from kazoo.exceptions import NoNodeError
 
 from coordinator import assignors, protocol, read, static
 from coordinator.config import CoordinatorConfig
-from coordinator.shards import Fence
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode
+from coordinator.fencing import Fence, fenced, fenced_commit
 from coordinator.protocol import GroupState, Ownership, Registration, StaticMember
-from coordinator.zkclient import MAX_REQUEST_BYTES, TransactionFailed, commit, transaction_bytes, wait_in_order
+from coordinator.zkclient import MAX_REQUEST_BYTES, TransactionFailed, transaction_bytes, wait_in_order
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +56,6 @@ ACK_RECHECK_S = 2.0
 ACK_POLL_S = 0.25
 #: A create's serialized size beyond its path and data (header, ACL, flags), with room to spare.
 COMMAND_OVERHEAD = 64
-
-
-class Deposed(Exception):
-    """The fence failed: another node leads the shard now (or the controller moved on). Stop
-    writing at once."""
 
 
 class Abandoned(Exception):
@@ -444,23 +439,6 @@ def _write_state(t, group: str, state: GroupState, version: Optional[int]) -> No
         t.create(protocol.state_path(group), state.encode())
     else:
         t.set_data(protocol.state_path(group), state.encode(), version=version)
-
-
-def fenced(client, fence: Fence):
-    """A transaction whose first operation checks ``fence`` (commit it with :func:`fenced_commit`)."""
-    t = client.transaction()
-    t.check(fence.path, fence.epoch)
-    return t
-
-
-def fenced_commit(t, fence: Fence) -> list:
-    """Commit a transaction whose first operation is the fence's check; Deposed if it failed."""
-    try:
-        return commit(t)
-    except TransactionFailed as e:
-        if e.index == 0 and isinstance(e.error, (BadVersionError, NoNodeError)):  # bumped, or deleted
-            raise Deposed(f"epoch {fence.epoch} of {fence.path} is no longer current") from None
-        raise
 
 
 def write_state(client, fence: Fence, group: str, state: GroupState, version: Optional[int]) -> Optional[int]:

@@ -31,8 +31,8 @@ from kazoo.exceptions import KazooException, NoNodeError
 from coordinator import protocol
 from coordinator.errors import CorruptZnode
 from coordinator.protocol import GroupState, RebalanceRecord
-from coordinator.rebalance import Deposed, Outcome, fenced, fenced_commit
-from coordinator.shards import Fence
+from coordinator.fencing import Deposed, Fence, fenced, fenced_commit
+from coordinator.rebalance import Outcome
 from coordinator.zkclient import TransactionFailed, wait_in_order
 
 log = logging.getLogger(__name__)

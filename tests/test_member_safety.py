@@ -21,9 +21,9 @@ from consumer.member import GroupMember
 from coordinator import protocol
 from coordinator.config import CoordinatorConfig
 from coordinator.controller import Controller
-from coordinator.coordinator import Coordinator, Leadership
+from coordinator.coordinator import Coordinator
 from coordinator.errors import CommitFailedError
-from coordinator.rebalance import Deposed
+from coordinator.fencing import Deposed, Leadership
 from coordinator.topics import TopicRegistry
 from tests.groups import read_state
 from tests.helpers import GROUPCTL, fill, wait_for

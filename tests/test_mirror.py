@@ -18,7 +18,7 @@ import pytest
 from coordinator import protocol
 from coordinator.config import CoordinatorConfig, build
 from coordinator.errors import InvalidConfig
-from coordinator.shards import Fence
+from coordinator.fencing import Fence
 from coordinator.mirror import KafkaTopics, MirrorPlan, TopicMirror, check_mirror_config, plan_mirror
 from coordinator.protocol import TopicZnode
 from coordinator.testing.zkserver import free_port

@@ -8,8 +8,8 @@ from kazoo.protocol.serialization import Transaction
 
 from coordinator import protocol
 from coordinator.coordinator import FULL_CHECK_EVERY
-from coordinator.rebalance import Deposed, Plan, Snapshot, still_as_recorded, write_commands
-from coordinator.shards import Fence
+from coordinator.fencing import Deposed, Fence
+from coordinator.rebalance import Plan, Snapshot, still_as_recorded, write_commands
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import MAX_REQUEST_BYTES
 from tests.groups import Cluster, command_count, read_state, wait_stable
