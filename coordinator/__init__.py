@@ -18,6 +18,10 @@ Modules, from the bottom up (each imports only those above it):
 * :mod:`~coordinator.topics` — the topic registry (``/brokers/topics``, Kafka's format).
 * :mod:`~coordinator.assignors` — assignment strategies as pure functions (range,
   roundrobin, sticky) and the group's vote on one.
+* :mod:`~coordinator.plan` — the pure part of a rebalance: the snapshot, the plan computed
+  from it, the reasons to rebalance.
+* :mod:`~coordinator.verify` — verification: fingerprints of verified groups, "still as
+  recorded" for a shard taken over, owner nodes as assigned.
 * :mod:`~coordinator.rebalance` — one group's rebalance: read → compute → diff → write → wait.
 * :mod:`~coordinator.mirror` — the topic mirror: a KRaft Kafka cluster's topics written into
   ``/brokers/topics`` by the leader, fenced by its epoch.

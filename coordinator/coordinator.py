@@ -15,7 +15,7 @@ Every node runs two roles (see :mod:`coordinator.shards` for why):
   running the read → compute → diff → write → wait pipeline (:mod:`coordinator.rebalance`).
   A shard it takes is verified first for all its groups at once: a group whose recorded
   verification still matches its zxids is verified by four pipelined reads
-  (:func:`~coordinator.rebalance.still_as_recorded`); the others are run in full first (no
+  (:func:`~coordinator.verify.still_as_recorded`); the others are run in full first (no
   commands where ownership is already right), then the verified ones (to learn their members'
   subscriptions). A shard it loses (moved, or its epoch bumped) stops at once. Every
   ``check_interval_ms`` the groups it leads are checked by zxids, every tenth time in full.
@@ -52,9 +52,10 @@ from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode, I
 from coordinator.fencing import (Deposed, Fence, Leadership, ShardTerm, bump_epoch, fenced, fenced_commit,
                                  highest_recorded_epoch)
 from coordinator.metrics import CoordinatorMetrics
-from coordinator.rebalance import Abandoned, GroupDeleted, GroupRebalancer, Superseded, still_as_recorded
+from coordinator.rebalance import Abandoned, GroupDeleted, GroupRebalancer, Superseded
 from coordinator.timeline import TimelineRecorder
 from coordinator.topics import TopicRegistry
+from coordinator.verify import still_as_recorded
 from coordinator.zkclient import TransactionFailed, close_client, commit, session_id, start_client, wait_in_order
 
 log = logging.getLogger("zkgroups.coordinator")

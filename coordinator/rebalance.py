@@ -1,21 +1,12 @@
 """One group's rebalance as a pipeline: read → compute → diff → write → wait.
 
-``read_snapshot``, ``read_owners``, ``find_squatters``, ``still_as_verified``,
-``still_as_recorded`` (a shard taken over, all its groups at once) and ``owners_as_assigned``
-are the only reads, each one or two pipelined round trips;
-``compute_plan`` and ``reasons_to_rebalance`` are pure functions of what was read;
-``write_commands`` is one ZooKeeper transaction fenced by the group's shard epoch (several,
-each fenced, when a generation is larger than one request); ``wait_for_acks`` watches the
-commands disappear. :class:`GroupRebalancer` strings them together with bounded retries.
-
-Verification is what a run does when nothing needs commands: it proves that the owner nodes
-are as the state says. A verified group's state records the zxids it saw
-(:class:`~coordinator.protocol.GroupState` ``verified``), and the node keeps a
-:class:`Fingerprint`: while they are unchanged the group is not read again (the periodic
-check compares zxids only), and a node taking the group over trusts the record instead of
-reading every owner node. Every change to members, channels, owner nodes, the state or the
-topics' partition counts changes a zxid or a count; an owner node rewritten in place (which
-no member does) is caught by the periodic full check.
+``read_snapshot``, ``read_owners`` and ``find_squatters`` are the reads of a run, each one or
+two pipelined round trips (the verification shortcuts are :mod:`coordinator.verify`'s);
+``compute_plan`` and ``reasons_to_rebalance`` are pure functions of what was read
+(:mod:`coordinator.plan`); ``write_commands`` is one ZooKeeper transaction fenced by the
+group's shard epoch (several, each fenced, when a generation is larger than one request);
+``wait_for_acks`` watches the commands disappear. :class:`GroupRebalancer` strings them
+together with bounded retries.
 
 Static members (:mod:`coordinator.static`): a static member whose registration is gone is held
 for its grace (counted in the assignment, sent no command; its departure writes only the
@@ -40,12 +31,16 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from kazoo.exceptions import NoNodeError
 
-from coordinator import assignors, protocol, read, static
+from coordinator import protocol, read, static
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode
 from coordinator.fencing import Fence, fenced, fenced_commit
-from coordinator.protocol import GroupState, Ownership, Registration, StaticMember
-from coordinator.zkclient import MAX_REQUEST_BYTES, TransactionFailed, transaction_bytes, wait_in_order
+from coordinator.plan import Plan, Snapshot, compute_plan, moved, problems, reasons_to_rebalance
+from coordinator.protocol import GroupState, Ownership, Registration
+from coordinator.verify import (Fingerprint, fingerprint, owners_as_assigned, recorded_plan, still_as_verified,
+                                verified_record)
+from coordinator.zkclient import (MAX_REQUEST_BYTES, TransactionFailed, children_and_pzxid, transaction_bytes,
+                                  wait_in_order)
 
 log = logging.getLogger(__name__)
 
@@ -80,19 +75,6 @@ class Superseded(Exception):
 
 # ---------------------------------------------------------------- read
 
-@dataclass
-class Snapshot:
-    group: str
-    members: Dict[str, Registration]
-    rejected: Dict[str, str]           # consumer id -> why it cannot be a member (left out)
-    topics: Dict[str, int]             # every readable topic -> partition count
-    state: GroupState
-    state_version: Optional[int]       # None: no state znode yet
-    ids_pzxid: int = -1                # zxids of the last child change of ids/ and channel/ when read (-1: unknown)
-    channel_pzxid: int = -1
-    state_mzxid: Optional[int] = None  # zxid of the state znode's last write (None: no state znode)
-
-
 def read_snapshot(client, group: str, topics: Dict[str, int], members_watch=None) -> Snapshot:
     """Members (registrations decoded; unreadable ones and ones without a command channel
     rejected) and the group's last state. Two pipelined round trips: the state, ids/ and
@@ -103,11 +85,11 @@ def read_snapshot(client, group: str, topics: Dict[str, int], members_watch=None
     state_async = client.get_async(protocol.state_path(group))
     ids_async = client.get_children_async(path, watch=members_watch, include_data=True)
     channels_async = client.get_children_async(protocol.channel_path(group), include_data=True)
-    ids, ids_pzxid = _children_and_pzxid(ids_async)
+    ids, ids_pzxid = children_and_pzxid(ids_async)
     if ids_pzxid == -1 and members_watch is not None and client.exists(path, watch=members_watch) is not None:
-        ids, ids_pzxid = _children_and_pzxid(client.get_children_async(path, watch=members_watch,
+        ids, ids_pzxid = children_and_pzxid(client.get_children_async(path, watch=members_watch,
                                                                        include_data=True))  # made meanwhile
-    channels, channel_pzxid = _children_and_pzxid(channels_async)
+    channels, channel_pzxid = children_and_pzxid(channels_async)
     channels = set(channels)
     members, rejected = {}, {}
     pending = [(cid, client.get_async(protocol.ids_path(group, cid))) for cid in ids]
@@ -141,15 +123,6 @@ def read_snapshot(client, group: str, topics: Dict[str, int], members_watch=None
     return Snapshot(group, members, rejected, topics, state, version, ids_pzxid, channel_pzxid, mzxid)
 
 
-def _children_and_pzxid(pending) -> Tuple[List[str], int]:
-    """A get_children(include_data=True) answer: sorted children and the parent's pzxid ([] and -1 if missing)."""
-    try:
-        children, stat = pending.get()
-    except NoNodeError:
-        return [], -1
-    return sorted(children), stat.pzxid
-
-
 def read_owners(client, group: str, topics, pzxids: Optional[Dict[str, int]] = None) -> Ownership:
     """Who holds each partition now: topic -> partition -> stream id (ephemeral owner nodes).
     ``pzxids``, if given, receives each owners/<topic> znode's pzxid as listed (before the
@@ -157,7 +130,7 @@ def read_owners(client, group: str, topics, pzxids: Optional[Dict[str, int]] = N
     children = {t: client.get_children_async(protocol.owners_path(group, t), include_data=True) for t in topics}
     gets = []
     for topic, a in children.items():
-        listed, pzxid = _children_and_pzxid(a)
+        listed, pzxid = children_and_pzxid(a)
         if pzxids is not None:
             pzxids[topic] = pzxid
         for p in listed:
@@ -171,165 +144,6 @@ def read_owners(client, group: str, topics, pzxids: Optional[Dict[str, int]] = N
         except (NoNodeError, ValueError):
             continue
     return owners
-
-
-@dataclass(frozen=True)
-class Fingerprint:
-    """What a verified group looked like, in zxids: while none of them changed (and neither did
-    the partition counts of its topics), neither did its members, their channels, its state or
-    its owner nodes, so its ownership is still what was verified. pzxid (the zxid of a znode's
-    last child change) and mzxid are unique in the whole ensemble, so a znode deleted and made
-    again never matches. An owner node rewritten in place (set_data, which no member does)
-    changes no pzxid: the periodic full check still reads every owner node now and then."""
-    state_mzxid: Optional[int]
-    ids_pzxid: int
-    channel_pzxid: int
-    owners: Tuple[Tuple[str, int], ...]     # (topic, pzxid of owners/<topic>) for the assigned topics
-    topics: Tuple[Tuple[str, int], ...]     # (topic, partition count) of the topics the members use
-
-    def paths(self, group: str) -> List[str]:
-        """The znodes whose stats this fingerprint records, in :meth:`matches` order."""
-        return ([protocol.state_path(group), protocol.ids_path(group), protocol.channel_path(group)]
-                + [protocol.owners_path(group, t) for t, _ in self.owners])
-
-    def matches(self, stats, topics: Dict[str, int]) -> bool:
-        """Whether the stats of :meth:`paths` (None where missing) and the partition counts are unchanged."""
-        if any(stat is None for stat in stats[1:]):
-            return False
-        state, ids, channels, owners = stats[0], stats[1], stats[2], stats[3:]
-        return ((state.mzxid if state else None) == self.state_mzxid and ids.pzxid == self.ids_pzxid
-                and channels.pzxid == self.channel_pzxid
-                and tuple(o.pzxid for o in owners) == tuple(z for _, z in self.owners)
-                and all(topics.get(t) == n for t, n in self.topics))
-
-
-def fingerprint(snapshot: Snapshot, plan: "Plan", owner_pzxids: Dict[str, int]) -> Fingerprint:
-    used = sorted({t for subs in plan.members.values() for t in subs})
-    return Fingerprint(snapshot.state_mzxid, snapshot.ids_pzxid, snapshot.channel_pzxid,
-                       tuple(sorted(owner_pzxids.items())), tuple((t, snapshot.topics.get(t, 0)) for t in used))
-
-
-def verified_record(snapshot: Snapshot, plan: "Plan", owner_pzxids: Dict[str, int]) -> Dict:
-    """What the state records of a verification (:attr:`GroupState.verified`): the pzxids seen
-    and the partition counts of the topics the plan used."""
-    return {"ids": snapshot.ids_pzxid, "channel": snapshot.channel_pzxid, "owners": dict(owner_pzxids),
-            "topics": _used_partitions(plan.members, snapshot.topics)}
-
-
-def _used_partitions(members: Dict[str, Dict[str, int]], topics: Dict[str, int]) -> Dict[str, int]:
-    subscribed = {t for subs in members.values() for t in subs}
-    return {t: n for t, n in topics.items() if t in subscribed}
-
-
-def recorded_plan(snapshot: Snapshot) -> Optional["Plan"]:
-    """The plan the state holds, when none of its inputs changed since it was verified: the same
-    members (ids/ and channel/ unchanged since, every member in the state, none rejected) and
-    the same partition counts of the topics they resolve to now. The assignors are pure, so
-    computing it again would give the state's assignment; None when that cannot be known."""
-    record, state = snapshot.state.verified, snapshot.state
-    if (not record or "topics" not in record or record["ids"] != snapshot.ids_pzxid
-            or record["channel"] != snapshot.channel_pzxid or snapshot.rejected
-            or sorted(snapshot.members) != sorted(state.members)):
-        return None
-    members = {cid: reg.topics(snapshot.topics) for cid, reg in snapshot.members.items()}
-    if _used_partitions(members, snapshot.topics) != record["topics"]:
-        return None
-    return Plan(members, state.strategy, state.assignment)
-
-
-def owners_as_assigned(client, group: str, assignment: Ownership) -> Optional[Dict[str, int]]:
-    """After every member acked a generation: the pzxid of each owners/<topic> if exactly the
-    assigned partitions have owner nodes (one pipelined round trip), else None. Who holds them
-    needs no read: a member acks only once it created the owner nodes of all it was given,
-    with its stream in them, and owner nodes are never rewritten; a member gone since then
-    changed ids/ too, which the record shows."""
-    listings = {t: client.get_children_async(protocol.owners_path(group, t), include_data=True) for t in assignment}
-    wait_in_order(list(listings.values()))
-    pzxids = {}
-    for topic, pending in listings.items():
-        children, pzxid = _children_and_pzxid(pending)
-        if set(children) != {str(p) for p in assignment[topic]}:
-            return None
-        pzxids[topic] = pzxid
-    return pzxids
-
-
-def still_as_verified(client, snapshot: Snapshot, plan: "Plan") -> Optional[Dict[str, int]]:
-    """The owners' pzxids if the state records a verification that still holds: members and
-    channels unchanged since (the snapshot shows the same pzxids), the plan's topics those it
-    verified, and their owner nodes unchanged (one pipelined round trip). None otherwise."""
-    record = snapshot.state.verified
-    if (not record or record["ids"] != snapshot.ids_pzxid or record["channel"] != snapshot.channel_pzxid
-            or set(record["owners"]) != set(plan.assignment)):
-        return None
-    stats = [(t, client.exists_async(protocol.owners_path(snapshot.group, t))) for t in record["owners"]]
-    wait_in_order([a for _, a in stats])
-    now = _pzxids(stats)
-    return now if now == record["owners"] else None
-
-
-def _pzxids(stats) -> Dict[str, int]:
-    """{topic: pzxid} from (topic, async exists of owners/<topic>) pairs (-1 where missing)."""
-    return {t: (a.get().pzxid if a.get() is not None else -1) for t, a in stats}
-
-
-def still_as_recorded(client, groups) -> Dict[str, Fingerprint]:
-    """The groups among ``groups`` whose state records a verification that still holds, with
-    their fingerprints: what a node taking a shard over needs to know before it may report the
-    shard verified. Two pipelined round trips for all the groups (the states and the stats of
-    ids/ and channel/; then each assigned owners/<topic> and the recorded topics' znodes),
-    four requests a group and one a topic, no registration read.
-
-    A group qualifies when its state is Stable or Empty with a ``verified`` record, has no
-    static members, the pzxids of ids/, channel/ and every assigned owners/<topic> are the
-    recorded ones, and its topics still have the recorded partition counts: then no member
-    came or went, no owner node was made or deleted, and no partition was added since the
-    owner nodes were found as the state assigns them. The others need a full run.
-
-    The partition counts are read here, not taken from the caller's view of the topics: that
-    view follows watch events, which may still be on their way when a shard changes hands, and
-    a topic that grew just before the handover would be trusted unchanged. Read here, after
-    the caller set its topic watches, a growth is either in this read or fires a watch."""
-    first = [(g, client.get_async(protocol.state_path(g)), client.exists_async(protocol.ids_path(g)),
-              client.exists_async(protocol.channel_path(g))) for g in groups]
-    wait_in_order([a for *_, a in first])
-    candidates = []
-    for group, state_async, ids_async, channels_async in first:
-        try:
-            raw, stat = state_async.get()
-            state = GroupState.decode(raw, protocol.state_path(group))
-        except (NoNodeError, CorruptZnode):
-            continue
-        ids, channels, record = ids_async.get(), channels_async.get(), state.verified
-        if (ids is None or channels is None or not record or "topics" not in record or state.static
-                or state.state not in (protocol.STABLE, protocol.EMPTY)
-                or record["ids"] != ids.pzxid or record["channel"] != channels.pzxid
-                or set(record["owners"]) != set(state.assignment)):
-            continue
-        owners = [(t, client.exists_async(protocol.owners_path(group, t))) for t in record["owners"]]
-        candidates.append((group, stat.mzxid, record, owners))
-    topic_reads = {t: client.get_async(protocol.topic_path(t)) for *_, record, _ in candidates for t in record["topics"]}
-    wait_in_order([a for *_, owners in candidates for _, a in owners] + list(topic_reads.values()))
-    topics = _partition_counts(topic_reads)
-    out = {}
-    for group, mzxid, record, owners in candidates:
-        now = _pzxids(owners)
-        if now == record["owners"] and all(topics.get(t) == n for t, n in record["topics"].items()):
-            out[group] = Fingerprint(mzxid, record["ids"], record["channel"], tuple(sorted(now.items())),
-                                     tuple(sorted(record["topics"].items())))
-    return out
-
-
-def _partition_counts(reads) -> Dict[str, int]:
-    """{topic: partition count} from (topic: async get of its znode); missing or unreadable ones left out."""
-    out = {}
-    for topic, a in reads.items():
-        try:
-            raw, _ = a.get()
-            out[topic] = protocol.decode_topic(raw, protocol.topic_path(topic))
-        except (NoNodeError, CorruptZnode):
-            continue
-    return out
 
 
 # ---------------------------------------------------------------- compute
@@ -353,83 +167,6 @@ def find_squatters(client, group: str, partitions) -> Dict[Tuple[str, int], int]
         if stat is not None and stat.ephemeralOwner not in sessions:
             out[tp] = stat.ephemeralOwner
     return out
-
-
-@dataclass
-class Plan:
-    members: Dict[str, Dict[str, int]]     # consumer id -> {topic: streams}, resolved (held ones included)
-    strategy: str
-    assignment: Ownership
-    left_out: Dict[str, str] = field(default_factory=dict)   # consumer id -> why it cannot use the strategy
-    held: Set[str] = field(default_factory=set)               # away static members: no command for them
-    static: Dict[str, StaticMember] = field(default_factory=dict)   # the state's record of static members
-
-    def recipients(self) -> List[str]:
-        """The members commands go to (the held ones are away)."""
-        return sorted(set(self.members) - self.held)
-
-    def shares(self) -> Dict[str, Ownership]:
-        """Each member's part of the assignment (one pass over it)."""
-        out: Dict[str, Ownership] = {cid: {} for cid in self.members}
-        for topic, parts in self.assignment.items():
-            for p, stream in parts.items():
-                out.setdefault(protocol.consumer_of_stream(stream), {}).setdefault(topic, {})[p] = stream
-        return out
-
-
-def compute_plan(snapshot: Snapshot, excluded=(), unavailable=frozenset(), hold: Optional[static.Hold] = None) -> Plan:
-    """The target assignment for the members not excluded (pure). Members that cannot use the
-    group's strategy are left out (``Plan.left_out``); ``unavailable`` (topic, partition)
-    pairs (held by squatters) are left unassigned. Static members ``hold`` keeps while they
-    are away count as members with the registration the state recorded for them."""
-    hold = hold or static.Hold()
-    regs = {cid: r for cid, r in snapshot.members.items() if cid not in excluded}
-    regs.update({cid: hold.static[cid].registration() for cid in hold.held})
-    if not regs:
-        return Plan({}, "", {})
-    strategy, left_out = assignors.settle_strategy({cid: r.strategies for cid, r in regs.items()},
-                                                   snapshot.state.strategy)
-    members = {cid: r.topics(snapshot.topics) for cid, r in regs.items() if cid not in left_out}
-    records = {cid: m for cid, m in hold.static.items() if cid in members}
-    if not members:
-        return Plan({}, "", {}, left_out)
-    subscribed = {t for subs in members.values() for t in subs}
-    partitions = {t: n for t, n in snapshot.topics.items() if t in subscribed}
-    # The last assignment lets the sticky strategy keep partitions where they are.
-    assignment = assignors.assign(strategy, members, partitions, snapshot.state.assignment)
-    if unavailable:
-        assignment = {t: {p: s for p, s in parts.items() if (t, p) not in unavailable}
-                      for t, parts in assignment.items()}
-    return Plan(members, strategy, assignment, left_out, hold.held & set(members), records)
-
-
-def reasons_to_rebalance(snapshot: Snapshot, plan: Plan, owners: Optional[Ownership]) -> List[str]:
-    """Why the group needs new commands (seed 001, D.3); empty means ownership is correct.
-
-    ``owners=None`` checks only what the snapshot shows; pass the owner nodes to verify them.
-    """
-    state = snapshot.state
-    reasons = []
-    if sorted(state.members) != sorted(plan.members):
-        reasons.append("membership changed")
-    if not state.assignment and plan.assignment:
-        reasons.append("no ownership registered")
-    elif state.assignment != plan.assignment:
-        reasons.append("ownership differs from the computed assignment")
-    if reasons or owners is None:
-        return reasons
-    away = plan.held  # nobody owns an away member's partitions, and nobody should
-    wanted = {(t, p): s for t, parts in plan.assignment.items() for p, s in parts.items()
-              if protocol.consumer_of_stream(s) not in away}
-    held = {(t, p): s for t, parts in owners.items() for p, s in parts.items()
-            if protocol.consumer_of_stream(s) not in away}
-    if any(tp not in held for tp in wanted):
-        reasons.append("partitions not owned")
-    if any(tp not in wanted for tp in held):
-        reasons.append("owned partitions no longer assigned")
-    if any(held[tp] != s for tp, s in wanted.items() if tp in held):
-        reasons.append("partitions owned by the wrong stream")
-    return reasons
 
 
 # ---------------------------------------------------------------- write
@@ -496,14 +233,6 @@ def write_commands(client, fence: Fence, snapshot: Snapshot, plan: Plan, generat
         results = fenced_commit(part, fence)
         created += results[1 + (1 + len(stale) if i == 0 else 0):]
     return {cid: created[2 * i:2 * i + 2] for i, cid in enumerate(order)}
-
-
-def problems(snapshot: Snapshot, plan: Plan, squatted: Optional[Dict[Tuple[str, int], int]] = None) -> str:
-    """What keeps the group from being whole, for the state's ``error`` (empty if nothing)."""
-    out = [f"member {cid} left out: {why}" for cid, why in sorted({**snapshot.rejected, **plan.left_out}.items())]
-    out += [f"partition {t}-{p} held by session 0x{sid:x}, which is not a member"
-            for (t, p), sid in sorted((squatted or {}).items())]
-    return "; ".join(out)
 
 
 # ---------------------------------------------------------------- wait
@@ -719,7 +448,7 @@ class GroupRebalancer:
                     0 if snapshot.state_version is None else snapshot.state_version + 1)
                 if record and snapshot.state_mzxid is not None:
                     self.verified[group] = fingerprint(snapshot, plan, owner_pzxids)
-                return Outcome(group, state, generation, reasons, _moved(snapshot.state.assignment, plan.assignment),
+                return Outcome(group, state, generation, reasons, moved(snapshot.state.assignment, plan.assignment),
                                _ms(started), sorted(excluded), members=len(plan.members), unavailable=len(squatted),
                                recheck_ms=recheck)
             shares = plan.shares()
@@ -806,11 +535,6 @@ def _sleep(seconds: float, abort: Callable[[], bool]) -> None:
         if abort():
             raise Abandoned("leadership is ending")
         time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
-
-
-def _moved(before: Ownership, after: Ownership) -> int:
-    old = {(t, p): s for t, parts in before.items() for p, s in parts.items()}
-    return sum(1 for t, parts in after.items() for p, s in parts.items() if old.get((t, p)) != s)
 
 
 def _ms(started: float) -> float:

@@ -25,11 +25,11 @@ import threading
 import time
 import types
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, List, Optional, Tuple
 
 import tenacity
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import ConnectionLoss, KazooException, OperationTimeoutError
+from kazoo.exceptions import ConnectionLoss, KazooException, NoNodeError, OperationTimeoutError
 from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 from kazoo.handlers.utils import selector_select
 from kazoo.retry import KazooRetry
@@ -353,9 +353,6 @@ def session_id(client: KazooClient) -> Optional[int]:
     return ids[0] if ids else None
 
 
-#: The largest request a ZooKeeper server takes by default (its ``jute.maxbuffer``, 1 MiB less
-#: one byte); a bigger one makes the server drop the connection. A transaction of about 5,000
-#: small writes is near it.
 def wait_in_order(answers, timeout: Optional[float] = None):
     """``answers``: kazoo async results of pipelined requests, in the order they were sent.
     Wait until the last is answered and return ``answers``. ZooKeeper answers one session's
@@ -368,7 +365,19 @@ def wait_in_order(answers, timeout: Optional[float] = None):
     return answers
 
 
-#: The largest request ZooKeeper accepts by default (``jute.maxbuffer``, 1 MiB less a byte).
+def children_and_pzxid(pending) -> Tuple[List[str], int]:
+    """A ``get_children_async(path, include_data=True)`` answer: the sorted children and the
+    parent's pzxid (the zxid of its last child change); [] and -1 if the parent is missing."""
+    try:
+        children, stat = pending.get()
+    except NoNodeError:
+        return [], -1
+    return sorted(children), stat.pzxid
+
+
+#: The largest request a ZooKeeper server takes by default (its ``jute.maxbuffer``, 1 MiB less
+#: one byte); a bigger one makes the server drop the connection. A transaction of about 5,000
+#: small writes is near it.
 MAX_REQUEST_BYTES = 0xFFFFF
 
 

@@ -6,7 +6,7 @@ import pytest
 from coordinator import protocol, static
 from coordinator.errors import CorruptZnode, InvalidName
 from coordinator.protocol import GroupState, Registration, StaticMember
-from coordinator.rebalance import Snapshot, compute_plan, reasons_to_rebalance
+from coordinator.plan import Snapshot, compute_plan, reasons_to_rebalance
 
 NOW = 1_000_000
 
