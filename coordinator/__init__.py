@@ -29,6 +29,8 @@ Modules, from the bottom up (each imports only those above it):
   ZooKeeper by the node leading it.
 * :mod:`~coordinator.documents` — the JSON documents of the read views (``groupctl --output
   json`` and the console's API), as pure functions.
+* :mod:`~coordinator.requests` — the queue of groups to rebalance (each queued once, a change
+  during a run noticed) and the index of which groups use which topics.
 * :mod:`~coordinator.coordinator` — the node: election, epoch, watches, the request queue
   and its handler threads.
 * :mod:`~coordinator.metrics` — the node's Prometheus metrics.
