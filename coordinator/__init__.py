@@ -7,8 +7,9 @@ Modules, from the bottom up (each imports only those above it):
   table of legal moves, one ``_set_state``, start-once/close-once.
 * :mod:`~coordinator.kafka` — librdkafka clients the zkgroups way (bootstrap servers checked,
   ``[kafka]`` properties merged); confluent-kafka is imported only when Kafka is used.
-* :mod:`~coordinator.config` — configuration as dataclasses that reject unknown keys; TOML
-  files; the environment defaults (``ZK_CONNECT``, ``ZKGROUPS_DATA_DIR``).
+* :mod:`~coordinator.config` — configuration as dataclasses that reject unknown keys (the
+  machinery; each component's dataclass sits next to it); TOML files; the environment
+  defaults (``ZK_CONNECT``, ``ZKGROUPS_DATA_DIR``).
 * :mod:`~coordinator.protocol` — **the contract**: every ZooKeeper path and JSON schema, with
   validating decoders; group states and their transitions.
 * :mod:`~coordinator.zkclient` — kazoo clients the way zkgroups wants them (bounded retries,
@@ -31,8 +32,8 @@ Modules, from the bottom up (each imports only those above it):
   json`` and the console's API), as pure functions.
 * :mod:`~coordinator.requests` — the queue of groups to rebalance (each queued once, a change
   during a run noticed) and the index of which groups use which topics.
-* :mod:`~coordinator.coordinator` — the node: election, epoch, watches, the request queue
-  and its handler threads.
+* :mod:`~coordinator.coordinator` — the node (and its ``CoordinatorConfig``): election, epoch,
+  watches, the request queue and its handler threads.
 * :mod:`~coordinator.metrics` — the node's Prometheus metrics.
 * :mod:`~coordinator.http` — the node's one HTTP server: metrics, health probes, the console.
 * :mod:`~coordinator.console` — the read-only operator console: a watched snapshot, lag, pages and API.

@@ -32,13 +32,14 @@ timeout; on LOST it drops everything, registers again and leads what the control
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import queue
 import socket
 import threading
 import time
-from typing import Callable, Dict, Optional, Set
+from typing import Any, Callable, Dict, Optional, Set
 
 import tenacity
 from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
@@ -46,11 +47,13 @@ from kazoo.protocol.states import EventType, KazooState
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from coordinator import protocol
-from coordinator.config import CoordinatorConfig
+from coordinator.acl import parse_auth
+from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS, check_kafka_properties, positive
 from coordinator.controller import Controller
-from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode, InvalidName
+from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode, InvalidConfig, InvalidName
 from coordinator.fencing import (Deposed, Fence, Leadership, ShardTerm, bump_epoch, fenced, fenced_commit,
                                  highest_recorded_epoch)
+from coordinator.kafka import check_bootstrap_servers
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.rebalance import Abandoned, GroupDeleted, GroupRebalancer, Superseded
 from coordinator.requests import GroupIndex, RebalanceRequests
@@ -67,6 +70,44 @@ EPOCH_BUMP_ATTEMPTS = 5
 NODE_ID_WAIT_FACTOR = 1.5
 #: Every this many periodic checks, every group is read in full (owner nodes included), not just its versions.
 FULL_CHECK_EVERY = 10
+
+
+@dataclasses.dataclass
+class CoordinatorConfig:
+    """A coordinator node's settings (``coordinatord`` options, its TOML file's [coordinator] table)."""
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    rebalance_timeout_ms: int = 30000
+    max_rebalance_retries: int = 4
+    rebalance_backoff_ms: int = 200
+    failed_retry_interval_ms: int = 30000   # a Failed group is tried again after this
+    check_interval_ms: int = 60000          # periodic full check of every group (safety net)
+    settle_ms: int = 0                      # optional wait before a group is read (bursts coalesce anyway)
+    handler_threads: int = 32               # groups rebalanced at once per node (each waits for its members' acks)
+    suspend_grace_ratio: float = 0.5        # step down if SUSPENDED longer than this × session
+    shards: int = 16                        # groups are spread over this many shards (fixed at first start)
+    # The topic mirror (coordinator/mirror.py), for a Kafka cluster in KRaft mode only: a Kafka
+    # in ZooKeeper mode writes /brokers/topics itself, and a mirror would fight it.
+    bootstrap_servers: str = ""             # the Kafka cluster whose topics the leader mirrors; "": none
+    kafka: dict = dataclasses.field(default_factory=dict, repr=False)  # librdkafka properties (secrets: never shown)
+    mirror_interval_ms: int = 10000         # refresh interval (also refreshed at once on demand)
+    zk_auth: Any = dataclasses.field(default=None, repr=False)  # the coordinators' ZooKeeper identity (coordinator/acl.py)
+
+    def validate(self):
+        positive(self, "session_timeout_ms", "rebalance_timeout_ms", "failed_retry_interval_ms",
+                 "check_interval_ms", "handler_threads", "suspend_grace_ratio", "mirror_interval_ms")
+        if self.max_rebalance_retries < 0 or self.rebalance_backoff_ms < 0 or self.settle_ms < 0:
+            raise InvalidConfig("retries, backoff and settle must be >= 0")
+        if self.suspend_grace_ratio >= 1:
+            raise InvalidConfig("suspend_grace_ratio must be < 1 (the grace is shorter than the session)")
+        if not 1 <= self.shards <= protocol.MAX_SHARD_COUNT:
+            raise InvalidConfig(f"shards must be in 1..{protocol.MAX_SHARD_COUNT}, got {self.shards}")
+        self.kafka = check_kafka_properties(self.kafka, "kafka")
+        self.zk_auth = parse_auth(self.zk_auth, "zk_auth")
+        if self.bootstrap_servers:
+            self.bootstrap_servers = check_bootstrap_servers(self.bootstrap_servers)
+        elif self.kafka:
+            raise InvalidConfig("kafka properties are given but bootstrap_servers is not: "
+                                "they are for the topic mirror, which needs the Kafka cluster's address")
 
 
 class Coordinator:

@@ -53,7 +53,6 @@ from typing import Any, Dict, List, NamedTuple, Optional
 
 import re2
 
-from coordinator.config import MAX_SHARD_COUNT
 from coordinator.errors import CorruptZnode, InvalidName
 
 BROKER_TOPICS = "/brokers/topics"
@@ -93,6 +92,8 @@ GROUP_STATE_TRANSITIONS = {
 }
 
 MAX_NAME_LENGTH = 249
+#: The most shards an installation may have (one znode, one epoch znode and one watch each per node).
+MAX_SHARD_COUNT = 1024
 
 #: Most partitions a topic may have. The topic znode lists every partition, and a group's
 #: state znode every partition's owner (a stream id, ~50 bytes each): at this count they stay

@@ -27,12 +27,11 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Protocol, Set, Tuple
 
 from kazoo.exceptions import NoNodeError
 
 from coordinator import protocol, read, static
-from coordinator.config import CoordinatorConfig
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode
 from coordinator.fencing import Fence, fenced, fenced_commit
 from coordinator.plan import Plan, Snapshot, compute_plan, moved, problems, reasons_to_rebalance
@@ -309,6 +308,14 @@ class Outcome:
     recheck_ms: Optional[int] = None  # a static member is held away: look again when its grace ends
 
 
+class RebalanceSettings(Protocol):
+    """What the rebalancer reads of its node's configuration
+    (:class:`~coordinator.coordinator.CoordinatorConfig`)."""
+    rebalance_timeout_ms: int
+    max_rebalance_retries: int
+    rebalance_backoff_ms: int
+
+
 class GroupRebalancer:
     """Runs the pipeline for a group with bounded retries (one instance per node, shared by its
     handler threads; callers never run it for the same group twice at once).
@@ -320,7 +327,7 @@ class GroupRebalancer:
     blamed: the squatter is named and the partition left unassigned in the next attempt.
     """
 
-    def __init__(self, client, settings: CoordinatorConfig):
+    def __init__(self, client, settings: RebalanceSettings):
         self.client, self.settings = client, settings
         # The last generation this node wrote per group: generations only grow, even if
         # someone deletes or damages the state znode (members ignore older generations).

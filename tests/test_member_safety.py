@@ -19,9 +19,8 @@ import pytest
 from consumer import Consumer, Producer, TopicPartition
 from consumer.member import GroupMember
 from coordinator import protocol
-from coordinator.config import CoordinatorConfig
 from coordinator.controller import Controller
-from coordinator.coordinator import Coordinator
+from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.errors import CommitFailedError
 from coordinator.fencing import Deposed, Leadership
 from coordinator.topics import TopicRegistry

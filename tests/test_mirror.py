@@ -16,7 +16,8 @@ from types import SimpleNamespace
 import pytest
 
 from coordinator import protocol
-from coordinator.config import CoordinatorConfig, build
+from coordinator.config import build
+from coordinator.coordinator import CoordinatorConfig
 from coordinator.errors import InvalidConfig
 from coordinator.fencing import Fence
 from coordinator.mirror import KafkaTopics, MirrorPlan, TopicMirror, check_mirror_config, plan_mirror

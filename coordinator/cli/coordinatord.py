@@ -56,8 +56,9 @@ from coordinator import documents
 from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, LOG_FORMAT_OPTION, MAX_MS, MAX_WAIT_S, ZK_CONNECT,
                                     CliCommand, Seconds, setup_logging, take_connect, version_option)
 from coordinator.coordinator import Coordinator, CoordinatorConfig
-from coordinator.config import ENV_DATA_DIR, MAX_SHARD_COUNT, default_data_dir
+from coordinator.config import ENV_DATA_DIR, default_data_dir
 from coordinator.kafka import check_bootstrap_servers
+from coordinator.protocol import MAX_SHARD_COUNT
 from coordinator.errors import InvalidConfig
 from coordinator.acl import ENV_ZK_AUTH
 from coordinator.console.app import NodeConsole
