@@ -777,14 +777,12 @@ class GroupCoordinator:
                     changed=lambda: self.requests.changed(group), members_watch=self.group_watches.get(group))
             fields = {"group": group, "generation": outcome.generation, "reason": ", ".join(outcome.reasons) or "-",
                       "members": outcome.members, "moved": outcome.moved, "duration_ms": round(outcome.duration_ms, 1)}
-            if outcome.state != "unchanged":
+            if outcome.changed:
                 log.info("group %s generation %d %s: reason=%s members=%d moved=%d duration=%.1fms%s",
                          group, outcome.generation, outcome.state, ", ".join(outcome.reasons) or "-",
                          outcome.members, outcome.moved, outcome.duration_ms,
                          f" excluded={outcome.excluded}" if outcome.excluded else "", extra=fields)
-            if outcome.state == protocol.FAILED:
-                log.error("group %s: %s", group, outcome.error, extra={**fields, "reason": outcome.error})
-            if outcome.state != "unchanged" or outcome.recheck_ms is not None:  # a generation, or a static hold
+            if outcome.changed or outcome.recheck_ms is not None:  # a generation, or a static hold
                 self.timeline.record(group, term.fence, outcome)
             if outcome.unavailable:  # look again for the squatted partitions later
                 self._retry_later(group, self.config.failed_retry_interval_ms)

@@ -5,9 +5,20 @@ A :class:`Snapshot` is what a run read of the group (members, the topics' partit
 the last state); :func:`compute_plan` turns it into a :class:`Plan` (the target assignment,
 through the group's strategy: :mod:`coordinator.assignors`); :func:`reasons_to_rebalance`
 says why the group needs commands, empty when its ownership is already right (seed 001,
-D.3); :func:`problems` is what keeps it from being whole, for the state's ``error``. All are
-pure functions of what was read, tested from fixtures (``tests/test_rebalance_stages.py``);
-:mod:`coordinator.rebalance` does the reading and writing around them.
+D.3); :func:`problems` is what keeps it from being whole, for the state's ``error``.
+
+The group state a run writes is built here too, one function per step that writes it, so
+what each step may write is in one place: :func:`rebalancing_state` (commands written),
+:func:`acked_state` (every member acked: Stable, or Empty without members),
+:func:`settled_state` (ownership already right: Stable or Empty, generation and assignment
+kept; also to record a verification or a new ``error``), :func:`failed_state` (out of
+retries: Failed, tried again later). Any state may precede any of these: a node taking a
+group over starts from whatever its predecessor left, a superseded generation leaves
+Rebalancing behind, and a Failed group is tried again.
+
+All are pure functions of what was read, tested from fixtures (``tests/test_rebalance_stages.py``,
+``tests/test_rebalance_steps.py``); :mod:`coordinator.rebalance` does the reading and writing
+around them.
 """
 from __future__ import annotations
 
@@ -119,6 +130,70 @@ def problems(snapshot: Snapshot, plan: Plan, squatted: Optional[Dict[Tuple[str, 
     out += [f"partition {t}-{p} held by session 0x{sid:x}, which is not a member"
             for (t, p), sid in sorted((squatted or {}).items())]
     return "; ".join(out)
+
+
+def static_hold(snapshot: Snapshot, now_ms: int) -> static.Hold:
+    """The static members of the snapshot's group that are away and still held."""
+    return static.hold_departed(snapshot.state.static, snapshot.state.members, static.static_of(snapshot.members),
+                                snapshot.members, now_ms)
+
+
+def restorable(snapshot: Snapshot, plan: Plan, owners: Ownership) -> Set[str]:
+    """The returning static members to give their share back, if that is all the group
+    needs: the membership and the assignment are the state's, and every other partition is
+    owned as assigned (so whatever the state's generation asked of the others is done, even
+    if a superseded attempt left the state Rebalancing)."""
+    if plan.members.keys() != set(snapshot.state.members) or plan.assignment != snapshot.state.assignment:
+        return set()
+    shares = {cid: share for cid, share in plan.shares().items() if cid not in plan.held}
+    present = set(plan.static) - plan.held
+    restore = static.members_to_restore(shares, owners, present)
+    return restore if static.only_restores(shares, owners, restore) else set()
+
+
+def late_partitions(plan: Plan, late) -> List[Tuple[str, int]]:
+    """The (topic, partition) pairs the plan gave to the members in ``late``."""
+    shares = plan.shares()
+    return [(t, p) for cid in late for t, parts in shares.get(cid, {}).items() for p in parts]
+
+
+# ---------------------------------------------------------------- the states a run writes
+
+def rebalancing_state(snapshot: Snapshot, plan: Plan, generation: int, epoch: int, squatted=None) -> GroupState:
+    """The state written with a generation's commands: Rebalancing, with the plan."""
+    return GroupState(generation, protocol.REBALANCING, list(plan.members), plan.assignment, plan.strategy,
+                      problems(snapshot, plan, squatted), epoch, static=plan.static)
+
+
+def acked_state(snapshot: Snapshot, plan: Plan, generation: int, epoch: int, squatted=None,
+                verified: Optional[Dict] = None) -> GroupState:
+    """The state written once every member acked ``generation``: Stable (Empty without
+    members), with what was verified of the owner nodes (``verified``, may be empty)."""
+    return GroupState(generation, protocol.STABLE if plan.members else protocol.EMPTY, list(plan.members),
+                      plan.assignment, plan.strategy, problems(snapshot, plan, squatted), epoch,
+                      verified=verified or {}, static=plan.static)
+
+
+def settled_state(snapshot: Snapshot, plan: Plan, epoch: int, squatted=None,
+                  verified: Optional[Dict] = None) -> Optional[GroupState]:
+    """Ownership is already right: the state that records it as Stable (Empty without members),
+    the generation, members and assignment kept, with what was verified; None if the state
+    says all that already (a static member that went away or came back changes ``static``)."""
+    want = protocol.STABLE if plan.members else protocol.EMPTY
+    error, verified = problems(snapshot, plan, squatted), verified or {}
+    s = snapshot.state
+    if s.state == want and s.error == error and s.verified == verified and s.static == plan.static:
+        return None
+    return GroupState(s.generation, want, s.members, s.assignment, s.strategy, error, epoch,
+                      verified=verified, static=plan.static)
+
+
+def failed_state(snapshot: Snapshot, plan: Plan, error: str, epoch: int) -> GroupState:
+    """The state written when the retries are exhausted: Failed with ``error``, the last
+    generation and assignment kept, the members the group has now."""
+    s = snapshot.state
+    return GroupState(s.generation, protocol.FAILED, list(plan.members), s.assignment, plan.strategy, error, epoch,
+                      static=plan.static)
 
 
 def moved(before: Ownership, after: Ownership) -> int:

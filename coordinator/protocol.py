@@ -79,17 +79,9 @@ PATTERN_WHITE_LIST = "white_list"
 PATTERN_BLACK_LIST = "black_list"
 PATTERNS = (PATTERN_STATIC, PATTERN_WHITE_LIST, PATTERN_BLACK_LIST)
 
+# The group states (``state`` znode). Which step of a rebalance writes which, and why any may
+# follow any, is said where they are built: coordinator/plan.py.
 EMPTY, REBALANCING, STABLE, FAILED = "Empty", "Rebalancing", "Stable", "Failed"
-#: The group states the leader may write after each one (``state`` znode), and when:
-#: commands written → Rebalancing; every member acked → Stable (Empty with no members);
-#: ownership already right → Stable/Empty without commands (also to update ``error``);
-#: out of retries → Failed (tried again later).
-GROUP_STATE_TRANSITIONS = {
-    EMPTY: {REBALANCING, STABLE, EMPTY, FAILED},
-    REBALANCING: {REBALANCING, STABLE, EMPTY, FAILED},
-    STABLE: {REBALANCING, STABLE, EMPTY, FAILED},
-    FAILED: {REBALANCING, STABLE, EMPTY, FAILED},
-}
 
 MAX_NAME_LENGTH = 249
 #: The most shards an installation may have (one znode, one epoch znode and one watch each per node).

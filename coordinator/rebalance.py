@@ -27,14 +27,15 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Protocol, Set, Tuple
+from typing import Callable, Dict, List, NamedTuple, NoReturn, Optional, Protocol, Set, Tuple
 
 from kazoo.exceptions import NoNodeError
 
 from coordinator import protocol, read, static
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode
 from coordinator.fencing import Fence, fenced, fenced_commit
-from coordinator.plan import Plan, Snapshot, compute_plan, moved, problems, reasons_to_rebalance
+from coordinator.plan import (Plan, Snapshot, acked_state, compute_plan, failed_state, late_partitions, moved,
+                              reasons_to_rebalance, rebalancing_state, restorable, settled_state, static_hold)
 from coordinator.protocol import GroupState, Ownership, Registration
 from coordinator.verify import (Fingerprint, fingerprint, owners_as_assigned, recorded_plan, still_as_verified,
                                 verified_record)
@@ -202,8 +203,7 @@ def write_commands(client, fence: Fence, snapshot: Snapshot, plan: Plan, generat
     newest commands, and no partition can have two owners (owner nodes are exclusive)."""
     group = snapshot.group
     epoch = fence.epoch
-    state = GroupState(generation, protocol.REBALANCING, list(plan.members), plan.assignment,
-                       plan.strategy, problems(snapshot, plan, squatted), epoch, static=plan.static)
+    state = rebalancing_state(snapshot, plan, generation, epoch, squatted)
     order = sorted(plan.recipients() if recipients is None else recipients)
     shares = plan.shares()
     pairs = []
@@ -295,14 +295,19 @@ def stale_commands(client, group: str, members) -> List[str]:
 
 @dataclass
 class Outcome:
+    """How a run that did not raise ended: ``changed`` says whether it rebalanced the group
+    (wrote a generation's commands, or gave returning static members their share back, and
+    every member acked) or found its ownership already right (nothing written but, when it
+    changed, the state's record of it); ``state`` is the group's state after the run (Stable,
+    or Empty without members). A run that fails raises instead."""
     group: str
-    state: str                       # Stable, Failed, Empty, or "unchanged"
+    changed: bool
+    state: str
     generation: int
     reasons: List[str] = field(default_factory=list)
     moved: int = 0
     duration_ms: float = 0.0
     excluded: List[str] = field(default_factory=list)
-    error: str = ""
     members: int = 0
     unavailable: int = 0             # partitions left unassigned: held by squatters (check again later)
     recheck_ms: Optional[int] = None  # a static member is held away: look again when its grace ends
@@ -316,15 +321,76 @@ class RebalanceSettings(Protocol):
     rebalance_backoff_ms: int
 
 
+@dataclass
+class _Run:
+    """One run of one group: what the caller gave it, and what its attempts learnt."""
+    group: str
+    fence: Fence
+    topics: Callable[[], Dict[str, int]]
+    abort: Callable[[], bool]
+    changed: Callable[[], bool]
+    observe: Optional[Callable]
+    members_watch: Optional[Callable]
+    started: float
+    squatted: Dict[Tuple[str, int], int]                 # partitions held by non-members: left unassigned
+    excluded: Set[str] = field(default_factory=set)     # members that did not ack an attempt: left out
+    recheck_ms: Optional[int] = None                    # when the next static member's hold ends
+
+
+@dataclass
+class _Diff:
+    """What an attempt found: why the group needs commands (none: its ownership is right),
+    whether its ownership can be verified (no squatter, no static member held away), the
+    owners' pzxids it verified, and the returning static members that are all it needs."""
+    reasons: List[str]
+    verifiable: bool
+    owner_pzxids: Optional[Dict[str, int]] = None
+    restore: Set[str] = field(default_factory=set)
+
+
+class _Generation(NamedTuple):
+    """What an attempt writes: the generation, why, the stale commands to delete, and to whom
+    (None: every member not held away)."""
+    number: int
+    reasons: List[str]
+    stale: List[str]
+    recipients: Optional[List[str]]
+
+
+def choose_plan(snapshot: Snapshot, excluded, squatted, hold: static.Hold) -> Plan:
+    """The plan of an attempt: the state's own while none of its inputs changed since it was
+    verified (:func:`~coordinator.verify.recorded_plan`), trusted only when no member is left
+    out for not acking, no partition is squatted and the group has no static members (their
+    records and holds are computed each time); else computed afresh."""
+    if not excluded and not squatted and not hold.static:
+        recorded = recorded_plan(snapshot)
+        if recorded is not None:
+            return recorded
+    return compute_plan(snapshot, excluded, set(squatted), hold)
+
+
+def next_generation(recorded: int, last_written: int) -> int:
+    """The generation after the state's (``recorded``) and this node's last (``last_written``):
+    generations only grow, even if someone deleted or damaged the state znode."""
+    return max(recorded, last_written) + 1
+
+
 class GroupRebalancer:
     """Runs the pipeline for a group with bounded retries (one instance per node, shared by its
     handler threads; callers never run it for the same group twice at once).
 
+    A run is a loop of attempts, each of named steps: :meth:`_look` (read the group),
+    :meth:`_plan` (the target), :meth:`_diff` (does anything need commands? the verification
+    shortcut), then either :meth:`_verified_unchanged` (ownership right: record it, done) or
+    :meth:`_attempt` (write a generation, or give returning static members their share back
+    with :meth:`_restore_static`; wait for the acks; :meth:`_acked` records Stable).
+
     A failed attempt (members did not ack in time) is retried after a backoff with the
-    non-acking members left out; after ``max_rebalance_retries`` the group is ``Failed`` and
-    :class:`ConsumerRebalanceFailedException` is raised; the caller schedules a later retry.
-    Members that did not ack because a squatter holds a partition they were given are not
-    blamed: the squatter is named and the partition left unassigned in the next attempt.
+    non-acking members left out (:meth:`_blame`); after ``max_rebalance_retries`` the group is
+    ``Failed`` and :class:`ConsumerRebalanceFailedException` is raised (:meth:`_give_up`); the
+    caller schedules a later retry. Members that did not ack because a squatter holds a
+    partition they were given are not blamed: the squatter is named and the partition left
+    unassigned in the next attempt.
     """
 
     def __init__(self, client, settings: RebalanceSettings):
@@ -373,7 +439,8 @@ class GroupRebalancer:
         groups' subscriptions yet). Raises :class:`GroupDeleted` when the group's znodes are
         deleted under the run."""
         try:
-            return self._run(group, topics, fence, abort, observe, changed, members_watch)
+            return self._run(_Run(group, fence, topics, abort, changed, observe, members_watch,
+                                  started=time.monotonic(), squatted={}))
         except TransactionFailed as e:
             # A znode written under is gone, and so is ids/, where members register from the
             # group's start to its deletion: the group was deleted.
@@ -384,109 +451,148 @@ class GroupRebalancer:
         self.deleted.add(group)
         raise GroupDeleted(f"group {group} was deleted during its rebalance", first) from None
 
-    def _run(self, group: str, topics: Callable[[], Dict[str, int]], fence: Fence, abort: Callable[[], bool],
-             observe, changed: Callable[[], bool], members_watch) -> Outcome:
-        started = time.monotonic()
-        self.verified.pop(group, None)  # recorded again only by a run that verifies it
-        excluded: Set[str] = set()
-        squatted = self._still_squatted(group)
+    def _run(self, run: _Run) -> Outcome:
+        self.verified.pop(run.group, None)  # recorded again only by a run that verifies it
+        run.squatted = self._still_squatted(run.group)
         attempts = self.settings.max_rebalance_retries + 1
         for attempt in range(attempts):
-            snapshot = read_snapshot(self.client, group, {}, members_watch)
-            if snapshot.ids_pzxid != -1:
-                self.deleted.discard(group)  # (made again since)
-            if observe:
-                observe(group, snapshot.members.values())
-            snapshot = dataclasses.replace(snapshot, topics=topics())  # after observe: see run()
-            excluded &= set(snapshot.members)
-            if excluded and excluded == set(snapshot.members):
-                # Everyone left to assign to failed to ack: nothing can succeed until they do.
-                if attempt + 1 < attempts:
-                    _sleep(self.settings.rebalance_backoff_ms * (2 ** attempt) / 1000.0, abort)
-                continue
-            now = protocol.now_ms()
-            hold = _hold(snapshot, now)
-            recheck = None if hold.next_deadline_ms is None else max(0, hold.next_deadline_ms - now)
-            # The state's plan is trusted only for groups without static members (their records
-            # and holds are computed each time).
-            plan = (not excluded and not squatted and not hold.static and recorded_plan(snapshot)) or \
-                compute_plan(snapshot, excluded, set(squatted), hold)
-            verifiable = not squatted and not plan.held  # every assigned partition should be owned
-            self._report(snapshot, plan, squatted)
-            reasons = reasons_to_rebalance(snapshot, plan, None)
-            restore: Set[str] = set()
-            owner_pzxids: Optional[Dict[str, int]] = None
-            if not reasons and verifiable and group not in self.must_read:
-                owner_pzxids = still_as_verified(self.client, snapshot, plan)  # verified before, unchanged since
-            if not reasons and owner_pzxids is None:
-                owner_pzxids = {}
-                owners = read_owners(self.client, group, plan.assignment, owner_pzxids)
-                reasons = reasons_to_rebalance(snapshot, plan, owners)
-                restore = self._restorable(snapshot, plan, owners) if reasons else set()
-                self.must_read.discard(group)
-            if not reasons:
-                record = verified_record(snapshot, plan, owner_pzxids) if verifiable else {}
-                self._settle(snapshot, plan, squatted, fence, record)
-                if verifiable:
-                    self.verified[group] = fingerprint(snapshot, plan, owner_pzxids)
-                return Outcome(group, "unchanged", snapshot.state.generation, duration_ms=_ms(started),
-                               members=len(plan.members), unavailable=len(squatted), recheck_ms=recheck)
-            if abort():
-                raise Abandoned("leadership is ending")
-            if restore:  # returning static members only: the others keep their generation, no command
-                generation, reasons = snapshot.state.generation, [f"static members {sorted(restore)} returned"]
-                stale = stale_commands(self.client, group, restore)
-            else:
-                generation = max(snapshot.state.generation, self.generations.get(group, 0)) + 1
-                self.generations[group] = generation
-                stale = stale_commands(self.client, group, excluded) if excluded else []
-            commands = write_commands(self.client, fence, snapshot, plan, generation, stale, squatted,
-                                      sorted(restore) if restore else None)
-            late = wait_for_acks(self.client, commands, self.settings.rebalance_timeout_ms / 1000.0, abort,
-                                 changed)
-            if not late:
-                state = protocol.STABLE if plan.members else protocol.EMPTY
-                owner_pzxids = owners_as_assigned(self.client, group, plan.assignment) if verifiable else None
-                record = verified_record(snapshot, plan, owner_pzxids) if owner_pzxids is not None else {}
-                snapshot.state_mzxid = write_state(
-                    self.client, fence, group,
-                    GroupState(generation, state, list(plan.members), plan.assignment, plan.strategy,
-                               problems(snapshot, plan, squatted), fence.epoch, verified=record, static=plan.static),
-                    0 if snapshot.state_version is None else snapshot.state_version + 1)
-                if record and snapshot.state_mzxid is not None:
-                    self.verified[group] = fingerprint(snapshot, plan, owner_pzxids)
-                return Outcome(group, state, generation, reasons, moved(snapshot.state.assignment, plan.assignment),
-                               _ms(started), sorted(excluded), members=len(plan.members), unavailable=len(squatted),
-                               recheck_ms=recheck)
-            shares = plan.shares()
-            blocked = find_squatters(self.client, group, [(t, p) for cid in late
-                                                          for t, parts in shares.get(cid, {}).items() for p in parts])
-            if blocked:
-                squatted.update(blocked)
-                self.squatted[group] = squatted
-            else:
-                excluded |= late
-                log.warning("group %s generation %d: no ack from %s within %d ms (attempt %d of %d)", group,
-                            generation, sorted(late), self.settings.rebalance_timeout_ms, attempt + 1, attempts)
+            snapshot = self._look(run)
+            if snapshot is not None:
+                plan = self._plan(run, snapshot)
+                diff = self._diff(run, snapshot, plan)
+                if not diff.reasons:
+                    return self._verified_unchanged(run, snapshot, plan, diff)
+                outcome = self._attempt(run, snapshot, plan, diff, attempt, attempts)
+                if outcome is not None:
+                    return outcome
             if attempt + 1 < attempts:
-                _sleep(self.settings.rebalance_backoff_ms * (2 ** attempt) / 1000.0, abort)
-        error = f"can't rebalance after {attempts} attempts: members {sorted(excluded)} did not ack"
-        snapshot = read_snapshot(self.client, group, topics())
-        self._fail(snapshot, compute_plan(snapshot, hold=_hold(snapshot, protocol.now_ms())), error, fence)
-        raise ConsumerRebalanceFailedException(f"group {group}: {error}")
+                _sleep(self.settings.rebalance_backoff_ms * (2 ** attempt) / 1000.0, run.abort)
+        self._give_up(run, attempts)
 
-    @staticmethod
-    def _restorable(snapshot: Snapshot, plan: Plan, owners: Ownership) -> Set[str]:
-        """The returning static members to give their share back, if that is all the group
-        needs: the membership and the assignment are the state's, and every other partition is
-        owned as assigned (so whatever the state's generation asked of the others is done, even
-        if a superseded attempt left the state Rebalancing)."""
-        if plan.members.keys() != set(snapshot.state.members) or plan.assignment != snapshot.state.assignment:
-            return set()
-        shares = {cid: share for cid, share in plan.shares().items() if cid not in plan.held}
-        present = set(plan.static) - plan.held
-        restore = static.members_to_restore(shares, owners, present)
-        return restore if static.only_restores(shares, owners, restore) else set()
+    # ---- the steps
+
+    def _look(self, run: _Run) -> Optional[Snapshot]:
+        """Read the group (re-arming the caller's members watch), show its members to
+        ``observe``, then take the caller's view of the topics (after observe: see
+        :meth:`run`). None when every member left to assign to failed to ack: nothing can
+        succeed until they do."""
+        snapshot = read_snapshot(self.client, run.group, {}, run.members_watch)
+        if snapshot.ids_pzxid != -1:
+            self.deleted.discard(run.group)  # (made again since)
+        if run.observe:
+            run.observe(run.group, snapshot.members.values())
+        snapshot = dataclasses.replace(snapshot, topics=run.topics())
+        run.excluded &= set(snapshot.members)
+        if run.excluded and run.excluded == set(snapshot.members):
+            return None
+        return snapshot
+
+    def _plan(self, run: _Run, snapshot: Snapshot) -> Plan:
+        """The attempt's plan (:func:`choose_plan`); static members away and still held are
+        counted, and the run looks again when the first hold ends. Problems are logged once."""
+        now = protocol.now_ms()
+        hold = static_hold(snapshot, now)
+        run.recheck_ms = None if hold.next_deadline_ms is None else max(0, hold.next_deadline_ms - now)
+        plan = choose_plan(snapshot, run.excluded, run.squatted, hold)
+        self._report(snapshot, plan, run.squatted)
+        return plan
+
+    def _diff(self, run: _Run, snapshot: Snapshot, plan: Plan) -> _Diff:
+        """Why the group needs commands: first from the snapshot alone; if it shows none, from
+        the owner nodes, unless the state's verification still holds (one round trip instead
+        of reading them all; not on a full check)."""
+        diff = _Diff(reasons_to_rebalance(snapshot, plan, None), verifiable=not run.squatted and not plan.held)
+        if diff.reasons:
+            return diff
+        if diff.verifiable and run.group not in self.must_read:
+            diff.owner_pzxids = still_as_verified(self.client, snapshot, plan)  # verified before, unchanged since
+        if diff.owner_pzxids is None:
+            diff.owner_pzxids = {}
+            owners = read_owners(self.client, run.group, plan.assignment, diff.owner_pzxids)
+            diff.reasons = reasons_to_rebalance(snapshot, plan, owners)
+            diff.restore = restorable(snapshot, plan, owners) if diff.reasons else set()
+            self.must_read.discard(run.group)
+        return diff
+
+    def _verified_unchanged(self, run: _Run, snapshot: Snapshot, plan: Plan, diff: _Diff) -> Outcome:
+        """Ownership is already right: record it (no commands) with what was verified, if the
+        state says otherwise, and keep the group's fingerprint."""
+        record = verified_record(snapshot, plan, diff.owner_pzxids) if diff.verifiable else {}
+        settled = settled_state(snapshot, plan, run.fence.epoch, run.squatted, record)
+        if settled is not None:  # snapshot.state_mzxid follows the write: it is fingerprinted
+            snapshot.state_mzxid = write_state(self.client, run.fence, run.group, settled, snapshot.state_version)
+        if diff.verifiable:
+            self.verified[run.group] = fingerprint(snapshot, plan, diff.owner_pzxids)
+        return Outcome(run.group, False, protocol.STABLE if plan.members else protocol.EMPTY,
+                       snapshot.state.generation, duration_ms=_ms(run.started), members=len(plan.members),
+                       unavailable=len(run.squatted), recheck_ms=run.recheck_ms)
+
+    def _attempt(self, run: _Run, snapshot: Snapshot, plan: Plan, diff: _Diff, attempt: int,
+                 attempts: int) -> Optional[Outcome]:
+        """Write the commands (a new generation, or the returning static members' share back)
+        and wait for the acks: the outcome once every member acked, None if some did not."""
+        if run.abort():
+            raise Abandoned("leadership is ending")
+        generation = self._restore_static(run, snapshot, diff) if diff.restore else self._next(run, snapshot, diff)
+        commands = write_commands(self.client, run.fence, snapshot, plan, generation.number, generation.stale,
+                                  run.squatted, generation.recipients)
+        late = wait_for_acks(self.client, commands, self.settings.rebalance_timeout_ms / 1000.0, run.abort,
+                             run.changed)
+        if not late:
+            return self._acked(run, snapshot, plan, diff, generation)
+        self._blame(run, plan, late, generation.number, attempt, attempts)
+        return None
+
+    def _restore_static(self, run: _Run, snapshot: Snapshot, diff: _Diff) -> _Generation:
+        """Returning static members are all the group needs: they get their share again at the
+        current generation; the others keep theirs and get no command."""
+        return _Generation(snapshot.state.generation, [f"static members {sorted(diff.restore)} returned"],
+                           stale_commands(self.client, run.group, diff.restore), sorted(diff.restore))
+
+    def _next(self, run: _Run, snapshot: Snapshot, diff: _Diff) -> _Generation:
+        """A new generation for every member not held away (the commands still waiting for
+        members left out are deleted)."""
+        number = self.generations[run.group] = next_generation(snapshot.state.generation,
+                                                                self.generations.get(run.group, 0))
+        stale = stale_commands(self.client, run.group, run.excluded) if run.excluded else []
+        return _Generation(number, diff.reasons, stale, None)
+
+    def _acked(self, run: _Run, snapshot: Snapshot, plan: Plan, diff: _Diff, generation: _Generation) -> Outcome:
+        """Every member acked: record the state (Stable or Empty) with the owner nodes verified
+        as assigned when they can be."""
+        owner_pzxids = owners_as_assigned(self.client, run.group, plan.assignment) if diff.verifiable else None
+        record = verified_record(snapshot, plan, owner_pzxids) if owner_pzxids is not None else {}
+        state = acked_state(snapshot, plan, generation.number, run.fence.epoch, run.squatted, record)
+        snapshot.state_mzxid = write_state(self.client, run.fence, run.group, state,
+                                           0 if snapshot.state_version is None else snapshot.state_version + 1)
+        if record and snapshot.state_mzxid is not None:
+            self.verified[run.group] = fingerprint(snapshot, plan, owner_pzxids)
+        return Outcome(run.group, True, state.state, generation.number, generation.reasons,
+                       moved(snapshot.state.assignment, plan.assignment), _ms(run.started), sorted(run.excluded),
+                       members=len(plan.members), unavailable=len(run.squatted), recheck_ms=run.recheck_ms)
+
+    def _blame(self, run: _Run, plan: Plan, late: Set[str], generation: int, attempt: int, attempts: int) -> None:
+        """Some members did not ack: if squatters hold partitions they were given, the next
+        attempt leaves those partitions unassigned; otherwise it leaves those members out."""
+        blocked = find_squatters(self.client, run.group, late_partitions(plan, late))
+        if blocked:
+            run.squatted.update(blocked)
+            self.squatted[run.group] = run.squatted
+        else:
+            run.excluded |= late
+            log.warning("group %s generation %d: no ack from %s within %d ms (attempt %d of %d)", run.group,
+                        generation, sorted(late), self.settings.rebalance_timeout_ms, attempt + 1, attempts)
+
+    def _give_up(self, run: _Run, attempts: int) -> NoReturn:
+        """Out of attempts: the group is Failed (tried again later by the caller)."""
+        error = f"can't rebalance after {attempts} attempts: members {sorted(run.excluded)} did not ack"
+        snapshot = read_snapshot(self.client, run.group, run.topics())
+        plan = compute_plan(snapshot, hold=static_hold(snapshot, protocol.now_ms()))
+        write_state(self.client, run.fence, run.group, failed_state(snapshot, plan, error, run.fence.epoch),
+                    snapshot.state_version)
+        raise ConsumerRebalanceFailedException(f"group {run.group}: {error}")
+
+    # ---- what a run remembers between runs
 
     def _still_squatted(self, group: str) -> Dict[Tuple[str, int], int]:
         """The squatters found before that still hold their partitions (the others are forgotten)."""
@@ -509,31 +615,6 @@ class GroupRebalancer:
         for line in sorted(current - self._reported.get(snapshot.group, set())):
             log.error("%s", line)
         self._reported[snapshot.group] = current
-
-    def _settle(self, snapshot: Snapshot, plan: Plan, squatted, fence: Fence, record: Dict) -> None:
-        """Ownership is already right: record it as Stable (no commands), with what was verified,
-        if the state says otherwise. ``snapshot.state_mzxid`` follows a write (it is fingerprinted)."""
-        want = protocol.STABLE if plan.members else protocol.EMPTY
-        error = problems(snapshot, plan, squatted)
-        s = snapshot.state
-        # static: a member went away or came back
-        if s.state != want or s.error != error or s.verified != record or s.static != plan.static:
-            snapshot.state_mzxid = write_state(
-                self.client, fence, snapshot.group,
-                GroupState(s.generation, want, s.members, s.assignment, s.strategy, error, fence.epoch,
-                           verified=record, static=plan.static), snapshot.state_version)
-
-    def _fail(self, snapshot: Snapshot, plan: Plan, error: str, fence: Fence) -> None:
-        s = snapshot.state
-        write_state(self.client, fence, snapshot.group,
-                    GroupState(s.generation, protocol.FAILED, list(plan.members), s.assignment, plan.strategy,
-                               error, fence.epoch, static=plan.static), snapshot.state_version)
-
-
-def _hold(snapshot: Snapshot, now_ms: int) -> static.Hold:
-    """The static members of the snapshot's group that are away and still held."""
-    return static.hold_departed(snapshot.state.static, snapshot.state.members, static.static_of(snapshot.members),
-                                snapshot.members, now_ms)
 
 
 def _sleep(seconds: float, abort: Callable[[], bool]) -> None:

@@ -116,7 +116,7 @@ class TimelineRecorder:
     def record(self, group: str, fence: Fence, outcome: Optional[Outcome] = None, failed: bool = False,
                superseded: bool = False) -> None:
         """Record the rebalance of ``group`` that just ended: ``outcome`` (it wrote a
-        generation; or, "unchanged" with a static member held away, a hold), ``failed``
+        generation; or, unchanged with a static member held away, a hold), ``failed``
         (retries exhausted) or ``superseded`` (the group changed while its members applied it)."""
         try:
             self._record(group, fence, outcome, failed, superseded)
@@ -142,7 +142,7 @@ class TimelineRecorder:
             log.error("group %s: %s; its timeline starts again", group, e)
             ring = []
         previous = ring[-1] if ring else None
-        if outcome is not None and outcome.state == "unchanged":
+        if outcome is not None and not outcome.changed:
             # A static member held away: recorded once per hold (every check until it ends finds the same).
             if previous is not None and previous.held == held_until(state):
                 return
