@@ -32,8 +32,10 @@ Modules, from the bottom up (each imports only those above it):
   json`` and the console's API), as pure functions.
 * :mod:`~coordinator.requests` — the queue of groups to rebalance (each queued once, a change
   during a run noticed) and the index of which groups use which topics.
-* :mod:`~coordinator.coordinator` — the node (and its ``CoordinatorConfig``): election, epoch,
-  watches, the request queue and its handler threads.
+* :mod:`~coordinator.groups` — the groups a node leads (its shards'): registration, watches,
+  the request queue and its handler threads.
+* :mod:`~coordinator.coordinator` — the node (and its ``CoordinatorConfig``): the controller
+  election and epoch, the connection's state, the groups it leads.
 * :mod:`~coordinator.metrics` — the node's Prometheus metrics.
 * :mod:`~coordinator.http` — the node's one HTTP server: metrics, health probes, the console.
 * :mod:`~coordinator.console` — the read-only operator console: a watched snapshot, lag, pages and API.

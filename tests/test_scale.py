@@ -7,7 +7,7 @@ import pytest
 from kazoo.protocol.serialization import Transaction
 
 from coordinator import protocol
-from coordinator.coordinator import FULL_CHECK_EVERY
+from coordinator.groups import FULL_CHECK_EVERY
 from coordinator.fencing import Deposed, Fence
 from coordinator.plan import Plan, Snapshot
 from coordinator.rebalance import write_commands
