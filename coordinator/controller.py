@@ -19,11 +19,13 @@ bumps the controller epoch (the version of ``/consumers/coordinator/epoch``), pu
 A controller failover moves nothing: placements and shard epochs live in ZooKeeper, and the new
 controller changes only what the live nodes require.
 
-Threads: the controller runs on its node's election thread; kazoo's watch callbacks only put
-events on ``events``. The mirror has a thread of its own.
+Threads: the controller runs on its node's election thread; kazoo's watch callbacks and the
+node's connection listener only put an :class:`Event` on ``events``. The mirror has a thread
+of its own.
 """
 from __future__ import annotations
 
+import enum
 import logging
 import queue
 import time
@@ -34,7 +36,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from coordinator import protocol, read
 from coordinator.errors import CorruptZnode
-from coordinator.fencing import Deposed, Fence, fenced, fenced_commit, recorded_shard_epochs, restore_epoch
+from coordinator.fencing import Deposed, fenced, fenced_commit, recorded_shard_epochs, restore_epoch
 from coordinator.mirror import TopicMirror
 from coordinator.shards import place_shards
 from coordinator.zkclient import TransactionFailed
@@ -45,14 +47,22 @@ log = logging.getLogger("zkgroups.controller")
 RECONCILE_INTERVAL_S = 5.0
 
 
+class Event(enum.Enum):
+    """What the controller's thread is told (kazoo's threads and the node's connection listener
+    only put these on its queue)."""
+    NODES = "nodes"              # the live nodes changed
+    EPOCH = "epoch"              # a shard's epoch znode was deleted or bumped by someone
+    RECONNECTED = "reconnected"  # the connection is back after a suspension: look at everything again
+
+
 class Controller:
     """One term as controller (see the module docstring). ``term`` is the node's
     :class:`~coordinator.fencing.Leadership` for this election: its epoch fences every write."""
 
     def __init__(self, client, config, node_id: str, term):
         self.client, self.config, self.node_id, self.term = client, config, node_id, term
-        self.fence = Fence(protocol.EPOCH, term.epoch)
-        self.events: "queue.Queue[tuple]" = queue.Queue()
+        self.fence = term.fence
+        self.events: "queue.Queue[Event]" = queue.Queue()
         self.count = 0
         self.mirror: Optional[TopicMirror] = None
         if config.bootstrap_servers:
@@ -70,17 +80,14 @@ class Controller:
             DataWatch(self.client, protocol.MIRROR_REFRESH, self._watch_refresh_requests)
             self.mirror.start()
         next_reconcile = 0.0
-        while not self.term.ended.is_set():
+        while not self.term.ended:
             try:
-                kind, _ = self.events.get(timeout=0.1)
+                event = self.events.get(timeout=0.1)
                 next_reconcile = 0.0  # something changed: look now
+                if event is Event.RECONNECTED and self.mirror:
+                    self.mirror.request_refresh()
             except queue.Empty:
                 pass
-            if self.term.reconnected:
-                self.term.reconnected = False
-                next_reconcile = 0.0
-                if self.mirror:
-                    self.mirror.request_refresh()
             now = time.monotonic()
             if now >= next_reconcile and self.term.active:
                 next_reconcile = now + RECONCILE_INTERVAL_S
@@ -100,24 +107,28 @@ class Controller:
         if self.mirror:
             self.mirror.request_refresh()
 
+    def reconnected(self) -> None:
+        """The node's connection is back after a suspension (kazoo's thread: record only)."""
+        self.events.put(Event.RECONNECTED)
+
     # ------------------------------------------------------------ watches (kazoo thread: record only)
 
     def _watch_nodes(self, children):
-        if self.term.ended.is_set():
+        if self.term.ended:
             return False
-        self.events.put(("nodes", None))
+        self.events.put(Event.NODES)
 
     def _watch_refresh_requests(self, data, stat):
-        if self.term.ended.is_set():
+        if self.term.ended:
             return False
         if self.mirror:
             self.mirror.request_refresh()  # only sets an event
 
     def _watch_epoch(self, shard: int):
         def callback(data, stat):
-            if self.term.ended.is_set():
+            if self.term.ended:
                 return False
-            self.events.put(("epoch", shard))  # deleted, or bumped by someone: look at the placement
+            self.events.put(Event.EPOCH)  # deleted, or bumped by someone: look at the placement
         return callback
 
     # ------------------------------------------------------------ the shards (controller thread)

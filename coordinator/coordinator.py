@@ -41,7 +41,8 @@ from coordinator.acl import parse_auth
 from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS, check_kafka_properties, positive
 from coordinator.controller import Controller
 from coordinator.errors import InvalidConfig
-from coordinator.fencing import Fence, Leadership, bump_epoch, fenced, fenced_commit, highest_recorded_epoch
+from coordinator.fencing import (Leadership, bump_epoch, controller_fence, fenced, fenced_commit,
+                                 highest_recorded_epoch)
 from coordinator.groups import GroupCoordinator
 from coordinator.kafka import check_bootstrap_servers
 from coordinator.metrics import CoordinatorMetrics
@@ -97,10 +98,11 @@ class Coordinator:
 
     Threads: the election thread (``_contend()``) runs the election and, while this node is
     the controller, the :class:`~coordinator.controller.Controller`; the
-    :class:`~coordinator.groups.GroupCoordinator` has an event thread and handler threads of its own; kazoo's
-    connection listener only marks state (suspended, reconnected, ended) and starts the grace
-    timer. ``_term`` (the controller term) is replaced only by the election thread; other
-    threads read it once into a local."""
+    :class:`~coordinator.groups.GroupCoordinator` has an event thread and handler threads of its
+    own; kazoo's connection listener only records the connection's state (``_connection``, the
+    one place it is kept: :attr:`suspended` and every term read it), ends terms, queues events
+    and starts the grace timer. ``_term`` (the controller term) is replaced only by the
+    election thread; other threads read it once into a local."""
 
     def __init__(self, connect: str, node_id: Optional[str] = None, config: Optional[CoordinatorConfig] = None,
                  metrics: Optional[CoordinatorMetrics] = None):
@@ -118,6 +120,7 @@ class Coordinator:
         self._thread: Optional[threading.Thread] = None
         self._election = None
         self._grace_timer: Optional[threading.Timer] = None
+        self._connection = KazooState.CONNECTED  # kazoo's last word on the connection (its listener writes it)
         self._lifecycle = threading.Lock()
         self._started = False
         self.elected = threading.Event()    # set while this node is the controller (for tests and tools)
@@ -164,13 +167,19 @@ class Coordinator:
     def is_leader(self) -> bool:
         """Whether this node is the controller now."""
         term = self._term
-        return term is not None and not term.ended.is_set()
+        return term is not None and not term.ended
 
     @property
     def epoch(self) -> Optional[int]:
         """The controller epoch, while this node is the controller."""
         term = self._term
         return term.epoch if term else None
+
+    @property
+    def suspended(self) -> bool:
+        """Whether the connection to ZooKeeper is not up now (suspended, or the session lost and
+        not yet replaced): nothing of this node may be written meanwhile."""
+        return self._connection is not KazooState.CONNECTED
 
     def shards(self) -> Dict[int, int]:
         """{shard: epoch} of the shards this node leads now."""
@@ -204,7 +213,7 @@ class Coordinator:
             return
         epoch = self._bump_epoch()
         self.metrics.elected()  # before the term shows: a scrape never sees a controller not counted
-        term = self._term = Leadership(epoch)
+        term = self._term = Leadership(epoch, suspended=lambda: self.suspended)
         if self._closing.is_set():  # close() ran while we were being elected and saw no term to end
             term.end("shutting down")
         info = protocol.LeaderInfo(self.node_id, self.host, os.getpid(), epoch, protocol.now_ms())
@@ -238,7 +247,7 @@ class Coordinator:
     def _publish_leader(self, info: protocol.LeaderInfo) -> None:
         """Create the leader znode, replacing one left by a controller that resigned without
         cleaning up (we hold the election lock now); fenced by our epoch like every write."""
-        fence = Fence(protocol.EPOCH, info.epoch)
+        fence = controller_fence(info.epoch)
         t = fenced(self.client, fence)
         if self.client.exists(protocol.LEADER):
             t.delete(protocol.LEADER)
@@ -246,7 +255,7 @@ class Coordinator:
         fenced_commit(t, fence)
 
     def _unpublish_leader(self, info: protocol.LeaderInfo) -> None:
-        t = fenced(self.client, Fence(protocol.EPOCH, info.epoch))  # never delete a newer controller's znode
+        t = fenced(self.client, controller_fence(info.epoch))  # never delete a newer controller's znode
         t.delete(protocol.LEADER)
         try:
             commit(t)
@@ -256,12 +265,9 @@ class Coordinator:
     # ------------------------------------------------------------ connection state (kazoo thread: no ZK calls)
 
     def _on_connection_state(self, state) -> None:
-        term, groups = self._term, self.groups
+        term, groups, controller = self._term, self.groups, self._controller
+        self._connection = state
         if state == KazooState.SUSPENDED:
-            if term:
-                term.suspended = True
-            if groups:
-                groups.suspended = True
             grace = self.config.session_timeout_ms * self.config.suspend_grace_ratio / 1000.0
             self._grace_timer = threading.Timer(grace, self._grace_expired, args=(term,))
             self._grace_timer.daemon = True
@@ -269,11 +275,9 @@ class Coordinator:
         elif state == KazooState.CONNECTED:
             if self._grace_timer:
                 self._grace_timer.cancel()
-            if term and not term.ended.is_set():
-                term.suspended = False
-                term.reconnected = True
+            if controller is not None and term and not term.ended:
+                controller.reconnected()
             if groups:
-                groups.suspended = False
                 groups.events.put(("connected", None))
         elif state == KazooState.LOST:
             if term:
@@ -282,10 +286,10 @@ class Coordinator:
                 groups.session_lost()
 
     def _grace_expired(self, term: Optional[Leadership]) -> None:
-        groups = self.groups
-        if groups is None or not groups.suspended:
+        if not self.suspended:
             return
         reason = "disconnected from ZooKeeper longer than the grace period"
         if term:
             term.end(reason)
-        groups.end_all(reason)
+        if self.groups:
+            self.groups.end_all(reason)

@@ -16,10 +16,11 @@ failed check into :class:`Deposed`: the epoch moved on, someone else leads now, 
 once. So a leader that paused, was cut off or simply lost its shard can never write again,
 whatever it believes (the failure of KAFKA-6082, a deposed controller that kept writing).
 
-A :class:`Term` is one holder's view of its lead: :class:`Leadership` (the controller's term)
-and :class:`ShardTerm` (one shard at one epoch). A term ends once, from any thread, with a
-reason; it is *active* while not ended and while the node's connection is not suspended (a
-suspended node may already have lost its session: it writes nothing until it is back).
+A :class:`Term` is one holder's view of its lead, with the fence of its epoch:
+:class:`Leadership` (the controller's term) and :class:`ShardTerm` (one shard at one epoch).
+A term ends once, from any thread, with a reason; it is *active* while not ended and while the
+node's connection is not suspended (a suspended node may already have lost its session: it
+writes nothing until it is back).
 
 Epochs never go back. A missing epoch znode (deleted by someone) is restored above the highest
 epoch recorded anywhere (:func:`restore_epoch`; the controller epoch from the leader znode, a
@@ -33,8 +34,8 @@ version of the partition's offsets znode, which every claim rewrites (the fencin
 """
 from __future__ import annotations
 
+import enum
 import logging
-import threading
 from dataclasses import dataclass
 from typing import Callable, Dict
 
@@ -42,6 +43,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from coordinator import protocol, read
 from coordinator.errors import CorruptZnode
+from coordinator.lifecycle import Lifecycle
 from coordinator.zkclient import TransactionFailed, commit
 
 log = logging.getLogger("zkgroups.controller")  # restoring epochs is the controller's work: its lines stay its own
@@ -65,6 +67,16 @@ class Fence:
     epoch: int
 
 
+def controller_fence(epoch: int) -> Fence:
+    """The fence of the controller at ``epoch`` (the controller epoch znode's version)."""
+    return Fence(protocol.EPOCH, epoch)
+
+
+def shard_fence(shard: int, epoch: int) -> Fence:
+    """The fence of ``shard``'s leader at ``epoch`` (the shard's epoch znode's version)."""
+    return Fence(protocol.shard_epoch_path(shard), epoch)
+
+
 def fenced(client, fence: Fence):
     """A transaction whose first operation checks ``fence`` (commit it with :func:`fenced_commit`)."""
     t = client.transaction()
@@ -84,52 +96,64 @@ def fenced_commit(t, fence: Fence) -> list:
 
 # ---------------------------------------------------------------- terms
 
-class Term:
-    """A term of leadership, ended once (from any thread, with a reason); active while not
-    ended and not suspended (``_suspended()``, read on every check)."""
+class TermState(enum.Enum):
+    ACTIVE = "active"
+    ENDED = "ended"
 
-    def __init__(self):
-        self.ended = threading.Event()
+
+class Term(Lifecycle[TermState]):
+    """A term of leadership at one epoch (``fence``).
+
+    States: ACTIVE --end(reason)--> ENDED, once, from any thread (a later ``end()`` keeps the
+    first reason). A term may write while :attr:`active`: not ended, and its node's connection
+    not suspended (``suspended()``, the node's own answer, read on every check: a suspended
+    node may already have lost its session)."""
+
+    TRANSITIONS = {TermState.ACTIVE: {TermState.ENDED}, TermState.ENDED: set()}
+
+    def __init__(self, fence: Fence, suspended: Callable[[], bool] = lambda: False):
+        super().__init__(TermState.ACTIVE)
+        self.fence, self.epoch = fence, fence.epoch
         self.reason = ""
+        self._suspended = suspended
 
     def end(self, reason: str) -> None:
-        if not self.ended.is_set():
-            self.reason = reason
-            self.ended.set()
+        with self._state_lock:
+            if self.state is TermState.ACTIVE:
+                self.reason = reason
+                self._set_state(TermState.ENDED)
 
-    def _suspended(self) -> bool:
-        return False
+    @property
+    def ended(self) -> bool:
+        return self.state is TermState.ENDED
 
     @property
     def active(self) -> bool:
-        return not self.ended.is_set() and not self._suspended()
+        return not self.ended and not self._suspended()
 
 
 class ShardTerm(Term):
-    """One node's lead of one shard at one epoch; suspended while the node's connection is
-    (``suspended``: a callable the node provides)."""
+    """One node's lead of one shard at one epoch (fenced by the shard's epoch znode)."""
 
     def __init__(self, shard: int, epoch: int, suspended: Callable[[], bool] = lambda: False):
-        super().__init__()
-        self.shard, self.epoch = shard, epoch
-        self.fence = Fence(protocol.shard_epoch_path(shard), epoch)
-        self._suspended = suspended
+        super().__init__(shard_fence(shard, epoch), suspended)
+        self.shard = shard
+
+    def _lifecycle_name(self) -> str:
+        return f"shard {self.shard} term (epoch {self.epoch})"
 
     def __repr__(self) -> str:
-        return f"ShardTerm(shard={self.shard}, epoch={self.epoch}, ended={self.ended.is_set()})"
+        return f"ShardTerm(shard={self.shard}, epoch={self.epoch}, ended={self.ended})"
 
 
 class Leadership(Term):
-    """State of one term as controller; ``end()`` may be called from any thread, once or more."""
+    """One term as controller (fenced by the controller epoch znode)."""
 
-    def __init__(self, epoch: int):
-        super().__init__()
-        self.epoch = epoch
-        self.suspended = False
-        self.reconnected = False  # set on CONNECTED after SUSPENDED: re-read everything
+    def __init__(self, epoch: int, suspended: Callable[[], bool] = lambda: False):
+        super().__init__(controller_fence(epoch), suspended)
 
-    def _suspended(self) -> bool:
-        return self.suspended
+    def _lifecycle_name(self) -> str:
+        return f"controller term (epoch {self.epoch})"
 
 
 # ---------------------------------------------------------------- epochs

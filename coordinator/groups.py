@@ -62,8 +62,8 @@ class GroupCoordinator:
     Handler threads (``_handle()``) rebalance one group each at a time (``requests`` guarantees a group is
     never handled twice at once); ``rebalancer`` and ``index`` are safe for them to share.
     ``lock`` guards what both sides touch: ``terms``, ``unverified`` and ``retry_at``.
-    ``suspended`` is written by the connection listener and read by everyone (a stale read
-    delays a stop by one check; writes are fenced anyway).
+    The node's ``suspended`` (its connection's state, written by its listener) is read by
+    everyone (a stale read delays a stop by one check; writes are fenced anyway).
     """
 
     def __init__(self, node):
@@ -86,7 +86,6 @@ class GroupCoordinator:
         self.all_groups: Set[str] = set()
         self.ignored_groups: Set[str] = set()
         self.taking_over: list = []          # groups of shards just placed here, not yet followed
-        self.suspended = False
         self.registered = False
         self.checks = 0                      # periodic checks done (event thread)
         self.stopped = threading.Event()
@@ -125,7 +124,7 @@ class GroupCoordinator:
 
     def held(self) -> Dict[int, int]:
         with self.lock:
-            return {s: t.epoch for s, t in self.terms.items() if not t.ended.is_set()}
+            return {s: t.epoch for s, t in self.terms.items() if not t.ended}
 
     def end_all(self, reason: str) -> None:
         with self.lock:
@@ -214,7 +213,7 @@ class GroupCoordinator:
         """Report the shards we lead (and which are verified) in our node znode."""
         with self.lock:
             self.info.shards = {s: {"epoch": t.epoch, "verified": not self.unverified.get(s)}
-                                for s, t in self.terms.items() if not t.ended.is_set()}
+                                for s, t in self.terms.items() if not t.ended}
             data = self.info.encode()
         if self.registered:
             self.client.set_async(protocol.node_path(self.node_id), data)
@@ -327,7 +326,7 @@ class GroupCoordinator:
         mine = assignment.node_id == self.node_id and self.registered and not self.stopped.is_set()
         with self.lock:
             term = self.terms.get(shard)
-        if mine and term is not None and term.epoch >= assignment.epoch and not term.ended.is_set():
+        if mine and term is not None and term.epoch >= assignment.epoch and not term.ended:
             return  # nothing new (or an older read of it, delivered late: epochs never go back)
         if term is not None:
             term.end(f"shard {shard} moved to {assignment.node_id or 'nobody'}" if not mine else
@@ -340,7 +339,7 @@ class GroupCoordinator:
             if not mine:
                 log.info("node %s no longer leads shard %d (now %s)", self.node_id, shard, assignment.node_id or "-")
         if mine:
-            new = ShardTerm(shard, assignment.epoch, suspended=lambda: self.suspended)
+            new = ShardTerm(shard, assignment.epoch, suspended=lambda: self.node.suspended)
             groups = {g for g in self.all_groups if self._shard(g) == shard}
             with self.lock:
                 self.terms[shard] = new
@@ -443,7 +442,7 @@ class GroupCoordinator:
         shard = self._shard(group)
         with self.lock:
             term = self.terms.get(shard) if shard is not None else None
-        return term if term is not None and not term.ended.is_set() else None
+        return term if term is not None and not term.ended else None
 
     def _request(self, group: str, changed: bool = True) -> None:
         if self._term_of(group) is not None:
