@@ -26,6 +26,7 @@ timeout; on LOST it drops everything, registers again and leads what the control
 from __future__ import annotations
 
 import dataclasses
+import enum
 import logging
 import os
 import socket
@@ -43,8 +44,9 @@ from coordinator.controller import Controller
 from coordinator.errors import InvalidConfig
 from coordinator.fencing import (Leadership, bump_epoch, controller_fence, fenced, fenced_commit,
                                  highest_recorded_epoch)
-from coordinator.groups import GroupCoordinator
+from coordinator.groups import Event, GroupCoordinator
 from coordinator.kafka import check_bootstrap_servers
+from coordinator.lifecycle import Lifecycle
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.zkclient import TransactionFailed, close_client, commit, start_client
 
@@ -92,9 +94,18 @@ class CoordinatorConfig:
                                 "they are for the topic mirror, which needs the Kafka cluster's address")
 
 
-class Coordinator:
-    """One coordinator node. Lifecycle: ``start()`` once, ``close()`` once (a second call of
-    either does nothing); a closed node is not started again.
+class NodeState(enum.Enum):
+    NEW = "new"
+    STARTED = "started"
+    CLOSED = "closed"
+
+
+class Coordinator(Lifecycle[NodeState]):
+    """One coordinator node.
+
+    States (:class:`NodeState`): NEW --start()--> STARTED --close()--> CLOSED, and NEW
+    --close()--> CLOSED. ``start()`` once, ``close()`` once (a second call of either does
+    nothing); a closed node is not started again.
 
     Threads: the election thread (``_contend()``) runs the election and, while this node is
     the controller, the :class:`~coordinator.controller.Controller`; the
@@ -104,8 +115,12 @@ class Coordinator:
     and starts the grace timer. ``_term`` (the controller term) is replaced only by the
     election thread; other threads read it once into a local."""
 
+    TRANSITIONS = {NodeState.NEW: {NodeState.STARTED, NodeState.CLOSED}, NodeState.STARTED: {NodeState.CLOSED},
+                   NodeState.CLOSED: set()}
+
     def __init__(self, connect: str, node_id: Optional[str] = None, config: Optional[CoordinatorConfig] = None,
                  metrics: Optional[CoordinatorMetrics] = None):
+        super().__init__(NodeState.NEW)
         self.connect = connect
         self.host = socket.gethostname()
         self.node_id = node_id or f"{self.host}-{os.getpid()}"
@@ -114,26 +129,29 @@ class Coordinator:
         self.config.validate()  # a config made in code is checked as one read from a file is
         self.client = None
         self.groups: Optional[GroupCoordinator] = None
-        self._closing = threading.Event()
         self._term: Optional[Leadership] = None
         self._controller: Optional[Controller] = None
         self._thread: Optional[threading.Thread] = None
         self._election = None
         self._grace_timer: Optional[threading.Timer] = None
         self._connection = KazooState.CONNECTED  # kazoo's last word on the connection (its listener writes it)
-        self._lifecycle = threading.Lock()
-        self._started = False
         self.elected = threading.Event()    # set while this node is the controller (for tests and tools)
         self.metrics = metrics or CoordinatorMetrics()  # its own registry: serve it with coordinator.metrics
         self.metrics.attach(self)
 
     # ------------------------------------------------------------ lifecycle
 
+    def _lifecycle_name(self) -> str:
+        return f"node {self.node_id}"
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called (the node is giving everything up, or has)."""
+        return self.state is NodeState.CLOSED
+
     def start(self) -> "Coordinator":
-        with self._lifecycle:
-            if self._started or self._closing.is_set():
-                return self
-            self._started = True
+        if not self._set_state(NodeState.STARTED, expect={NodeState.NEW}):
+            return self
         self.client = start_client(self.connect, self.config.session_timeout_ms, auth=self.config.zk_auth,
                                    roles=("coordinator", "admin"))
         self.metrics.count_requests(self.client)
@@ -146,10 +164,8 @@ class Coordinator:
     def close(self) -> None:
         """Abandon the current attempts, resign so another node leads at once, give up the
         shards (the controller places them elsewhere), disconnect."""
-        with self._lifecycle:
-            if self._closing.is_set():
-                return
-            self._closing.set()
+        if not self._set_state(NodeState.CLOSED):
+            return
         term = self._term
         if term:
             term.end("shutting down")
@@ -197,24 +213,24 @@ class Coordinator:
     # ------------------------------------------------------------ the controller election
 
     def _contend(self) -> None:
-        while not self._closing.is_set():
+        while not self.closed:
             try:
                 self.client.ensure_path(protocol.ELECTION)
                 self._election = self.client.Election(protocol.ELECTION, self.node_id)
                 self._election.run(self._lead)
             except Exception as e:  # connection trouble while contending or resigning
-                if self._closing.is_set():
+                if self.closed:
                     break
                 log.warning("node %s: election interrupted (%s); contending again", self.node_id, e)
-                self._closing.wait(0.2)
+                self._wait_state({NodeState.CLOSED}, 0.2)
 
     def _lead(self) -> None:
-        if self._closing.is_set():
+        if self.closed:
             return
         epoch = self._bump_epoch()
         self.metrics.elected()  # before the term shows: a scrape never sees a controller not counted
         term = self._term = Leadership(epoch, suspended=lambda: self.suspended)
-        if self._closing.is_set():  # close() ran while we were being elected and saw no term to end
+        if self.closed:  # close() ran while we were being elected and saw no term to end
             term.end("shutting down")
         info = protocol.LeaderInfo(self.node_id, self.host, os.getpid(), epoch, protocol.now_ms())
         self._publish_leader(info)
@@ -278,7 +294,7 @@ class Coordinator:
             if controller is not None and term and not term.ended:
                 controller.reconnected()
             if groups:
-                groups.events.put(("connected", None))
+                groups.events.put((Event.CONNECTED, None))
         elif state == KazooState.LOST:
             if term:
                 term.end("ZooKeeper session lost")

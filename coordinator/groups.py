@@ -17,12 +17,13 @@ subscriptions). A shard it loses (moved, or its epoch bumped) stops at once. Eve
 """
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import queue
 import threading
 import time
-from typing import Callable, Dict, Optional, Set
+from typing import Callable, Dict, Optional, Set, Tuple
 
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.protocol.states import EventType
@@ -31,6 +32,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from coordinator import protocol
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode, InvalidName
 from coordinator.fencing import Deposed, ShardTerm
+from coordinator.lifecycle import Lifecycle
 from coordinator.rebalance import Abandoned, GroupDeleted, GroupRebalancer, Superseded
 from coordinator.requests import GroupIndex, RebalanceRequests
 from coordinator.timeline import TimelineRecorder
@@ -46,9 +48,36 @@ NODE_ID_WAIT_FACTOR = 1.5
 FULL_CHECK_EVERY = 10
 
 
-class GroupCoordinator:
+class Event(enum.Enum):
+    """What the event thread is told (kazoo's threads only put these on its queue, with an
+    argument). The values are the ``kind`` labels of ``zkgroups_watch_event_handling_seconds``."""
+    SHARDS = "shards"            # the shards znode (the shard count): its data
+    ASSIGNMENT = "assignment"    # a shard's placement changed: (shard, its data)
+    TOPICS = "topics"            # the topics listed: their names
+    TOPIC = "topic"              # a topic's znode changed: (topic, its data, None if deleted)
+    GROUPS = "groups"            # the groups listed: their names
+    IDS = "ids"                  # a group's members changed: the group
+    IDS_ZNODE = "ids-znode"      # a group's ids/ znode was made or deleted: the group
+    LOST = "lost"                # the session expired (terms ended already)
+    CONNECTED = "connected"      # the connection is back, or a read failed: re-read what we depend on
+
+
+class GroupsState(enum.Enum):
+    NEW = "new"
+    REGISTERING = "registering"  # creating the node's znode (at start, and after a session expired)
+    LEADING = "leading"          # registered: it leads the shards the controller places on it
+    STOPPED = "stopped"
+
+
+class GroupCoordinator(Lifecycle[GroupsState]):
     """Leads the groups of the shards the controller placed on ``node`` (its
     :class:`~coordinator.coordinator.Coordinator`).
+
+    States (:class:`GroupsState`)::
+
+        NEW --start()--> REGISTERING --node znode created--> LEADING
+        LEADING --session expired--> REGISTERING
+        any --stop()--> STOPPED
 
     It registers the node under ``/consumers/coordinator/nodes`` (an ephemeral znode reporting
     the shards it leads and whether each is verified), follows every shard's assignment, and
@@ -66,14 +95,22 @@ class GroupCoordinator:
     everyone (a stale read delays a stop by one check; writes are fenced anyway).
     """
 
+    TRANSITIONS = {
+        GroupsState.NEW: {GroupsState.REGISTERING, GroupsState.STOPPED},
+        GroupsState.REGISTERING: {GroupsState.LEADING, GroupsState.STOPPED},
+        GroupsState.LEADING: {GroupsState.REGISTERING, GroupsState.STOPPED},
+        GroupsState.STOPPED: set(),
+    }
+
     def __init__(self, node):
+        super().__init__(GroupsState.NEW)
         self.node, self.client, self.config, self.node_id = node, node.client, node.config, node.node_id
         self.info = protocol.NodeInfo(node.node_id, node.host, os.getpid(), protocol.now_ms())
         self.requests = RebalanceRequests()
         self.rebalancer = GroupRebalancer(self.client, self.config)
         self.timeline = TimelineRecorder(self.client, self.node_id)
         self.index = GroupIndex()
-        self.events: "queue.Queue[tuple]" = queue.Queue()
+        self.events: "queue.Queue[Tuple[Event, object]]" = queue.Queue()
         self.lock = threading.Lock()
         self.terms: Dict[int, ShardTerm] = {}
         self.unverified: Dict[int, Set[str]] = {}
@@ -86,15 +123,27 @@ class GroupCoordinator:
         self.all_groups: Set[str] = set()
         self.ignored_groups: Set[str] = set()
         self.taking_over: list = []          # groups of shards just placed here, not yet followed
-        self.registered = False
         self.checks = 0                      # periodic checks done (event thread)
-        self.stopped = threading.Event()
         self.handlers = []
         self.thread: Optional[threading.Thread] = None
 
     # ------------------------------------------------------------ lifecycle
 
+    def _lifecycle_name(self) -> str:
+        return f"node {self.node_id} (groups)"
+
+    @property
+    def registered(self) -> bool:
+        """Whether the node's znode is this session's (the controller may place shards on it)."""
+        return self.state is GroupsState.LEADING
+
+    @property
+    def stopped(self) -> bool:
+        return self.state is GroupsState.STOPPED
+
     def start(self) -> "GroupCoordinator":
+        if not self._set_state(GroupsState.REGISTERING, expect={GroupsState.NEW}):
+            return self
         for i in range(self.config.handler_threads):
             t = threading.Thread(target=self._handle, name=f"rebalance-{i}", daemon=True)
             t.start()
@@ -104,12 +153,14 @@ class GroupCoordinator:
         return self
 
     def stop(self) -> None:
-        self.stopped.set()
+        registered = self.registered
+        if not self._set_state(GroupsState.STOPPED):
+            return
         self.end_all("shutting down")
         self.requests.close(len(self.handlers))
         for t in self.handlers + ([self.thread] if self.thread else []):
             t.join(timeout=5)
-        if self.registered and self.client.connected:
+        if registered and self.client.connected:
             try:  # give the shards up now rather than at session expiry
                 self.client.delete(protocol.node_path(self.node_id))
             except KazooException:
@@ -134,9 +185,9 @@ class GroupCoordinator:
 
     def session_lost(self) -> None:
         """kazoo's thread: the session expired; the node znode is gone with it."""
-        self.registered = False
+        self._set_state(GroupsState.REGISTERING, expect={GroupsState.LEADING})
         self.end_all("ZooKeeper session lost")
-        self.events.put(("lost", None))
+        self.events.put((Event.LOST, None))
 
     # ------------------------------------------------------------ the event thread
 
@@ -152,25 +203,25 @@ class GroupCoordinator:
             ChildrenWatch(client, protocol.BROKER_TOPICS, self._watch_topics)
             ChildrenWatch(client, protocol.GROUPS, self._watch_groups)
         except KazooException as e:
-            if not self.stopped.is_set():
+            if not self.stopped:
                 log.error("node %s: cannot start leading groups (%s)", self.node_id, type(e).__name__)
             return
         next_check = time.monotonic() + self.config.check_interval_ms / 1000.0
-        while not self.stopped.is_set():
+        while not self.stopped:
             try:
                 kind, arg = self.events.get(timeout=0.1)
-                with self.node.metrics.handling(kind):
+                with self.node.metrics.handling(kind.value):
                     self._on_event(kind, arg)
                 if self.taking_over and self.events.empty():
                     self._take_over()
             except queue.Empty:
                 pass
             except KazooException as e:
-                if not self.stopped.is_set():
+                if not self.stopped:
                     log.warning("node %s: ZooKeeper error (%s) handling an event; looking again", self.node_id,
                                 type(e).__name__)
-                    self.events.put(("connected", None))  # re-read what we depend on
-                    self.stopped.wait(0.2)
+                    self.events.put((Event.CONNECTED, None))  # re-read what we depend on
+                    self._wait_state({GroupsState.STOPPED}, 0.2)
             now = time.monotonic()
             for group in self._due_retries(now):
                 self.requests.request(group)
@@ -187,17 +238,17 @@ class GroupCoordinator:
         one, or another process with the same node id) wait for it to go."""
         path = protocol.node_path(self.node_id)
         waited_since, said = time.monotonic(), False
-        while not self.stopped.is_set():
+        while not self.stopped:
             sid = session_id(self.client)
             if sid is not None:
                 try:
                     self.client.create(path, self.info.encode(), ephemeral=True)
-                    self.registered = True
+                    self._set_state(GroupsState.LEADING, expect={GroupsState.REGISTERING})
                     return
                 except NodeExistsError:
                     stat = self.client.exists(path)
                     if stat is not None and stat.ephemeralOwner == sid:
-                        self.registered = True
+                        self._set_state(GroupsState.LEADING, expect={GroupsState.REGISTERING})
                         return
             limit = NODE_ID_WAIT_FACTOR * self.config.session_timeout_ms / 1000.0
             if not said and time.monotonic() - waited_since > limit:
@@ -221,70 +272,70 @@ class GroupCoordinator:
     # ---- watch callbacks (kazoo thread: record only)
 
     def _watch_shards_info(self, data, stat):
-        if self.stopped.is_set():
+        if self.stopped:
             return False
         if data is not None:
-            self.events.put(("shards", data))
+            self.events.put((Event.SHARDS, data))
 
     def _watch_assignment(self, shard: int):
         def callback(data, stat):
-            if self.stopped.is_set():
+            if self.stopped:
                 return False
-            self.events.put(("assignment", (shard, data)))
+            self.events.put((Event.ASSIGNMENT, (shard, data)))
         return callback
 
     def _watch_topics(self, children):
-        if self.stopped.is_set():
+        if self.stopped:
             return False
-        self.events.put(("topics", list(children)))
+        self.events.put((Event.TOPICS, list(children)))
 
     def _watch_groups(self, children):
-        if self.stopped.is_set():
+        if self.stopped:
             return False
-        self.events.put(("groups", list(children)))
+        self.events.put((Event.GROUPS, list(children)))
 
     def _watch_topic_data(self, topic):
         def callback(data, stat):
-            if self.stopped.is_set():
+            if self.stopped:
                 return False
-            self.events.put(("topic", (topic, data)))
+            self.events.put((Event.TOPIC, (topic, data)))
             if data is None:
                 return False  # deleted: a topic created again gets a watch of its own
         return callback
 
     def _watch_members(self, group):
         def watch(event):
-            if not self.stopped.is_set():
-                self.events.put(("ids", group) if event.type == EventType.CHILD else ("ids-znode", group))
+            if not self.stopped:
+                self.events.put((Event.IDS if event.type == EventType.CHILD else Event.IDS_ZNODE, group))
         return watch
 
     # ---- events (event thread: may call ZooKeeper)
 
-    def _on_event(self, kind: str, arg) -> None:
-        if kind == "shards":
+    def _on_event(self, kind: Event, arg) -> None:
+        if kind is Event.SHARDS:
             self._on_shards(arg)
-        elif kind == "assignment":
+        elif kind is Event.ASSIGNMENT:
             self._on_assignment(*arg)
             if self.taking_over:  # a shard came: those placed in the same write come with it
                 self._read_assignments()
-        elif kind == "topics":
+        elif kind is Event.TOPICS:
             for topic in arg:
                 if topic not in self.topic_watches:
                     self.topic_watches.add(topic)
                     DataWatch(self.client, protocol.topic_path(topic), self._watch_topic_data(topic))
-        elif kind == "topic":
+        elif kind is Event.TOPIC:
             self._on_topic(*arg)
-        elif kind == "groups":
+        elif kind is Event.GROUPS:
             self._on_groups(arg)
-        elif kind == "ids":  # a member came or went: its run reads the members and sets the watch again
+        elif kind is Event.IDS:  # a member came or went: its run reads the members and sets the watch again
             if arg in self.group_watches:
                 self._request(arg)
-        elif kind == "ids-znode":  # ids/ itself made or deleted (the group is being made or deleted)
+        elif kind is Event.IDS_ZNODE:  # ids/ itself made or deleted (the group is being made or deleted)
             if arg in self.group_watches:
                 self._read_members([arg])
-        elif kind == "lost":
-            pass  # terms ended already; "connected" follows with a new session
-        elif kind == "connected":
+        elif kind is Event.LOST:
+            pass  # terms ended already; CONNECTED follows with a new session
+        elif kind is Event.CONNECTED:
             # Watches are hints: after a reconnect re-read what we depend on.
             if not self.registered:
                 self._register()
@@ -323,7 +374,7 @@ class GroupCoordinator:
         except CorruptZnode as e:
             log.error("node %s: %s; waiting for the controller to repair it", self.node_id, e)
             assignment = protocol.ShardAssignment("", 0)
-        mine = assignment.node_id == self.node_id and self.registered and not self.stopped.is_set()
+        mine = assignment.node_id == self.node_id and self.registered and not self.stopped
         with self.lock:
             term = self.terms.get(shard)
         if mine and term is not None and term.epoch >= assignment.epoch and not term.ended:
@@ -423,7 +474,7 @@ class GroupCoordinator:
             except NoNodeError:
                 path = protocol.ids_path(group)
                 if self.client.exists(path, watch=self.group_watches[group]) is not None:
-                    self.events.put(("ids", group))  # created in between: read it
+                    self.events.put((Event.IDS, group))  # created in between: read it
                 else:
                     self._verified(group)
                 continue
@@ -491,7 +542,7 @@ class GroupCoordinator:
         while True:
             group = self.requests.take(timeout=5.0)  # stop() wakes every handler at once
             if group is None:
-                if self.stopped.is_set():
+                if self.stopped:
                     return
                 continue
             if self.config.settle_ms:
