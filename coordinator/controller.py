@@ -37,6 +37,7 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 from coordinator import protocol, read
 from coordinator.errors import CorruptZnode
 from coordinator.fencing import Deposed, fenced, fenced_commit, recorded_shard_epochs, restore_epoch
+from coordinator.lifecycle import Lifecycle
 from coordinator.mirror import TopicMirror
 from coordinator.shards import place_shards
 from coordinator.zkclient import TransactionFailed
@@ -55,11 +56,25 @@ class Event(enum.Enum):
     RECONNECTED = "reconnected"  # the connection is back after a suspension: look at everything again
 
 
-class Controller:
+class ControllerState(enum.Enum):
+    NEW = "new"
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+class Controller(Lifecycle[ControllerState]):
     """One term as controller (see the module docstring). ``term`` is the node's
-    :class:`~coordinator.fencing.Leadership` for this election: its epoch fences every write."""
+    :class:`~coordinator.fencing.Leadership` for this election: its epoch fences every write.
+
+    States (:class:`ControllerState`): NEW --run()--> RUNNING --stop()--> STOPPED, and NEW
+    --stop()--> STOPPED. ``run()`` works until the term ends (or ``stop()``), once; ``stop()``
+    stops the mirror, once."""
+
+    TRANSITIONS = {ControllerState.NEW: {ControllerState.RUNNING, ControllerState.STOPPED},
+                   ControllerState.RUNNING: {ControllerState.STOPPED}, ControllerState.STOPPED: set()}
 
     def __init__(self, client, config, node_id: str, term):
+        super().__init__(ControllerState.NEW)
         self.client, self.config, self.node_id, self.term = client, config, node_id, term
         self.fence = term.fence
         self.events: "queue.Queue[Event]" = queue.Queue()
@@ -70,7 +85,12 @@ class Controller:
                                       config.mirror_interval_ms, active=lambda: self.term.active,
                                       on_deposed=lambda reason: self.term.end(f"deposed: {reason}"))
 
+    def _lifecycle_name(self) -> str:
+        return f"controller {self.node_id} (epoch {self.term.epoch})"
+
     def run(self) -> None:
+        if not self._set_state(ControllerState.RUNNING, expect={ControllerState.NEW}):
+            return
         self.count = self._ensure_shards()
         ChildrenWatch(self.client, protocol.NODES, self._watch_nodes)
         for s in range(self.count):
@@ -80,7 +100,7 @@ class Controller:
             DataWatch(self.client, protocol.MIRROR_REFRESH, self._watch_refresh_requests)
             self.mirror.start()
         next_reconcile = 0.0
-        while not self.term.ended:
+        while not self.term.ended and self.state is ControllerState.RUNNING:
             try:
                 event = self.events.get(timeout=0.1)
                 next_reconcile = 0.0  # something changed: look now
@@ -100,7 +120,7 @@ class Controller:
                     next_reconcile = now + 0.2
 
     def stop(self) -> None:
-        if self.mirror:
+        if self._set_state(ControllerState.STOPPED) and self.mirror:
             self.mirror.stop()
 
     def request_mirror_refresh(self) -> None:
