@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Callable, Dict, Optional, Set, Tuple
 
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.protocol.states import EventType
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
@@ -38,7 +38,7 @@ from coordinator.requests import GroupIndex, RebalanceRequests
 from coordinator.timeline import TimelineRecorder
 from coordinator.topics import TopicRegistry
 from coordinator.verify import still_as_recorded
-from coordinator.zkclient import session_id, wait_in_order
+from coordinator.zkclient import WAIT, Holder, create_ephemeral, wait_in_order
 
 log = logging.getLogger("zkgroups.coordinator")  # the node's lines, whichever half writes them
 
@@ -237,28 +237,18 @@ class GroupCoordinator(Lifecycle[GroupsState]):
         """Create this node's ephemeral znode; if another session holds it (our own previous
         one, or another process with the same node id) wait for it to go."""
         path = protocol.node_path(self.node_id)
-        waited_since, said = time.monotonic(), False
-        while not self.stopped:
-            sid = session_id(self.client)
-            if sid is not None:
-                try:
-                    self.client.create(path, self.info.encode(), ephemeral=True)
-                    self._set_state(GroupsState.LEADING, expect={GroupsState.REGISTERING})
-                    return
-                except NodeExistsError:
-                    stat = self.client.exists(path)
-                    if stat is not None and stat.ephemeralOwner == sid:
-                        self._set_state(GroupsState.LEADING, expect={GroupsState.REGISTERING})
-                        return
-            limit = NODE_ID_WAIT_FACTOR * self.config.session_timeout_ms / 1000.0
+        waited_since, said = time.monotonic(), []
+        limit = NODE_ID_WAIT_FACTOR * self.config.session_timeout_ms / 1000.0
+
+        def held(_holder: Holder) -> str:
             if not said and time.monotonic() - waited_since > limit:
-                said = True
+                said.append(True)
                 log.error("node %s: another ZooKeeper session still holds %s; is another coordinatord running "
                           "with --node-id %s? Waiting for it to end", self.node_id, path, self.node_id)
-            gone = threading.Event()
-            if self.client.exists(path, watch=lambda _event: gone.set()) is None:
-                continue
-            gone.wait(0.5)
+            return WAIT
+
+        if create_ephemeral(self.client, path, self.info.encode(), held, stopped=lambda: self.stopped):
+            self._set_state(GroupsState.LEADING, expect={GroupsState.REGISTERING})
 
     def _publish(self) -> None:
         """Report the shards we lead (and which are verified) in our node znode."""

@@ -25,11 +25,11 @@ import threading
 import time
 import types
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
 import tenacity
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import ConnectionLoss, KazooException, NoNodeError, OperationTimeoutError
+from kazoo.exceptions import ConnectionLoss, KazooException, NodeExistsError, NoNodeError, OperationTimeoutError
 from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 from kazoo.handlers.utils import selector_select
 from kazoo.retry import KazooRetry
@@ -351,6 +351,56 @@ def session_id(client: KazooClient) -> Optional[int]:
     ``client_id`` is None then, so never index it blindly)."""
     ids = client.client_id
     return ids[0] if ids else None
+
+
+class Holder(NamedTuple):
+    """Who holds an ephemeral znode another session created: that session, the znode's data
+    and version (see :func:`create_ephemeral`)."""
+    session: int
+    data: bytes
+    version: int
+
+
+#: What :func:`create_ephemeral` does with a znode another session holds.
+REPLACE, WAIT = "replace", "wait"
+
+
+def create_ephemeral(client: KazooClient, path: str, data: bytes, when_held: Callable[[Holder], str],
+                     stopped: Callable[[], bool] = lambda: False, create: Optional[Callable[[], None]] = None,
+                     poll_s: float = 0.5) -> bool:
+    """Make the ephemeral znode ``path`` this session's: create it (``create()``, by default a
+    plain create of ``data``), or find it ours already (a create whose answer was lost). While
+    another session holds it, ``when_held(holder)`` decides, each time it is found so:
+    :data:`REPLACE` deletes it at the version seen (our own dead session's, which ZooKeeper
+    keeps for a session timeout: KAFKA-1387) and creates again; :data:`WAIT` waits for it to go
+    (a watch on it, looked at again at least every ``poll_s``); raising gives up. Disconnected,
+    it waits as for a holder. True once the znode is ours; False if ``stopped()`` first.
+    Never for kazoo's threads: it calls ZooKeeper and waits."""
+    create = create or (lambda: client.create(path, data, ephemeral=True))
+    while not stopped():
+        session = session_id(client)
+        if session is not None:
+            try:
+                create()
+                return True
+            except NodeExistsError:
+                try:
+                    raw, stat = client.get(path)
+                except NoNodeError:
+                    continue  # it just went: create again
+                if stat.ephemeralOwner == session:
+                    return True
+                if when_held(Holder(stat.ephemeralOwner, raw, stat.version)) == REPLACE:
+                    try:
+                        client.delete(path, version=stat.version)
+                    except NoNodeError:
+                        pass
+                    continue
+        gone = threading.Event()
+        if client.exists(path, watch=lambda _event: gone.set()) is None:  # (kazoo's thread: record only)
+            continue
+        gone.wait(poll_s)
+    return False
 
 
 def wait_in_order(answers, timeout: Optional[float] = None):
