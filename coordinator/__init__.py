@@ -11,7 +11,8 @@ Modules, from the bottom up (each imports only those above it):
   machinery; each component's dataclass sits next to it); TOML files; the environment
   defaults (``ZK_CONNECT``, ``ZKGROUPS_DATA_DIR``).
 * :mod:`~coordinator.protocol` — **the contract**: every ZooKeeper path and JSON schema, with
-  validating decoders; group states and their transitions.
+  validating decoders (a package: paths, codec, groups, cluster, spark; every name imported
+  at its top).
 * :mod:`~coordinator.zkclient` — kazoo clients the way zkgroups wants them (bounded retries,
   connect strings checked, transactions that raise).
 * :mod:`~coordinator.fencing` — who may write: the controller and shard epochs, fences

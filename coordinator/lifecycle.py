@@ -44,7 +44,7 @@ The rules the pattern keeps:
 * **The states are an enum, the moves a table.** ``TRANSITIONS`` maps every state to the
   states it may move to (a terminal state to ``set()``); every state must be a key, so a state
   added to the enum and forgotten in the table fails at construction, in any test.
-* **One place changes the state**: :meth:`Lifecycle._set_state`, under ``_state_lock``. It is a
+* **One place changes the state**: ``Lifecycle._set_state``, under ``_state_lock``. It is a
   compare-and-set: with ``expect``, it moves only from those states and otherwise returns
   False, changing nothing. That is how a repeated or racing call is told apart from a bug:
   ``start()`` twice, ``close()`` from two threads, an ``end()`` of a term already ended all
@@ -63,10 +63,10 @@ The rules the pattern keeps:
   connections) runs outside ``_state_lock``: the lock guards the state, not the I/O.
 * **State lives in the state**, not in flags beside it (no ``_closed`` next to a ``CLOSED``).
   Readers read :attr:`Lifecycle.state` (one attribute read, no lock); a thread that must wait
-  for a state uses :meth:`Lifecycle._wait_state`.
+  for a state uses ``Lifecycle._wait_state``.
 
 Every move is logged at DEBUG on the ``zkgroups.lifecycle`` logger, naming the object
-(:meth:`Lifecycle._lifecycle_name`).
+(``Lifecycle._lifecycle_name``).
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ Guarantees:
 * Every write is a ZooKeeper transaction whose first operation checks the controller's epoch, and
   whose second is a compare-and-set on the topic znode: a deposed leader's mirror writes
   nothing (it stops and ends the term), and a znode someone changed meanwhile is read again.
-* Only znodes the mirror wrote are grown or removed: they carry :data:`protocol.MIRROR_MARK`
+* Only znodes the mirror wrote are grown or removed: they carry :data:`~coordinator.protocol.cluster.MIRROR_MARK`
   with the id of the Kafka cluster they came from (Kafka's decoder ignores keys it does not
   know). A znode written by anyone else (``groupctl``, a Kafka in ZooKeeper mode, an operator
   who rewrote a mirrored one) or mirrored from another Kafka cluster is left as it is, with one

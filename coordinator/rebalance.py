@@ -379,15 +379,15 @@ class GroupRebalancer:
     """Runs the pipeline for a group with bounded retries (one instance per node, shared by its
     handler threads; callers never run it for the same group twice at once).
 
-    A run is a loop of attempts, each of named steps: :meth:`_look` (read the group),
-    :meth:`_plan` (the target), :meth:`_diff` (does anything need commands? the verification
-    shortcut), then either :meth:`_verified_unchanged` (ownership right: record it, done) or
-    :meth:`_attempt` (write a generation, or give returning static members their share back
-    with :meth:`_restore_static`; wait for the acks; :meth:`_acked` records Stable).
+    A run is a loop of attempts, each of named steps: ``_look`` (read the group),
+    ``_plan`` (the target), ``_diff`` (does anything need commands? the verification
+    shortcut), then either ``_verified_unchanged`` (ownership right: record it, done) or
+    ``_attempt`` (write a generation, or give returning static members their share back
+    with ``_restore_static``; wait for the acks; ``_acked`` records Stable).
 
     A failed attempt (members did not ack in time) is retried after a backoff with the
-    non-acking members left out (:meth:`_blame`); after ``max_rebalance_retries`` the group is
-    ``Failed`` and :class:`ConsumerRebalanceFailedException` is raised (:meth:`_give_up`); the
+    non-acking members left out (``_blame``); after ``max_rebalance_retries`` the group is
+    ``Failed`` and :class:`ConsumerRebalanceFailedException` is raised (``_give_up``); the
     caller schedules a later retry. Members that did not ack because a squatter holds a
     partition they were given are not blamed: the squatter is named and the partition left
     unassigned in the next attempt.
