@@ -33,7 +33,7 @@ from coordinator import protocol
 from coordinator.errors import ConsumerRebalanceFailedException, CorruptZnode, InvalidName
 from coordinator.fencing import Deposed, ShardTerm
 from coordinator.lifecycle import Lifecycle
-from coordinator.rebalance import Abandoned, GroupDeleted, GroupRebalancer, Superseded
+from coordinator.rebalance import Abandoned, GroupDeleted, GroupRebalancer, Outcome, Superseded
 from coordinator.requests import GroupIndex, RebalanceRequests
 from coordinator.timeline import TimelineRecorder
 from coordinator.topics import TopicRegistry
@@ -552,20 +552,7 @@ class GroupCoordinator(Lifecycle[GroupsState]):
                 outcome = counted.outcome = self.rebalancer.run(
                     group, lambda: dict(self.topics), term.fence, abort=lambda: not term.active, observe=self._observe,
                     changed=lambda: self.requests.changed(group), members_watch=self.group_watches.get(group))
-            fields = {"group": group, "generation": outcome.generation, "reason": ", ".join(outcome.reasons) or "-",
-                      "members": outcome.members, "moved": outcome.moved, "duration_ms": round(outcome.duration_ms, 1)}
-            if outcome.changed:
-                log.info("group %s generation %d %s: reason=%s members=%d moved=%d duration=%.1fms%s",
-                         group, outcome.generation, outcome.state, ", ".join(outcome.reasons) or "-",
-                         outcome.members, outcome.moved, outcome.duration_ms,
-                         f" excluded={outcome.excluded}" if outcome.excluded else "", extra=fields)
-            if outcome.changed or outcome.recheck_ms is not None:  # a generation, or a static hold
-                self.timeline.record(group, term.fence, outcome)
-            if outcome.unavailable:  # look again for the squatted partitions later
-                self._retry_later(group, self.config.failed_retry_interval_ms)
-            if outcome.recheck_ms is not None:  # a static member is away: look again when its grace ends
-                self._retry_later(group, outcome.recheck_ms)
-            self._verified(group)
+            self._ran(group, term, outcome)
         except ConsumerRebalanceFailedException as e:
             log.error("ConsumerRebalanceFailedException: %s; retrying in %d ms", e,
                       self.config.failed_retry_interval_ms,
@@ -593,6 +580,24 @@ class GroupCoordinator(Lifecycle[GroupsState]):
         except Exception:
             log.exception("group %s: unexpected error during rebalance; retrying later", group)
             self._retry_later(group, self.config.failed_retry_interval_ms)
+
+    def _ran(self, group: str, term: ShardTerm, outcome: Outcome) -> None:
+        """A run ended without raising: say what it changed, record it in the timeline (a
+        generation, or a static member's hold), look again when something is still missing."""
+        if outcome.changed:
+            fields = {"group": group, "generation": outcome.generation, "reason": ", ".join(outcome.reasons) or "-",
+                      "members": outcome.members, "moved": outcome.moved, "duration_ms": round(outcome.duration_ms, 1)}
+            log.info("group %s generation %d %s: reason=%s members=%d moved=%d duration=%.1fms%s",
+                     group, outcome.generation, outcome.state, ", ".join(outcome.reasons) or "-",
+                     outcome.members, outcome.moved, outcome.duration_ms,
+                     f" excluded={outcome.excluded}" if outcome.excluded else "", extra=fields)
+        if outcome.changed or outcome.recheck_ms is not None:  # a generation, or a static hold
+            self.timeline.record(group, term.fence, outcome)
+        if outcome.unavailable:  # look again for the squatted partitions later
+            self._retry_later(group, self.config.failed_retry_interval_ms)
+        if outcome.recheck_ms is not None:  # a static member is away: look again when its grace ends
+            self._retry_later(group, outcome.recheck_ms)
+        self._verified(group)
 
     def _observe(self, group: str, registrations) -> None:
         """A handler saw the group's members: index their subscriptions, and if one names a
