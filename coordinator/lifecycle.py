@@ -1,41 +1,43 @@
 """One way to write a lifecycle: a state enum, a table of legal moves, one ``_set_state``.
 
-Every stateful class of zkgroups (the coordinator node, the controller, the topic mirror, terms
-of leadership; on the client side the member, the consumer, the fetcher, the producer) is
-written the same way, after kazoo's ``SetPartitioner`` (its states in the class docstring, one
-``_set_state``) and Curator's ``LeaderLatch`` (``start()`` and ``close()`` by compare-and-set,
-so a second call is a no-op):
+A stateful class of zkgroups is written this way (the coordinator node and the groups' half of
+it, the controller, the topic mirror, the terms of leadership), after kazoo's
+``SetPartitioner`` (its states in the class docstring, one ``_set_state``) and Curator's
+``LeaderLatch`` (``start()`` and ``close()`` by compare-and-set, so a second call is a no-op):
 
 .. code-block:: python
 
-    class MirrorState(enum.Enum):
+    class PollerState(enum.Enum):
         NEW = "new"
         RUNNING = "running"
         STOPPED = "stopped"
 
 
-    class TopicMirror(Lifecycle[MirrorState]):
+    class Poller(Lifecycle[PollerState]):
         \"\"\"...
 
         States: NEW --start()--> RUNNING --stop()--> STOPPED; NEW --stop()--> STOPPED.
+
+        Threads: ... (which threads call what, which lock guards what)
         \"\"\"
 
         TRANSITIONS = {
-            MirrorState.NEW: {MirrorState.RUNNING, MirrorState.STOPPED},
-            MirrorState.RUNNING: {MirrorState.STOPPED},
-            MirrorState.STOPPED: set(),
+            PollerState.NEW: {PollerState.RUNNING, PollerState.STOPPED},
+            PollerState.RUNNING: {PollerState.STOPPED},
+            PollerState.STOPPED: set(),
         }
 
         def __init__(self):
-            super().__init__(MirrorState.NEW)
+            super().__init__(PollerState.NEW)
 
         def start(self):
-            if not self._set_state(MirrorState.RUNNING, expect={MirrorState.NEW}):
+            if not self._set_state(PollerState.RUNNING, expect={PollerState.NEW}):
                 return self          # started before, or stopped: start-once
             ...                      # the work of starting, outside the lock
+            return self
 
         def stop(self):
-            if not self._set_state(MirrorState.STOPPED):
+            if not self._set_state(PollerState.STOPPED):
                 return               # stopped already: close-once
             ...
 
