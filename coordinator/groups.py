@@ -46,6 +46,8 @@ log = logging.getLogger("zkgroups.coordinator")  # the node's lines, whichever h
 NODE_ID_WAIT_FACTOR = 1.5
 #: Every this many periodic checks, every group is read in full (owner nodes included), not just its versions.
 FULL_CHECK_EVERY = 10
+#: A node that cannot start leading groups (ZooKeeper errors) tries again after this, doubling up to the max.
+START_RETRY_S, START_RETRY_MAX_S = 0.2, 5.0
 
 
 class Event(enum.Enum):
@@ -191,20 +193,40 @@ class GroupCoordinator(Lifecycle[GroupsState]):
 
     # ------------------------------------------------------------ the event thread
 
+    def _start_watching(self) -> bool:
+        """Register the node, read the topics and set the watches everything else follows.
+        A ZooKeeper error (a session that expired on a busy machine, a server going away) is
+        tried again, with a bounded backoff and one line each time, until it works or the node
+        stops: giving up would leave a node that is registered, or soon is, leading nothing.
+        Each watch is set once (they re-arm themselves across reconnects and new sessions).
+        False when the node stopped first."""
+        client, delay = self.client, START_RETRY_S
+        watches = [(DataWatch, protocol.SHARDS, self._watch_shards_info),
+                   (ChildrenWatch, protocol.BROKER_TOPICS, self._watch_topics),
+                   (ChildrenWatch, protocol.GROUPS, self._watch_groups)]
+        while not self.stopped:
+            try:
+                client.ensure_path(protocol.BROKER_TOPICS)
+                client.ensure_path(protocol.GROUPS)
+                client.ensure_path(protocol.NODES)
+                self._register()
+                self.topics = TopicRegistry(client).all_partitions()
+                while watches:
+                    recipe, path, callback = watches[0]
+                    recipe(client, path, callback)
+                    watches.pop(0)
+                return not self.stopped
+            except KazooException as e:
+                if self.stopped:
+                    break
+                log.warning("node %s: cannot start leading groups yet (%s); trying again in %.1f s", self.node_id,
+                            type(e).__name__, delay)
+                self._wait_state({GroupsState.STOPPED}, delay)
+                delay = min(delay * 2, START_RETRY_MAX_S)
+        return False
+
     def _run(self) -> None:
-        client = self.client
-        try:
-            client.ensure_path(protocol.BROKER_TOPICS)
-            client.ensure_path(protocol.GROUPS)
-            client.ensure_path(protocol.NODES)
-            self._register()
-            self.topics = TopicRegistry(client).all_partitions()
-            DataWatch(client, protocol.SHARDS, self._watch_shards_info)
-            ChildrenWatch(client, protocol.BROKER_TOPICS, self._watch_topics)
-            ChildrenWatch(client, protocol.GROUPS, self._watch_groups)
-        except KazooException as e:
-            if not self.stopped:
-                log.error("node %s: cannot start leading groups (%s)", self.node_id, type(e).__name__)
+        if not self._start_watching():
             return
         next_check = time.monotonic() + self.config.check_interval_ms / 1000.0
         while not self.stopped:

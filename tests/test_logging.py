@@ -173,8 +173,8 @@ def test_groupctl_consume_logs_json_lines(cluster, zk, zk_connect, data_dir, sub
 
 def test_groupctl_errors_are_json_lines_in_json_mode(subprocess_env):
     dead = f"127.0.0.1:{free_port()}"
-    proc = subprocess.run([*GROUPCTL, "--log-format", "json", "--zk", dead, "--zk-timeout", "0.5", "consume", "g",
-                           "t"], env=subprocess_env, capture_output=True, text=True, timeout=BOUND_S,
+    proc = subprocess.run([*GROUPCTL, "--log-format", "json", "--zk", dead, "--zk-timeout", "0.5", "groups",
+                           "list"], env=subprocess_env, capture_output=True, text=True, timeout=BOUND_S,
                           stdin=subprocess.DEVNULL)
     assert proc.returncode == 75
     (line,) = json_lines(proc.stderr)

@@ -618,8 +618,7 @@ class KafkaFetcher(Fetcher):
                     first = records[0].offset
                 if first != st.fetch_offset and st.epoch > started_epoch:
                     continue  # re-positioned during this read: only a run that continues it counts
-                st.chunks.append(records)
-                st.count += len(records)
+                self._keep(st, [records], len(records))
                 st.fetch_offset = last = records[-1].offset + 1
                 if st.highwater is None or last > st.highwater:
                     st.highwater = last

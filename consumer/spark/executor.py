@@ -510,9 +510,9 @@ class _Worker:
         try:
             self.consumer.commit(offsets)
         except CommitFailedError as e:
-            # The partitions moved on; their new owner redoes what we did not commit (at-least-once).
+            # Those partitions moved on; their new owner redoes what we did not commit (at-least-once).
             log.warning("worker %s: %s", self.ctx.consumer_id, e)
-            self.batches.forget(offsets)
+            self.batches.forget(e.partitions)
 
     # -------------------------------------------------------- rebalance callbacks (inside poll)
 
