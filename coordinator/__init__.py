@@ -3,27 +3,48 @@
 Modules, from the bottom up (each imports only those above it):
 
 * :mod:`~coordinator.errors` — the error hierarchy (one-line messages; ``RetriableError``).
+* :mod:`~coordinator.lifecycle` — the one way a stateful class is written: a state enum, a
+  table of legal moves, one ``_set_state``, start-once/close-once.
+* :mod:`~coordinator.shards` — how groups are spread over nodes: shard placement (pure).
 * :mod:`~coordinator.kafka` — librdkafka clients the zkgroups way (bootstrap servers checked,
   ``[kafka]`` properties merged); confluent-kafka is imported only when Kafka is used.
-* :mod:`~coordinator.config` — configuration as dataclasses that reject unknown keys; TOML
-  files; the environment defaults (``ZK_CONNECT``, ``ZKGROUPS_DATA_DIR``).
+* :mod:`~coordinator.config` — configuration as dataclasses that reject unknown keys (the
+  machinery; each component's dataclass sits next to it); TOML files; the environment
+  defaults (``ZK_CONNECT``, ``ZKGROUPS_DATA_DIR``).
 * :mod:`~coordinator.protocol` — **the contract**: every ZooKeeper path and JSON schema, with
-  validating decoders; group states and their transitions.
+  validating decoders (a package: paths, codec, groups, cluster, spark; every name imported
+  at its top).
+* :mod:`~coordinator.acl` — ZooKeeper identities and the ACL each znode gets.
 * :mod:`~coordinator.zkclient` — kazoo clients the way zkgroups wants them (bounded retries,
-  connect strings checked, transactions that raise).
+  connect strings checked, transactions that raise, an ephemeral znode made ours).
+* :mod:`~coordinator.read` — the one read API of the layout, for the tools and the console.
+* :mod:`~coordinator.fencing` — who may write: the controller and shard epochs, fences
+  checked in every leader transaction (``Deposed`` when one failed), terms of leadership.
 * :mod:`~coordinator.topics` — the topic registry (``/brokers/topics``, Kafka's format).
 * :mod:`~coordinator.assignors` — assignment strategies as pure functions (range,
   roundrobin, sticky) and the group's vote on one.
-* :mod:`~coordinator.rebalance` — one group's rebalance: read → compute → diff → write → wait.
+* :mod:`~coordinator.static` — static membership's pure rules (who is held while away).
+* :mod:`~coordinator.plan` — the pure part of a rebalance: the snapshot, the plan computed
+  from it, the reasons to rebalance, the group state each step writes.
+* :mod:`~coordinator.verify` — verification: fingerprints of verified groups, "still as
+  recorded" for a shard taken over, owner nodes as assigned.
+* :mod:`~coordinator.rebalance` — one group's rebalance: read → compute → diff → write → wait,
+  as named steps.
 * :mod:`~coordinator.mirror` — the topic mirror: a KRaft Kafka cluster's topics written into
   ``/brokers/topics`` by the leader, fenced by its epoch.
+* :mod:`~coordinator.controller` — the controller's term: the shards exist, epochs never go
+  back, every shard is on a live node; the topic mirror.
 * :mod:`~coordinator.timeline` — the rebalance timeline: each group's last rebalances, kept in
   ZooKeeper by the node leading it.
 * :mod:`~coordinator.documents` — the JSON documents of the read views (``groupctl --output
   json`` and the console's API), as pure functions.
-* :mod:`~coordinator.coordinator` — the node: election, epoch, watches, the request queue
-  and its handler threads.
+* :mod:`~coordinator.requests` — the queue of groups to rebalance (each queued once, a change
+  during a run noticed) and the index of which groups use which topics.
 * :mod:`~coordinator.metrics` — the node's Prometheus metrics.
+* :mod:`~coordinator.groups` — the groups a node leads (its shards'): registration, watches,
+  the request queue and its handler threads.
+* :mod:`~coordinator.coordinator` — the node (and its ``CoordinatorConfig``): the controller
+  election and epoch, the connection's state, the groups it leads.
 * :mod:`~coordinator.http` — the node's one HTTP server: metrics, health probes, the console.
 * :mod:`~coordinator.console` — the read-only operator console: a watched snapshot, lag, pages and API.
 * :mod:`~coordinator.cli` — ``coordinatord`` and the one-line-error plumbing every tool shares.

@@ -4,7 +4,7 @@ Identities are ZooKeeper digest credentials (``user:password``): one shared by t
 nodes, one per group (shared by the group's members), and the admins' (``groupctl``). A tool
 is given its own credential (``--zk-auth``, ``ZK_AUTH``, ``zk_auth``; ``@/path`` reads it from a
 file). The others' *ids* (``user:base64(sha1(user:password))``, not secrets) come from the
-installation's policy znode (:data:`coordinator.protocol.ACL_POLICY`), written by an admin
+installation's policy znode (:data:`coordinator.protocol.paths.ACL_POLICY`), written by an admin
 with ``groupctl acl apply``. Without a credential nothing changes: znodes are created open.
 
 :func:`acl_for` is the whole rule table (pure): the ACL a znode gets when it is created, and the

@@ -15,7 +15,6 @@ import sys
 from typing import Any, Mapping, Type, TypeVar
 
 from coordinator.errors import InvalidConfig
-from coordinator.kafka import check_bootstrap_servers
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -29,8 +28,6 @@ ENV_ZK_CONNECT = "ZK_CONNECT"
 ENV_DATA_DIR = "ZKGROUPS_DATA_DIR"
 DEFAULT_CONNECT = "127.0.0.1:2181"
 DEFAULT_DATA_DIR = "./data"
-#: The most shards an installation may have (one znode, one epoch znode and one watch each per node).
-MAX_SHARD_COUNT = 1024
 #: The ZooKeeper session timeout of every node, member and tool unless configured otherwise.
 DEFAULT_SESSION_TIMEOUT_MS = 6000
 
@@ -141,45 +138,6 @@ def positive(obj, *names: str) -> None:
     for name in names:
         if getattr(obj, name) <= 0:
             raise InvalidConfig(f"{name} must be > 0, got {getattr(obj, name)!r}")
-
-
-@dataclasses.dataclass
-class CoordinatorConfig:
-    """A coordinator node's settings (``coordinatord`` options, its TOML file's [coordinator] table)."""
-    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
-    rebalance_timeout_ms: int = 30000
-    max_rebalance_retries: int = 4
-    rebalance_backoff_ms: int = 200
-    failed_retry_interval_ms: int = 30000   # a Failed group is tried again after this
-    check_interval_ms: int = 60000          # periodic full check of every group (safety net)
-    settle_ms: int = 0                      # optional wait before a group is read (bursts coalesce anyway)
-    handler_threads: int = 32               # groups rebalanced at once per node (each waits for its members' acks)
-    suspend_grace_ratio: float = 0.5        # step down if SUSPENDED longer than this × session
-    shards: int = 16                        # groups are spread over this many shards (fixed at first start)
-    # The topic mirror (coordinator/mirror.py), for a Kafka cluster in KRaft mode only: a Kafka
-    # in ZooKeeper mode writes /brokers/topics itself, and a mirror would fight it.
-    bootstrap_servers: str = ""             # the Kafka cluster whose topics the leader mirrors; "": none
-    kafka: dict = dataclasses.field(default_factory=dict, repr=False)  # librdkafka properties (secrets: never shown)
-    mirror_interval_ms: int = 10000         # refresh interval (also refreshed at once on demand)
-    zk_auth: Any = dataclasses.field(default=None, repr=False)  # the coordinators' ZooKeeper identity (coordinator/acl.py)
-
-    def validate(self):
-        positive(self, "session_timeout_ms", "rebalance_timeout_ms", "failed_retry_interval_ms",
-                 "check_interval_ms", "handler_threads", "suspend_grace_ratio", "mirror_interval_ms")
-        if self.max_rebalance_retries < 0 or self.rebalance_backoff_ms < 0 or self.settle_ms < 0:
-            raise InvalidConfig("retries, backoff and settle must be >= 0")
-        if self.suspend_grace_ratio >= 1:
-            raise InvalidConfig("suspend_grace_ratio must be < 1 (the grace is shorter than the session)")
-        if not 1 <= self.shards <= MAX_SHARD_COUNT:
-            raise InvalidConfig(f"shards must be in 1..{MAX_SHARD_COUNT}, got {self.shards}")
-        self.kafka = check_kafka_properties(self.kafka, "kafka")
-        from coordinator.acl import parse_auth  # here: acl imports protocol, which imports this module
-        self.zk_auth = parse_auth(self.zk_auth, "zk_auth")
-        if self.bootstrap_servers:
-            self.bootstrap_servers = check_bootstrap_servers(self.bootstrap_servers)
-        elif self.kafka:
-            raise InvalidConfig("kafka properties are given but bootstrap_servers is not: "
-                                "they are for the topic mirror, which needs the Kafka cluster's address")
 
 
 def check_kafka_properties(properties, source: str) -> dict:

@@ -19,11 +19,13 @@ bumps the controller epoch (the version of ``/consumers/coordinator/epoch``), pu
 A controller failover moves nothing: placements and shard epochs live in ZooKeeper, and the new
 controller changes only what the live nodes require.
 
-Threads: the controller runs on its node's election thread; kazoo's watch callbacks only put
-events on ``events``. The mirror has a thread of its own.
+Threads: the controller runs on its node's election thread; kazoo's watch callbacks and the
+node's connection listener only put an :class:`Event` on ``events``. The mirror has a thread
+of its own.
 """
 from __future__ import annotations
 
+import enum
 import logging
 import queue
 import time
@@ -34,77 +36,48 @@ from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from coordinator import protocol, read
 from coordinator.errors import CorruptZnode
+from coordinator.fencing import Deposed, fenced, fenced_commit, recorded_shard_epochs, restore_epoch
+from coordinator.lifecycle import Lifecycle
 from coordinator.mirror import TopicMirror
-from coordinator.rebalance import Deposed, fenced, fenced_commit
-from coordinator.shards import Fence, place_shards
-from coordinator.zkclient import TransactionFailed, commit
+from coordinator.shards import place_shards
+from coordinator.zkclient import TransactionFailed
 
 log = logging.getLogger("zkgroups.controller")
 
-#: Version bumps per transaction when a deleted epoch znode is restored.
-EPOCH_RESTORE_BATCH = 1000
 #: The controller looks at the placement this often even when no watch fires (watches are hints).
 RECONCILE_INTERVAL_S = 5.0
 
 
-def restore_epoch(client, path: str, floor: int, what: str) -> None:
-    """Create the missing epoch znode ``path`` with a version of at least ``floor`` (each
-    ``set_data`` bumps it; one transaction carries many), saying so if ``floor`` is above 0."""
-    client.ensure_path(path.rsplit("/", 1)[0])
-    try:
-        client.create(path, b"0")
-    except NodeExistsError:
-        pass  # restored by someone else meanwhile
-    if floor:
-        log.error("the epoch znode %s (%s) was missing although epoch %d was recorded; restoring it above that",
-                  path, what, floor)
-    while True:
-        stat = client.exists(path)
-        if stat is None or stat.version >= floor:
-            return
-        t = client.transaction()
-        for _ in range(min(EPOCH_RESTORE_BATCH, floor - stat.version)):
-            t.set_data(path, b"restored")
-        commit(t)
+class Event(enum.Enum):
+    """What the controller's thread is told (kazoo's threads and the node's connection listener
+    only put these on its queue)."""
+    NODES = "nodes"              # the live nodes changed
+    EPOCH = "epoch"              # a shard's epoch znode was deleted or bumped by someone
+    RECONNECTED = "reconnected"  # the connection is back after a suspension: look at everything again
 
 
-def recorded_shard_epochs(client, count: int) -> Dict[int, int]:
-    """The highest epoch recorded per shard: in its assignment, its groups' states and the
-    nodes' reports (0 where nothing is recorded). Reads pipelined."""
-    highest = {s: 0 for s in range(count)}
-    assignments = [(s, client.get_async(protocol.shard_path(s))) for s in range(count)]
-    groups = read.groups(client)
-    states = [(g, client.get_async(protocol.state_path(g))) for g in groups]
-    nodes = [(n, client.get_async(protocol.node_path(n))) for n in read.children(client, protocol.NODES)]
-    for s, a in assignments:
-        try:
-            highest[s] = max(highest[s], protocol.ShardAssignment.decode(a.get()[0], protocol.shard_path(s)).epoch)
-        except (NoNodeError, CorruptZnode):
-            pass
-    for g, a in states:
-        try:
-            s = protocol.shard_of(g, count)
-            highest[s] = max(highest[s], protocol.GroupState.decode(a.get()[0], protocol.state_path(g)).epoch)
-        except (NoNodeError, CorruptZnode):
-            pass
-    for n, a in nodes:
-        try:
-            for s, report in protocol.NodeInfo.decode(a.get()[0], protocol.node_path(n)).shards.items():
-                if s in highest:
-                    highest[s] = max(highest[s], int(report["epoch"]))
-        except (NoNodeError, CorruptZnode):
-            pass
-    return highest
+class ControllerState(enum.Enum):
+    NEW = "new"
+    RUNNING = "running"
+    STOPPED = "stopped"
 
 
-class Controller:
+class Controller(Lifecycle[ControllerState]):
     """One term as controller (see the module docstring). ``term`` is the node's
-    :class:`~coordinator.coordinator.Leadership` for this election: its epoch fences every write."""
+    :class:`~coordinator.fencing.Leadership` for this election: its epoch fences every write.
+
+    States (:class:`ControllerState`): NEW --run()--> RUNNING --stop()--> STOPPED, and NEW
+    --stop()--> STOPPED. ``run()`` works until the term ends (or ``stop()``), once; ``stop()``
+    stops the mirror, once."""
+
+    TRANSITIONS = {ControllerState.NEW: {ControllerState.RUNNING, ControllerState.STOPPED},
+                   ControllerState.RUNNING: {ControllerState.STOPPED}, ControllerState.STOPPED: set()}
 
     def __init__(self, client, config, node_id: str, term):
+        super().__init__(ControllerState.NEW)
         self.client, self.config, self.node_id, self.term = client, config, node_id, term
-        self.fence = Fence(protocol.EPOCH, term.epoch)
-        self.events: "queue.Queue[tuple]" = queue.Queue()
+        self.fence = term.fence
+        self.events: "queue.Queue[Event]" = queue.Queue()
         self.count = 0
         self.mirror: Optional[TopicMirror] = None
         if config.bootstrap_servers:
@@ -112,7 +85,12 @@ class Controller:
                                       config.mirror_interval_ms, active=lambda: self.term.active,
                                       on_deposed=lambda reason: self.term.end(f"deposed: {reason}"))
 
+    def _lifecycle_name(self) -> str:
+        return f"controller {self.node_id} (epoch {self.term.epoch})"
+
     def run(self) -> None:
+        if not self._set_state(ControllerState.RUNNING, expect={ControllerState.NEW}):
+            return
         self.count = self._ensure_shards()
         ChildrenWatch(self.client, protocol.NODES, self._watch_nodes)
         for s in range(self.count):
@@ -122,17 +100,14 @@ class Controller:
             DataWatch(self.client, protocol.MIRROR_REFRESH, self._watch_refresh_requests)
             self.mirror.start()
         next_reconcile = 0.0
-        while not self.term.ended.is_set():
+        while not self.term.ended and self.state is ControllerState.RUNNING:
             try:
-                kind, _ = self.events.get(timeout=0.1)
+                event = self.events.get(timeout=0.1)
                 next_reconcile = 0.0  # something changed: look now
+                if event is Event.RECONNECTED and self.mirror:
+                    self.mirror.request_refresh()
             except queue.Empty:
                 pass
-            if self.term.reconnected:
-                self.term.reconnected = False
-                next_reconcile = 0.0
-                if self.mirror:
-                    self.mirror.request_refresh()
             now = time.monotonic()
             if now >= next_reconcile and self.term.active:
                 next_reconcile = now + RECONCILE_INTERVAL_S
@@ -145,31 +120,35 @@ class Controller:
                     next_reconcile = now + 0.2
 
     def stop(self) -> None:
-        if self.mirror:
+        if self._set_state(ControllerState.STOPPED) and self.mirror:
             self.mirror.stop()
 
     def request_mirror_refresh(self) -> None:
         if self.mirror:
             self.mirror.request_refresh()
 
+    def reconnected(self) -> None:
+        """The node's connection is back after a suspension (kazoo's thread: record only)."""
+        self.events.put(Event.RECONNECTED)
+
     # ------------------------------------------------------------ watches (kazoo thread: record only)
 
     def _watch_nodes(self, children):
-        if self.term.ended.is_set():
+        if self.term.ended:
             return False
-        self.events.put(("nodes", None))
+        self.events.put(Event.NODES)
 
     def _watch_refresh_requests(self, data, stat):
-        if self.term.ended.is_set():
+        if self.term.ended:
             return False
         if self.mirror:
             self.mirror.request_refresh()  # only sets an event
 
     def _watch_epoch(self, shard: int):
         def callback(data, stat):
-            if self.term.ended.is_set():
+            if self.term.ended:
                 return False
-            self.events.put(("epoch", shard))  # deleted, or bumped by someone: look at the placement
+            self.events.put(Event.EPOCH)  # deleted, or bumped by someone: look at the placement
         return callback
 
     # ------------------------------------------------------------ the shards (controller thread)

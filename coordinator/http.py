@@ -297,7 +297,7 @@ def node_readiness(node, console=None) -> Tuple[bool, Dict[str, object]]:
     if node is None:
         return False, {"zookeeper": "not connected yet"}
     client, groups = node.client, node.groups
-    checks: Dict[str, object] = {"zookeeper_connected": bool(client and client.connected and not groups.suspended),
+    checks: Dict[str, object] = {"zookeeper_connected": bool(client and client.connected and not node.suspended),
                                  "shards_loaded": bool(groups and groups.loaded())}
     if console is not None:
         checks["console_loaded"] = console.snapshot.loaded

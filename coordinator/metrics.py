@@ -58,7 +58,8 @@ from prometheus_client.core import GaugeMetricFamily
 
 from coordinator import protocol
 from coordinator.errors import ConsumerRebalanceFailedException, InvalidConfig
-from coordinator.rebalance import Abandoned, Deposed, Superseded
+from coordinator.fencing import Deposed
+from coordinator.rebalance import Abandoned, Superseded
 
 GROUP_STATES = (protocol.EMPTY, protocol.REBALANCING, protocol.STABLE, protocol.FAILED)
 #: Rebalances take milliseconds to a rebalance timeout (30 s by default).
@@ -177,12 +178,9 @@ class CoordinatorMetrics:
         outcome = run.outcome
         if outcome is None:
             return
-        if outcome.state == "unchanged":  # ownership was right: nothing written
-            self._set_group(group, protocol.STABLE if outcome.members else protocol.EMPTY, outcome.generation,
-                            outcome.members)
-            return
         self._set_group(group, outcome.state, outcome.generation, outcome.members)
-        self._count(group, outcome.state.lower(), started)
+        if outcome.changed:  # (ownership found right wrote no generation: not counted)
+            self._count(group, outcome.state.lower(), started)
 
     def _count(self, group: str, outcome: str, started: float) -> None:
         self.rebalances.labels(group, outcome).inc()

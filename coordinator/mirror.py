@@ -12,7 +12,7 @@ Guarantees:
 * Every write is a ZooKeeper transaction whose first operation checks the controller's epoch, and
   whose second is a compare-and-set on the topic znode: a deposed leader's mirror writes
   nothing (it stops and ends the term), and a znode someone changed meanwhile is read again.
-* Only znodes the mirror wrote are grown or removed: they carry :data:`protocol.MIRROR_MARK`
+* Only znodes the mirror wrote are grown or removed: they carry :data:`~coordinator.protocol.cluster.MIRROR_MARK`
   with the id of the Kafka cluster they came from (Kafka's decoder ignores keys it does not
   know). A znode written by anyone else (``groupctl``, a Kafka in ZooKeeper mode, an operator
   who rewrote a mirrored one) or mirrored from another Kafka cluster is left as it is, with one
@@ -41,6 +41,7 @@ shrink); groups' committed offsets of a deleted topic stay in ZooKeeper.
 """
 from __future__ import annotations
 
+import enum
 import logging
 import re
 import threading
@@ -51,9 +52,9 @@ from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
 from coordinator import protocol, read
 from coordinator.errors import InvalidConfig, InvalidName
 from coordinator.kafka import DEFAULT_TIMEOUT_S, check_bootstrap_servers, confluent_kafka, librdkafka_config
+from coordinator.lifecycle import Lifecycle
 from coordinator.protocol import TopicZnode
-from coordinator.rebalance import Deposed, fenced_commit
-from coordinator.shards import Fence
+from coordinator.fencing import Deposed, Fence, fenced_commit
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import TransactionFailed
 
@@ -221,12 +222,19 @@ class _Stopping(Exception):
     """The mirror was stopped, or leadership is suspended: write nothing more now."""
 
 
-class TopicMirror:
+class MirrorState(enum.Enum):
+    NEW = "new"
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+class TopicMirror(Lifecycle[MirrorState]):
     """Mirrors the topics of the Kafka cluster at ``bootstrap_servers`` into ``/brokers/topics``,
     fenced by the controller's ``fence`` (its epoch), for one term as controller.
 
-    States: NEW --start()--> RUNNING --stop(), or deposed--> STOPPED. ``start()`` runs once
-    (later calls do nothing); ``stop()`` may be called any number of times, from any thread.
+    States (:class:`MirrorState`): NEW --start()--> RUNNING --stop(), or deposed--> STOPPED;
+    NEW --stop()--> STOPPED. ``start()`` runs once (later calls do nothing); ``stop()`` may be
+    called any number of times, from any thread (each waits for the thread).
 
     Threads: the mirror's own thread (``topic-mirror``) does all Kafka and ZooKeeper work and
     alone touches the AdminClient and the reporting state. :meth:`request_refresh` and
@@ -235,11 +243,13 @@ class TopicMirror:
     ``on_deposed(reason)`` are called on the mirror's thread.
     """
 
-    NEW, RUNNING, STOPPED = "new", "running", "stopped"
+    TRANSITIONS = {MirrorState.NEW: {MirrorState.RUNNING, MirrorState.STOPPED},
+                   MirrorState.RUNNING: {MirrorState.STOPPED}, MirrorState.STOPPED: set()}
 
     def __init__(self, client, fence: Fence, bootstrap_servers: str, properties: Optional[Mapping[str, object]] = None,
                  interval_ms: int = DEFAULT_INTERVAL_MS, active: Callable[[], bool] = lambda: True,
                  on_deposed: Callable[[str], None] = lambda reason: None):
+        super().__init__(MirrorState.NEW)
         self.client, self.fence, self.epoch = client, fence, fence.epoch
         self.servers = check_bootstrap_servers(bootstrap_servers)
         self._properties = dict(properties or {})
@@ -248,10 +258,7 @@ class TopicMirror:
         # of the mirror's thread per refresh (never the leader's).
         self.timeout_s = min(DEFAULT_TIMEOUT_S, max(1.0, self.interval_s))
         self._active, self._on_deposed = active, on_deposed
-        self._state = self.NEW
-        self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._stopping = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._admin = None
         self.refreshes = 0
@@ -264,16 +271,14 @@ class TopicMirror:
         self._zookeeper_mode_said = False
 
     @property
-    def state(self) -> str:
-        return self._state
+    def stopping(self) -> bool:
+        return self.state is MirrorState.STOPPED
 
     # ------------------------------------------------------------ lifecycle (any thread)
 
     def start(self) -> "TopicMirror":
-        with self._lock:
-            if self._state != self.NEW:
-                return self
-            self._state = self.RUNNING
+        if not self._set_state(MirrorState.RUNNING, expect={MirrorState.NEW}):
+            return self
         self._thread = threading.Thread(target=self._run, name="topic-mirror", daemon=True)
         self._thread.start()
         return self
@@ -285,9 +290,7 @@ class TopicMirror:
     def stop(self, timeout: float = 1.0) -> None:
         """Stop; wait at most ``timeout`` s for the thread (a Metadata request under way ends by
         itself; no write is begun after this returns)."""
-        with self._lock:
-            self._state = self.STOPPED
-        self._stopping.set()
+        self._set_state(MirrorState.STOPPED)
         self._wake.set()
         thread = self._thread
         if thread and thread is not threading.current_thread():
@@ -296,7 +299,7 @@ class TopicMirror:
     # ------------------------------------------------------------ the mirror's thread
 
     def _run(self) -> None:
-        while not self._stopping.is_set():
+        while not self.stopping:
             self._wake.clear()
             deposed = None
             try:
@@ -308,7 +311,7 @@ class TopicMirror:
                 pass
             except Exception as e:  # ZooKeeper trouble, a bug: said once per kind, tried again next time
                 kind = type(e).__name__
-                if kind not in self._troubles and not self._stopping.is_set():
+                if kind not in self._troubles and not self.stopping:
                     self._troubles.add(kind)
                     log.warning("topic mirror: refresh failed (%s: %s); trying again every %g s", kind, e,
                                 self.interval_s)
@@ -329,7 +332,7 @@ class TopicMirror:
             self._unreachable(e)
             return
         self._reachable()
-        if self._stopping.is_set():  # stopped during the Metadata request: the term is over
+        if self.stopping:  # stopped during the Metadata request: the term is over
             raise _Stopping()
         if self._zookeeper_mode_kafka():
             return
@@ -362,7 +365,7 @@ class TopicMirror:
     def _write(self, topic: str, operation) -> bool:
         """One fenced transaction: the epoch check, then ``operation`` on the topic's znode.
         False if the znode changed since it was read (it is read again at once)."""
-        if self._stopping.is_set() or not self._active():
+        if self.stopping or not self._active():
             raise _Stopping()
         path = protocol.topic_path(topic)
         t = self.client.transaction()

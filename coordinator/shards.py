@@ -6,7 +6,7 @@ node (:func:`place_shards`: balanced, and sticky so that only the shards of a no
 that must make room for a new one move). Each shard has an epoch — the version of its
 ``shards/<shard>/epoch`` znode — which the controller bumps in the same transaction as it hands
 the shard to a node; every write a node makes for the shard's groups checks it (a
-:class:`Fence`). So a group has at most one coordinator able to write at a time: a node that
+:class:`~coordinator.fencing.Fence`). So a group has at most one coordinator able to write at a time: a node that
 lost a shard (died, paused, cut off, or simply moved off it) can no longer write anything of it.
 
 Why one controller placing shards, rather than a separate election per shard: placement is
@@ -17,19 +17,7 @@ nothing for shard owners (placements live in ZooKeeper, epochs unchanged).
 """
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
-from typing import Callable, Dict, Mapping, Sequence
-
-from coordinator import protocol
-
-
-@dataclass(frozen=True)
-class Fence:
-    """A write is allowed only while the znode at ``path`` has version ``epoch`` (checked as the
-    first operation of the write's transaction)."""
-    path: str
-    epoch: int
+from typing import Dict, Mapping, Sequence
 
 
 def place_shards(count: int, nodes: Sequence[str], current: Mapping[int, str]) -> Dict[int, str]:
@@ -56,38 +44,3 @@ def place_shards(count: int, nodes: Sequence[str], current: Mapping[int, str]) -
         for _ in range(quota[node] - sum(1 for owner in placed.values() if owner == node)):
             placed[next(free)] = node
     return dict(sorted(placed.items()))
-
-
-class Term:
-    """A term of leadership, ended once (from any thread, with a reason); active while not
-    ended and not suspended (``_suspended()``, read on every check)."""
-
-    def __init__(self):
-        self.ended = threading.Event()
-        self.reason = ""
-
-    def end(self, reason: str) -> None:
-        if not self.ended.is_set():
-            self.reason = reason
-            self.ended.set()
-
-    def _suspended(self) -> bool:
-        return False
-
-    @property
-    def active(self) -> bool:
-        return not self.ended.is_set() and not self._suspended()
-
-
-class ShardTerm(Term):
-    """One node's lead of one shard at one epoch; suspended while the node's connection is
-    (``suspended``: a callable the node provides)."""
-
-    def __init__(self, shard: int, epoch: int, suspended: Callable[[], bool] = lambda: False):
-        super().__init__()
-        self.shard, self.epoch = shard, epoch
-        self.fence = Fence(protocol.shard_epoch_path(shard), epoch)
-        self._suspended = suspended
-
-    def __repr__(self) -> str:
-        return f"ShardTerm(shard={self.shard}, epoch={self.epoch}, ended={self.ended.is_set()})"

@@ -3,7 +3,7 @@
 After a rebalance that wrote a generation (or failed, or was superseded, or holds a static
 member's partitions while it is away), the node leading the group appends one
 :class:`~coordinator.protocol.RebalanceRecord` to ``/consumers/groups/<group>/timeline``: a
-ring of the last :data:`~coordinator.protocol.TIMELINE_ENTRIES`, so a node that takes the
+ring of the last :data:`~coordinator.protocol.groups.TIMELINE_ENTRIES`, so a node that takes the
 shard over (and every node's console) shows the history its predecessor wrote.
 
 What an entry says is computed (:func:`build_record`, pure) from the group state the node just
@@ -13,7 +13,7 @@ gone past their grace, members left out for not acking, and the coordinator's ow
 
 Cost: per recorded rebalance, one pipelined read (state and timeline) and one write fenced by
 the shard epoch, after the members acked (never on their path); a group's ring is one znode of
-about 10 KB (entries name at most :data:`~coordinator.protocol.TIMELINE_IDS` consumer ids per
+about 10 KB (entries name at most :data:`~coordinator.protocol.groups.TIMELINE_IDS` consumer ids per
 list, so even a group of thousands of members stays far below ZooKeeper's 1 MB).
 
 Not provided: telling a member that left cleanly from one whose session expired (ZooKeeper
@@ -31,8 +31,8 @@ from kazoo.exceptions import KazooException, NoNodeError
 from coordinator import protocol
 from coordinator.errors import CorruptZnode
 from coordinator.protocol import GroupState, RebalanceRecord
-from coordinator.rebalance import Deposed, Outcome, fenced, fenced_commit
-from coordinator.shards import Fence
+from coordinator.fencing import Deposed, Fence, fenced, fenced_commit
+from coordinator.rebalance import Outcome
 from coordinator.zkclient import TransactionFailed, wait_in_order
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def build_record(state: GroupState, previous: Optional[RebalanceRecord], outcome
                  duration_ms: Optional[float] = None, excluded: Sequence[str] = ()) -> RebalanceRecord:
     """The entry for a rebalance that left ``state``, after ``previous`` (the ring's newest
     entry, None for a first one); pure. Who joined and who left is known when ``previous``
-    kept its members (the newest entry does, up to :data:`~coordinator.protocol.TIMELINE_MEMBERS`),
+    kept its members (the newest entry does, up to :data:`~coordinator.protocol.groups.TIMELINE_MEMBERS`),
     and for a group's first generation (nobody was there before)."""
     after = set(state.members)
     if previous is None:  # a group's first rebalance starts from nobody; a later first entry does not know
@@ -116,7 +116,7 @@ class TimelineRecorder:
     def record(self, group: str, fence: Fence, outcome: Optional[Outcome] = None, failed: bool = False,
                superseded: bool = False) -> None:
         """Record the rebalance of ``group`` that just ended: ``outcome`` (it wrote a
-        generation; or, "unchanged" with a static member held away, a hold), ``failed``
+        generation; or, unchanged with a static member held away, a hold), ``failed``
         (retries exhausted) or ``superseded`` (the group changed while its members applied it)."""
         try:
             self._record(group, fence, outcome, failed, superseded)
@@ -142,7 +142,7 @@ class TimelineRecorder:
             log.error("group %s: %s; its timeline starts again", group, e)
             ring = []
         previous = ring[-1] if ring else None
-        if outcome is not None and outcome.state == "unchanged":
+        if outcome is not None and not outcome.changed:
             # A static member held away: recorded once per hold (every check until it ends finds the same).
             if previous is not None and previous.held == held_until(state):
                 return

@@ -1,6 +1,6 @@
 """The topic registry: /brokers/topics/<topic> in Kafka's own JSON format.
 
-Partitions can be added, never removed, up to :data:`protocol.MAX_PARTITIONS` per topic. Topic
+Partitions can be added, never removed, up to :data:`~coordinator.protocol.cluster.MAX_PARTITIONS` per topic. Topic
 names are checked (:func:`protocol.validate_name`) before any path is built. The coordinator
 watches these znodes; producers and consumers read partition counts from them.
 """

@@ -26,11 +26,12 @@ import threading
 import time
 import types
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
 import tenacity
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import ConnectionLoss, KazooException, OperationTimeoutError, SessionExpiredError
+from kazoo.exceptions import (ConnectionLoss, KazooException, NodeExistsError, NoNodeError, OperationTimeoutError,
+                              SessionExpiredError)
 from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 from kazoo.handlers.utils import selector_select
 from kazoo.retry import KazooRetry
@@ -379,9 +380,56 @@ def session_id(client: KazooClient) -> Optional[int]:
     return ids[0] if ids else None
 
 
-#: The largest request a ZooKeeper server takes by default (its ``jute.maxbuffer``, 1 MiB less
-#: one byte); a bigger one makes the server drop the connection. A transaction of about 5,000
-#: small writes is near it.
+class Holder(NamedTuple):
+    """Who holds an ephemeral znode another session created: that session, the znode's data
+    and version (see :func:`create_ephemeral`)."""
+    session: int
+    data: bytes
+    version: int
+
+
+#: What :func:`create_ephemeral` does with a znode another session holds.
+REPLACE, WAIT = "replace", "wait"
+
+
+def create_ephemeral(client: KazooClient, path: str, data: bytes, when_held: Callable[[Holder], str],
+                     stopped: Callable[[], bool] = lambda: False, create: Optional[Callable[[], None]] = None,
+                     poll_s: float = 0.5) -> bool:
+    """Make the ephemeral znode ``path`` this session's: create it (``create()``, by default a
+    plain create of ``data``), or find it ours already (a create whose answer was lost). While
+    another session holds it, ``when_held(holder)`` decides, each time it is found so:
+    :data:`REPLACE` deletes it at the version seen (our own dead session's, which ZooKeeper
+    keeps for a session timeout: KAFKA-1387) and creates again; :data:`WAIT` waits for it to go
+    (a watch on it, looked at again at least every ``poll_s``); raising gives up. Disconnected,
+    it waits as for a holder. True once the znode is ours; False if ``stopped()`` first.
+    Never for kazoo's threads: it calls ZooKeeper and waits."""
+    create = create or (lambda: client.create(path, data, ephemeral=True))
+    while not stopped():
+        session = session_id(client)
+        if session is not None:
+            try:
+                create()
+                return True
+            except NodeExistsError:
+                try:
+                    raw, stat = client.get(path)
+                except NoNodeError:
+                    continue  # it just went: create again
+                if stat.ephemeralOwner == session:
+                    return True
+                if when_held(Holder(stat.ephemeralOwner, raw, stat.version)) == REPLACE:
+                    try:
+                        client.delete(path, version=stat.version)
+                    except NoNodeError:
+                        pass
+                    continue
+        gone = threading.Event()
+        if client.exists(path, watch=lambda _event: gone.set()) is None:  # (kazoo's thread: record only)
+            continue
+        gone.wait(poll_s)
+    return False
+
+
 def wait_in_order(answers, timeout: Optional[float] = None):
     """``answers``: kazoo async results of pipelined requests, in the order they were sent.
     Wait until the last is answered and return ``answers``. ZooKeeper answers one session's
@@ -394,7 +442,19 @@ def wait_in_order(answers, timeout: Optional[float] = None):
     return answers
 
 
-#: The largest request ZooKeeper accepts by default (``jute.maxbuffer``, 1 MiB less a byte).
+def children_and_pzxid(pending) -> Tuple[List[str], int]:
+    """A ``get_children_async(path, include_data=True)`` answer: the sorted children and the
+    parent's pzxid (the zxid of its last child change); [] and -1 if the parent is missing."""
+    try:
+        children, stat = pending.get()
+    except NoNodeError:
+        return [], -1
+    return sorted(children), stat.pzxid
+
+
+#: The largest request a ZooKeeper server takes by default (its ``jute.maxbuffer``, 1 MiB less
+#: one byte); a bigger one makes the server drop the connection. A transaction of about 5,000
+#: small writes is near it.
 MAX_REQUEST_BYTES = 0xFFFFF
 
 

@@ -327,7 +327,7 @@ def test_secrets_appear_in_no_process_listing_output_or_log(secured, data_dir, t
         helped = subprocess.run(GROUPCTL + ["--help"], capture_output=True, text=True, timeout=60,
                                 env={**subprocess_env, "ZK_AUTH": COORD})
         assert "--zk-auth" in helped.stdout and password not in helped.stdout
-        from coordinator.config import CoordinatorConfig
+        from coordinator.coordinator import CoordinatorConfig
         from consumer.consumer import ConsumerConfig
         assert password not in repr(CoordinatorConfig(zk_auth=COORD)) + repr(ConsumerConfig(zk_auth=COORD))
     finally:
@@ -407,7 +407,8 @@ def test_zk_auth_in_toml_files(tmp_path, subprocess_env):
     assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, f"zk_auth file {tmp_path}/missing does not exist")
     config.write_text('zk_auth = 5\n')
     with pytest.raises(InvalidConfig, match="zk_auth must be text"):
-        from coordinator.config import build, load_toml, CoordinatorConfig
+        from coordinator.config import build, load_toml
+        from coordinator.coordinator import CoordinatorConfig
         build(CoordinatorConfig, load_toml(str(config), "coordinator"))
     from consumer.consumer import ConsumerConfig
     from coordinator.config import build

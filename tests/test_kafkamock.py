@@ -1,4 +1,4 @@
-"""The mock Kafka cluster (coordinator/testing/kafkamock.py) as the Kafka data plane's tests use it.
+"""The mock Kafka cluster (coordinator/testing/kafkamock.py and its child, kafkamock_server.py) as the Kafka data plane's tests use it.
 
 Checked: topics made through the mock API are seen by a plain confluent-kafka client in this
 process; keyed records produced with ``murmur2_random`` land where Kafka's Java partitioner puts
@@ -23,7 +23,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
 
 from consumer.hashing import partition_for_key  # noqa: E402
-from coordinator.testing import kafkamock  # noqa: E402
+from coordinator.testing import kafkamock_server  # noqa: E402
 from coordinator.testing.kafkamock import (ApiKey, ErrorCode, MockKafkaCluster, MockKafkaError,  # noqa: E402
                                            MockKafkaUnavailable)
 from tests.helpers import wait_for  # noqa: E402
@@ -331,15 +331,15 @@ def test_start_failure_is_one_clear_error(tmp_path, monkeypatch):
 
 
 def test_missing_mock_symbol_is_one_line(monkeypatch, capsys):
-    path = kafkamock.find_librdkafka()
+    path = kafkamock_server.find_librdkafka()
     with pytest.raises(MockKafkaUnavailable) as raised:
-        kafkamock.bind_librdkafka(ctypes.CDLL(path), {"rd_kafka_mock_no_such_function": (None, [])}, path)
+        kafkamock_server.bind_librdkafka(ctypes.CDLL(path), {"rd_kafka_mock_no_such_function": (None, [])}, path)
     assert "\n" not in str(raised.value) and "rd_kafka_mock_no_such_function" in str(raised.value)
 
     # The server's own start-up: one line on stderr, exit 2, nothing created.
-    monkeypatch.setitem(kafkamock.SIGNATURES, "rd_kafka_mock_no_such_function", (None, []))
-    monkeypatch.setattr(kafkamock, "_die_with_parent", lambda parent_pid: None)  # not for pytest itself
-    assert kafkamock.main(["--brokers", "1"]) == 2
+    monkeypatch.setitem(kafkamock_server.SIGNATURES, "rd_kafka_mock_no_such_function", (None, []))
+    monkeypatch.setattr(kafkamock_server, "_die_with_parent", lambda parent_pid: None)  # not for pytest itself
+    assert kafkamock_server.main(["--brokers", "1"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
     assert err.startswith("kafkamock: error: ") and "rd_kafka_mock_no_such_function" in err

@@ -37,3 +37,50 @@ def test_imports_go_one_way(package, forbidden):
     broken = [(path, name) for path in modules(package) for name in imported(path)
               if name.split(".")[0] in forbidden and name not in COMPOSITION_ROOT.get(path, ())]
     assert not broken, f"{package} must not import {' or '.join(forbidden)}: {broken}"
+
+
+def module_name(path):
+    name = path[:-3].replace(os.sep, ".")
+    return name[:-len(".__init__")] if name.endswith(".__init__") else name
+
+
+def test_no_import_cycles():
+    """No module imports, at any depth of its source, a module that imports it back (directly
+    or through others): each package reads bottom-up, and no import has to hide in a function
+    to break a cycle."""
+    paths = {module_name(p): p for package in ("coordinator", "consumer") for p in modules(package)}
+
+    def local(name):  # the module of ours an import names ("coordinator.protocol.GroupState" -> its module)
+        while name and name not in paths:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph = {}
+    for name, path in paths.items():
+        graph[name] = set()
+        with open(os.path.join(ROOT, path)) as f:
+            tree = ast.parse(f.read(), path)
+        for node in ast.walk(tree):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            for target in map(local, targets):
+                if target and target != name and not name.startswith(target + "."):  # its own package
+                    graph[name].add(target)
+    cycles, done = [], set()
+
+    def visit(name, trail):
+        if name in trail:
+            cycles.append(trail[trail.index(name):] + [name])
+            return
+        if name in done:
+            return
+        for target in sorted(graph[name]):
+            visit(target, trail + [name])
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+    assert not cycles, f"import cycles: {[' -> '.join(c) for c in cycles]}"

@@ -21,11 +21,10 @@ from kazoo.exceptions import BadVersionError, NodeExistsError
 from consumer import Consumer, Producer, TopicPartition
 from consumer.member import CLAIM_PARTITIONS, COMMIT_PARTITIONS, GroupMember, MemberListener
 from coordinator import protocol
-from coordinator.config import CoordinatorConfig
 from coordinator.controller import Controller
-from coordinator.coordinator import Coordinator, Leadership
+from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.errors import CommitFailedError
-from coordinator.rebalance import Deposed
+from coordinator.fencing import Deposed, Leadership
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 from tests.groups import Recorder, read_state

@@ -16,10 +16,11 @@ from types import SimpleNamespace
 import pytest
 
 from coordinator import protocol
-from coordinator.config import CoordinatorConfig, build
+from coordinator.config import build
+from coordinator.coordinator import CoordinatorConfig
 from coordinator.errors import InvalidConfig
-from coordinator.shards import Fence
-from coordinator.mirror import KafkaTopics, MirrorPlan, TopicMirror, check_mirror_config, plan_mirror
+from coordinator.fencing import Fence
+from coordinator.mirror import KafkaTopics, MirrorPlan, MirrorState, TopicMirror, check_mirror_config, plan_mirror
 from coordinator.protocol import TopicZnode
 from coordinator.testing.zkserver import free_port
 from coordinator.topics import TopicRegistry
@@ -352,7 +353,7 @@ def test_a_deposed_leaders_mirror_writes_nothing(zk, epoch_znode, kafka_cluster,
         kafka_cluster.create_topic(later, 2)
         mirror.request_refresh()
         wait_for(lambda: deposed, 10, message="the mirror finds itself deposed")
-        assert "no longer current" in deposed[0] and mirror.state == TopicMirror.STOPPED
+        assert "no longer current" in deposed[0] and mirror.state is MirrorState.STOPPED
         mirror.stop(timeout=5)
         refreshes = mirror.refreshes
         mirror.request_refresh()  # a stopped mirror does nothing more

@@ -1,5 +1,5 @@
 """The coordinator's request queue: each group queued once, changes during a run noticed."""
-from coordinator.coordinator import RebalanceRequests
+from coordinator.requests import RebalanceRequests
 
 
 def test_a_group_is_queued_once():

@@ -1,10 +1,10 @@
-"""The pure stages of a rebalance (coordinator.rebalance): compute_plan, reasons_to_rebalance,
+"""The pure stages of a rebalance (coordinator.plan): compute_plan, reasons_to_rebalance,
 Plan.shares and problems, from fixture snapshots. No ZooKeeper."""
 import pytest
 
 from coordinator import protocol
 from coordinator.protocol import GroupState, Registration
-from coordinator.rebalance import Plan, Snapshot, compute_plan, problems, reasons_to_rebalance
+from coordinator.plan import Plan, Snapshot, compute_plan, problems, reasons_to_rebalance
 
 
 def snapshot(members, topics=None, state=None, rejected=None):

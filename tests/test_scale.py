@@ -7,9 +7,11 @@ import pytest
 from kazoo.protocol.serialization import Transaction
 
 from coordinator import protocol
-from coordinator.coordinator import FULL_CHECK_EVERY
-from coordinator.rebalance import Deposed, Plan, Snapshot, still_as_recorded, write_commands
-from coordinator.shards import Fence
+from coordinator.groups import FULL_CHECK_EVERY
+from coordinator.fencing import Deposed, Fence
+from coordinator.plan import Plan, Snapshot
+from coordinator.rebalance import write_commands
+from coordinator.verify import still_as_recorded
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import MAX_REQUEST_BYTES
 from tests.groups import Cluster, command_count, read_state, wait_stable

@@ -6,7 +6,8 @@ import pytest
 from coordinator import protocol, static
 from coordinator.errors import CorruptZnode, InvalidName
 from coordinator.protocol import GroupState, Registration, StaticMember
-from coordinator.rebalance import Snapshot, compute_plan, reasons_to_rebalance
+from coordinator.protocol.codec import dump
+from coordinator.plan import Snapshot, compute_plan, reasons_to_rebalance
 
 NOW = 1_000_000
 
@@ -128,7 +129,7 @@ def test_dynamic_registration_stays_version_1():
     ({"group_instance_id": "a", "session_timeout_ms": 1, "static_grace_ms": "x"}, "static_grace_ms"),
 ])
 def test_bad_static_registrations_are_named(extra, problem):
-    raw = protocol._dump({"version": 2, "subscription": {"t": 1}, "pattern": "static", "strategies": ["range"],
+    raw = dump({"version": 2, "subscription": {"t": 1}, "pattern": "static", "strategies": ["range"],
                           **extra})
     with pytest.raises(CorruptZnode) as info:
         Registration.decode(raw, "/p")

@@ -13,7 +13,7 @@ Global options (``--zk``, ``--zk-auth``, ``--data-dir``, ``--bootstrap-servers``
 ``--zk-timeout``, ``-v``, ``--log-format``) come from :mod:`consumer.cli.context`; the error handling from
 :mod:`coordinator.cli.common`: every failure is one line on stderr, ``error: ...``, exit status
 1 (2 for usage errors, 75 for one that may go away by itself: ZooKeeper or Kafka unreachable).
-Numbers are range-checked before anything is allocated: at most :data:`protocol.MAX_PARTITIONS`
+Numbers are range-checked before anything is allocated: at most :data:`~coordinator.protocol.cluster.MAX_PARTITIONS`
 partitions per topic, values of at most :data:`MAX_VALUE_BYTES`. Names are checked before any
 path is built.
 

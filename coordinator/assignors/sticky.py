@@ -222,29 +222,37 @@ def _first_estimate(topics_of: List[List[int]], sizes: List[int], kept: List[Dic
 
     counts: List[Dict[int, int]] = [{} for _ in topics_of]
     for q, streams in enumerate(class_streams):
-        room = dict(classes_flow.held[q])  # what of each topic the class still has to hand out
-        base, extra = divmod(classes_flow.total[q], len(streams))
-        kept_total = {s: sum(kept[t].get(s, 0) for t in class_topics[q]) for s in streams}
-        larger = set(sorted(streams, key=lambda s: (-min(kept_total[s], base + 1), s))[:extra])
-        need = {}
-        for s in streams:
-            left = base + (1 if s in larger else 0)
-            for t in class_topics[q]:
-                keep = min(kept[t].get(s, 0), left, room[t])
-                if keep:
-                    counts[s][t] = keep
-                    left -= keep
-                    room[t] -= keep
-            need[s] = left
-        ring = deque(s for s in streams if need[s])
-        for t in class_topics[q]:
-            for _ in range(room[t]):  # the class's counts add up to its streams' needs
-                s = ring.popleft()
-                counts[s][t] = counts[s].get(t, 0) + 1
-                need[s] -= 1
-                if need[s]:
-                    ring.append(s)
+        _split_class(streams, class_topics[q], dict(classes_flow.held[q]), classes_flow.total[q], kept, counts)
     return counts
+
+
+def _split_class(streams: List[int], topics: List[int], room: Dict[int, int], total: int,
+                 kept: List[Dict[int, int]], counts: List[Dict[int, int]]) -> None:
+    """Split one class's ``total`` (``room``: its count of each topic) over its ``streams``
+    into ``counts``: the larger shares to the streams that kept most (then stream order), each
+    stream keeps what it can of its previous partitions, the rest dealt round-robin, topic by
+    topic."""
+    base, extra = divmod(total, len(streams))
+    kept_total = {s: sum(kept[t].get(s, 0) for t in topics) for s in streams}
+    larger = set(sorted(streams, key=lambda s: (-min(kept_total[s], base + 1), s))[:extra])
+    need = {}
+    for s in streams:
+        left = base + (1 if s in larger else 0)
+        for t in topics:
+            keep = min(kept[t].get(s, 0), left, room[t])
+            if keep:
+                counts[s][t] = keep
+                left -= keep
+                room[t] -= keep
+        need[s] = left
+    ring = deque(s for s in streams if need[s])
+    for t in topics:
+        for _ in range(room[t]):  # the class's counts add up to its streams' needs
+            s = ring.popleft()
+            counts[s][t] = counts[s].get(t, 0) + 1
+            need[s] -= 1
+            if need[s]:
+                ring.append(s)
 
 
 def _even_squares(total: int, width: int) -> int:

@@ -47,7 +47,7 @@ import logging
 import os
 import signal
 import threading
-from typing import Optional
+from typing import Optional, Tuple
 
 import click
 
@@ -56,13 +56,14 @@ from coordinator import documents
 from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, LOG_FORMAT_OPTION, MAX_MS, MAX_WAIT_S, ZK_CONNECT,
                                     CliCommand, Seconds, setup_logging, take_connect, version_option)
 from coordinator.coordinator import Coordinator, CoordinatorConfig
-from coordinator.config import ENV_DATA_DIR, MAX_SHARD_COUNT, default_data_dir
+from coordinator.config import ENV_DATA_DIR, default_data_dir
 from coordinator.kafka import check_bootstrap_servers
+from coordinator.protocol import MAX_SHARD_COUNT
 from coordinator.errors import InvalidConfig
 from coordinator.acl import ENV_ZK_AUTH
 from coordinator.console.app import NodeConsole
 from coordinator.console.lag import DEFAULT_INTERVAL_S
-from coordinator.http import HttpSettings, NodeHttpServer, node_health, node_readiness
+from coordinator.http import HttpSettings, NodeHttpServer, Response, node_health, node_readiness
 from coordinator.metrics import CoordinatorMetrics, check_port
 from coordinator.mirror import check_mirror_config
 from coordinator.zkclient import wait_for_zookeeper
@@ -147,19 +148,56 @@ def main(zk, node_id, zk_timeout, wait_for_zk, metrics_port, http_addr, http_all
                "http_allowed_hosts": list(http_allowed_hosts) or None, "http_tls_cert": http_tls_cert,
                "http_tls_key": http_tls_key, "console": console, "lag_interval": lag_interval, "data_dir": data_dir,
                "lag_bootstrap_servers": lag_bootstrap_servers}
-    values = {}
-    if config_file:
-        values = dict(cfg.load_toml(config_file, "coordinator"))
-        from_file = _startup_from_file(values, source)
-        ctx = click.get_current_context()
-        for name, value in from_file.items():
-            if value is not None and ctx.get_parameter_source(name) in (None, click.core.ParameterSource.DEFAULT):
-                startup[name] = value
+    values = _read_config_file(config_file, source, startup)
+    config, lag_kafka = _node_config(values, options, kafka_config, startup["lag_bootstrap_servers"], source)
+    metrics = CoordinatorMetrics()
+    parts = {"node": None, "console": None}
+    server, ends = _serve_http(startup, source, metrics, parts, config, lag_kafka,
+                               port_given=metrics_port is not None, addr_given=http_addr is not None)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    node = parts["node"] = _start_node(startup, config, metrics, stop)
+    if node is None:
+        log.info("stopped while waiting for ZooKeeper")
+        return
+    if server is not None and server.app is not None:
+        parts["console"] = _serve_console(server, node, ends, startup)
+    log.info("node %s started (zk %s)%s", node.node_id, startup["zk"],
+             f"; while leading it mirrors the topics of Kafka at {config.bootstrap_servers} every "
+             f"{config.mirror_interval_ms} ms" if config.bootstrap_servers else "",
+             extra={"node": node.node_id, "zk": startup["zk"]})
+    while not stop.wait(0.5):
+        pass
+    for part in (parts["console"], node, server, ends):
+        if part is not None:
+            part.close()
+
+
+def _read_config_file(config_file: Optional[str], source: str, startup: dict) -> dict:
+    """The ``--config`` file's node settings (its startup keys go into ``startup`` where the
+    command line and the environment left the default)."""
+    if not config_file:
+        return {}
+    values = dict(cfg.load_toml(config_file, "coordinator"))
+    from_file = _startup_from_file(values, source)
+    ctx = click.get_current_context()
+    for name, value in from_file.items():
+        if value is not None and ctx.get_parameter_source(name) in (None, click.core.ParameterSource.DEFAULT):
+            startup[name] = value
+    return values
+
+
+def _node_config(values: dict, options: dict, kafka_config: Optional[str], lag_servers: Optional[str],
+                 source: str) -> Tuple[CoordinatorConfig, dict]:
+    """The node's configuration (file < command line; ``--kafka-config`` replaces the file's
+    ``kafka`` table), checked, and the librdkafka properties of the console's lag reader when
+    they are for it alone (``--lag-bootstrap-servers`` without a mirror)."""
     values.update({k: v for k, v in options.items() if v is not None})
     if kafka_config:
         values["kafka"] = cfg.check_kafka_properties(cfg.load_toml(kafka_config, "kafka"), kafka_config)
     lag_kafka = {}
-    if startup["lag_bootstrap_servers"] and not values.get("bootstrap_servers") and "kafka" in values:
+    if lag_servers and not values.get("bootstrap_servers") and "kafka" in values:
         lag_kafka = cfg.check_kafka_properties(values.pop("kafka"), "kafka")  # for the lag reader alone
     config = cfg.build(CoordinatorConfig, values, source)
     for name, limit in LIMITS.items():
@@ -167,21 +205,28 @@ def main(zk, node_id, zk_timeout, wait_for_zk, metrics_port, http_addr, http_all
             raise InvalidConfig(f"{source}: {name} must be at most {limit}, got {getattr(config, name)}")
     if config.bootstrap_servers:
         check_mirror_config(config.bootstrap_servers, config.kafka)
-    metrics = CoordinatorMetrics()
-    settings = _http_settings(startup, source, metrics_port is not None, http_addr is not None)
-    parts = {"node": None, "console": None}
-    server = ends = None
-    if settings is not None:  # before ZooKeeper: a port in use is one line at once
-        server = NodeHttpServer(settings, metrics.registry, lambda: node_health(parts["node"], parts["console"]),
-                                lambda: node_readiness(parts["node"], parts["console"]),
-                                app=_starting if startup["console"] is not False else None).start()
-        log.info("metrics served at %s", server.url, extra={"port": server.port})
-        if startup["console"] is not False:
-            ends = _log_ends(startup, config, lag_kafka)
+    return config, lag_kafka
 
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+
+def _serve_http(startup: dict, source: str, metrics: CoordinatorMetrics, parts: dict, config: CoordinatorConfig,
+                lag_kafka: dict, port_given: bool, addr_given: bool):
+    """The node's HTTP server, before ZooKeeper (a port in use is one line at once), and the
+    console's reader of log ends: (server, ends), each None when not served."""
+    settings = _http_settings(startup, source, port_given, addr_given)
+    if settings is None:
+        return None, None
+    server = NodeHttpServer(settings, metrics.registry, lambda: node_health(parts["node"], parts["console"]),
+                            lambda: node_readiness(parts["node"], parts["console"]),
+                            app=_starting if startup["console"] is not False else None).start()
+    log.info("metrics served at %s", server.url, extra={"port": server.port})
+    ends = _log_ends(startup, config, lag_kafka) if startup["console"] is not False else None
+    return server, ends
+
+
+def _start_node(startup: dict, config: CoordinatorConfig, metrics: CoordinatorMetrics,
+                stop: threading.Event) -> Optional[Coordinator]:
+    """Wait for ZooKeeper as told (kazoo's own retry lines muted meanwhile), then start the
+    node; None if stopped while waiting."""
     kazoo_log = logging.getLogger("kazoo")
     kazoo_log.setLevel(logging.CRITICAL)  # while waiting: one line of our own, not kazoo's retries
     try:
@@ -192,34 +237,23 @@ def main(zk, node_id, zk_timeout, wait_for_zk, metrics_port, http_addr, http_all
                                        extra={"zk": zk, "duration_ms": int(waited * 1000)}),
             report_every=startup["zk_timeout"])
         if not reachable:
-            log.info("stopped while waiting for ZooKeeper")
-            return
-        node = parts["node"] = Coordinator(zk, startup["node_id"], config, metrics).start()
+            return None
+        return Coordinator(zk, startup["node_id"], config, metrics).start()
     finally:
         kazoo_log.setLevel(logging.WARNING)
-    if server is not None and server.app is not None:
-        parts["console"] = NodeConsole(node, ends, startup["lag_interval"] or DEFAULT_INTERVAL_S).start()
-        server.app = parts["console"].app.route
-        log.info("console at %s (read-only; lag from %s)", server.console_url,
-                 ends.describe() if ends is not None else "nowhere", extra={"port": server.port})
-    log.info("node %s started (zk %s)%s", node.node_id, zk,
-             f"; while leading it mirrors the topics of Kafka at {config.bootstrap_servers} every "
-             f"{config.mirror_interval_ms} ms" if config.bootstrap_servers else "",
-             extra={"node": node.node_id, "zk": zk})
-    while not stop.wait(0.5):
-        pass
-    if parts["console"] is not None:
-        parts["console"].close()
-    node.close()
-    if server is not None:
-        server.close()
-    if ends is not None:
-        ends.close()
+
+
+def _serve_console(server: NodeHttpServer, node: Coordinator, ends, startup: dict) -> NodeConsole:
+    """The console, in place of the server's "still connecting" answer."""
+    console = NodeConsole(node, ends, startup["lag_interval"] or DEFAULT_INTERVAL_S).start()
+    server.app = console.app.route
+    log.info("console at %s (read-only; lag from %s)", server.console_url,
+             ends.describe() if ends is not None else "nowhere", extra={"port": server.port})
+    return console
 
 
 def _starting(path: str, query: str):
     """The console's answer until the node has connected to ZooKeeper."""
-    from coordinator.http import Response
     return Response.text("the node is still connecting to ZooKeeper; the console starts once it has", 503)
 
 

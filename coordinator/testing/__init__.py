@@ -6,7 +6,8 @@
   1- or 3-server ensembles whose servers can be killed and restarted.
 * :mod:`coordinator.testing.kafkamock` — librdkafka's mock Kafka cluster in a child process,
   reached over TCP like real brokers and steered (topics, broker down/up, injected errors)
-  through :class:`~coordinator.testing.kafkamock.MockKafkaCluster`.
+  through :class:`~coordinator.testing.kafkamock.MockKafkaCluster`; the child is
+  :mod:`coordinator.testing.kafkamock_server` (``ctypes`` on the librdkafka confluent-kafka bundles).
 * :mod:`coordinator.testing.dockerengine` — a Docker engine on demand for ``bin/test-containers``:
   one that answers, else a ``dockerd`` of its own on a private socket and data root (Debian's
   ``docker.io`` installed where missing), stopped again by whoever started it.

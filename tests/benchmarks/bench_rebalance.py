@@ -24,8 +24,7 @@ from kazoo.handlers import utils as kazoo_utils
 from kazoo.recipe.watchers import DataWatch
 
 from coordinator import protocol, read
-from coordinator.config import CoordinatorConfig
-from coordinator.coordinator import Coordinator
+from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.testing.zkserver import die_with_parent
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
