@@ -154,6 +154,23 @@ def test_merge_orders_by_zxid_keeps_each_once_and_reports_conflicts(tmp_path):
     assert len(merged.conflicts) == 1 and merged.conflicts[0][0].zxid == 5
 
 
+def test_a_proposal_only_a_minority_logged_was_never_committed(tmp_path):
+    # Three servers: zxid 0x400000003 (a commit proposed by the old leader, logged by it alone
+    # before it lost its quorum) is in one log; the next epoch, logged by the other two, never
+    # had it. It changed nothing, so the history leaves it out and names it.
+    epoch4 = [raw_txn(0x400000001, 0x10, CREATE_SESSION, _int(2000)),
+              raw_txn(0x400000002, 0x10, SET_DATA, rec_set("/a/o", b"7", 1))]
+    dropped = raw_txn(0x400000003, 0x10, SET_DATA, rec_set("/a/o", b"9", 2))
+    epoch5 = raw_txn(0x500000001, 0x11, CREATE_SESSION, _int(2000))
+    dirs = [write_log(tmp_path, "s1", log_bytes(*epoch4, epoch5)),
+            write_log(tmp_path, "s2", log_bytes(*epoch4, epoch5)),
+            write_log(tmp_path, "s3", log_bytes(*epoch4, dropped))]
+    merged = txnlog.read_logs(dirs, quorum=2)
+    assert [t.zxid for t in merged.txns] == [0x400000001, 0x400000002, 0x500000001]
+    assert [t.zxid for t in merged.never_committed] == [0x400000003]
+    assert [t.zxid for t in txnlog.read_logs(dirs).txns][-2:] == [0x400000003, 0x500000001]  # quorum 1: all
+
+
 def test_log_files_are_in_zxid_order(tmp_path):
     d = tmp_path / "version-2"
     d.mkdir()
@@ -439,9 +456,11 @@ def fake_run(tmp_path, zombie: bool):
         raw_txn(9, 0xB, MULTI, rec_multi((CHECK, _str(f"{g}/offsets/records/0") + _int(2)),
                                           (SET_DATA, rec_set(f"{g}/offsets/records/0", b"3", 2))), time_ms=4100),
     ]
-    # Two servers; the second missed the start (it was down) and logged the rest.
+    # Three servers: the first stopped early, the second missed the start (it was down) and
+    # logged the rest, the third logged everything; each txn was logged by a quorum.
     write_log(tmp_path / "zk" / "server1", "data", log_bytes(*ops[:6]))
     write_log(tmp_path / "zk" / "server2", "data", log_bytes(*ops[4:]))
+    write_log(tmp_path / "zk" / "server3", "data", log_bytes(*ops))
     lines = {"m1": [(0, 1.050), (1, 1.050)] + ([(2, 4.500)] if zombie else []), "m2": [(2, 4.050)]}
     (tmp_path / "logs").mkdir()
     for member, prints in lines.items():

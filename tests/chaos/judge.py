@@ -77,7 +77,8 @@ def judge(run_dir: str) -> Outcome:
     record = RunRecord.load(run_dir)
     out_dir = os.path.join(run_dir, "referee")
     os.makedirs(out_dir, exist_ok=True)
-    logs = txnlog.read_logs(sorted(glob.glob(os.path.join(run_dir, "zk", "server*", "data"))))
+    servers = sorted(glob.glob(os.path.join(run_dir, "zk", "server*", "data")))
+    logs = txnlog.read_logs(servers, quorum=len(servers) // 2 + 1)
     history = group_history(logs.txns, record.group, record.chroot)
     printed, bad_lines, cut = [], [], 0
     for path in record.consumer_outputs:
@@ -155,6 +156,8 @@ def write_ownership(f, history: GroupHistory, logs: txnlog.History, cut_lines: i
     """The evidence in readable form: who held which partition when; commits per partition."""
     f.write(f"transaction logs: {len(logs.files)} files, {len(logs.txns)} txns; "
             f"torn tails: {', '.join(logs.torn_tails) or 'none'}\n")
+    for txn in logs.never_committed:
+        f.write(f"never committed (logged by fewer servers than a quorum): {txn.describe()}\n")
     f.write(f"consumer outputs whose last line was cut short (killed mid-write): {cut_lines}\n")
     for note in notes:
         f.write(f"harness: {note}\n")

@@ -31,7 +31,8 @@ others may be logged as errors too, or as what was asked: servers differ, see
 for both, and they changed nothing.
 
 Guarantees: every entry returned passed its checksum; :func:`read_logs` returns each zxid
-once, in zxid order, and reports entries that two servers logged differently under one zxid.
+once, in zxid order, and reports entries that two servers logged differently under one zxid;
+given the ensemble's quorum, it sets aside what fewer servers logged (never committed).
 Not provided: snapshots (``snapshot.*``) are not read, so history before the oldest log
 entry is unknown; logs purged by ``autopurge`` are missing.
 """
@@ -270,20 +271,35 @@ class History:
     files: List[str]
     torn_tails: List[str]                       # files whose last entry was cut short
     conflicts: List[Tuple[Txn, Txn]]            # one zxid logged differently by two servers
+    never_committed: List[Txn] = field(default_factory=list)  # logged by fewer servers than a quorum
 
 
-def merge(logs: Iterable[LogFile]) -> History:
+def merge(servers: Sequence[Iterable[LogFile]], quorum: int = 1) -> History:
+    """Merge the log files of each server (one iterable per server). A txn that fewer than
+    ``quorum`` servers logged goes to :attr:`History.never_committed`: ZooKeeper's leader
+    commits a proposal only once a quorum has logged it, and logs are never rewritten but to
+    cut such a proposal off, so a proposal that only a minority ever logged was dropped (the
+    leader lost its quorum before committing it; a server that synced from a snapshot since
+    keeps it in its old log file)."""
     by_zxid: Dict[int, Txn] = {}
+    logged_by: Dict[int, int] = {}
     conflicts, files, torn = [], [], []
-    for log in logs:
-        files.append(log.path)
-        if log.torn_tail:
-            torn.append(log.path)
-        for txn in log.txns:
-            seen = by_zxid.setdefault(txn.zxid, txn)
-            if seen != txn and not _same_refusal(seen, txn):
-                conflicts.append((seen, txn))
-    return History([by_zxid[z] for z in sorted(by_zxid)], files, torn, conflicts)
+    for logs in servers:
+        zxids = set()
+        for log in logs:
+            files.append(log.path)
+            if log.torn_tail:
+                torn.append(log.path)
+            for txn in log.txns:
+                zxids.add(txn.zxid)
+                seen = by_zxid.setdefault(txn.zxid, txn)
+                if seen != txn and not _same_refusal(seen, txn):
+                    conflicts.append((seen, txn))
+        for zxid in zxids:
+            logged_by[zxid] = logged_by.get(zxid, 0) + 1
+    committed = [z for z in sorted(by_zxid) if logged_by[z] >= quorum]
+    never = [by_zxid[z] for z in sorted(by_zxid) if logged_by[z] < quorum]
+    return History([by_zxid[z] for z in committed], files, torn, conflicts, never)
 
 
 def _same_refusal(a: Txn, b: Txn) -> bool:
@@ -294,6 +310,6 @@ def _same_refusal(a: Txn, b: Txn) -> bool:
         (b.session, b.cxid, b.time_ms, b.type, len(b.ops))
 
 
-def read_logs(data_dirs: Sequence[str]) -> History:
-    """Merge the transaction logs of every server's dataDir."""
-    return merge(read_log(path) for d in data_dirs for path in log_files(d))
+def read_logs(data_dirs: Sequence[str], quorum: int = 1) -> History:
+    """Merge the transaction logs of every server's dataDir; see :func:`merge` for ``quorum``."""
+    return merge([[read_log(path) for path in log_files(d)] for d in data_dirs], quorum)
