@@ -8,8 +8,12 @@ Modules, from the bottom up:
 * :mod:`~consumer.log` — the embedded, durable, partitioned log (the default data plane).
 * :mod:`~consumer.fetcher` — prefetching and fair ``max_poll_records`` hand-out.
 * :mod:`~consumer.commands` — which channel commands a member applies (pure).
-* :mod:`~consumer.member` — the member's state machine: registration, commands, owner
-  nodes, fenced commits, the lease.
+* :mod:`~consumer.ownership` — the claim and release transactions (pure builders).
+* :mod:`~consumer.offsets` — offsets with their znode versions, fenced commits, commits of an
+  outside reader.
+* :mod:`~consumer.lease` — whether a member may hand out records now.
+* :mod:`~consumer.member` — the member's state machine: registration, commands, claims and
+  releases.
 * :mod:`~consumer.consumer` — the kafka-python-style ``Consumer``.
 * :mod:`~consumer.producer` — the ``Producer``.
 * :mod:`~consumer.spark` — consumer groups inside Spark ``foreachPartition`` workers.

@@ -690,7 +690,7 @@ class Consumer:
         claimed by another member since), after the others were written (its ``partitions``
         names the refused ones); ZooKeeperUnavailable (retriable) when ZooKeeper cannot be
         reached within a session timeout; IllegalStateError once closed. Offsets of more than
-        ``consumer.member.COMMIT_PARTITIONS`` partitions are written in several transactions:
+        ``consumer.offsets.COMMIT_PARTITIONS`` partitions are written in several transactions:
         after ZooKeeperUnavailable, those written before it stay written."""
         self._check_open()
         if offsets is None:

@@ -19,7 +19,9 @@ import pytest
 from kazoo.exceptions import BadVersionError, NodeExistsError
 
 from consumer import Consumer, Producer, TopicPartition
-from consumer.member import CLAIM_PARTITIONS, COMMIT_PARTITIONS, GroupMember, MemberListener
+from consumer.member import GroupMember, MemberListener
+from consumer.offsets import COMMIT_PARTITIONS
+from consumer.ownership import CLAIM_PARTITIONS
 from coordinator import protocol
 from coordinator.config import CoordinatorConfig
 from coordinator.controller import Controller
