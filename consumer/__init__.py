@@ -15,6 +15,7 @@ Modules, from the bottom up:
 * :mod:`~consumer.member` — the member's state machine: registration, commands, claims and
   releases.
 * :mod:`~consumer.consumer` — the kafka-python-style ``Consumer``.
+* :mod:`~consumer.streams` — the streams of a ``{topic: n}`` subscription.
 * :mod:`~consumer.producer` — the ``Producer``.
 * :mod:`~consumer.spark` — consumer groups inside Spark ``foreachPartition`` workers.
 * :mod:`~consumer.cli` — ``groupctl``, ``pipeline`` and the live demo.

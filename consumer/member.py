@@ -5,12 +5,17 @@ Its pieces: :mod:`consumer.ownership` builds the claim and release transactions,
 :mod:`consumer.lease` says whether records may be handed out, :mod:`consumer.commands`
 decides which commands apply; this module runs them in one ordered state machine.
 
-States (:class:`MemberState`); only the member thread changes them, through ``_set_state``::
+States (:class:`MemberState`), changed through one ``_set_state``
+(:mod:`coordinator.lifecycle`)::
 
     NEW ──start()──▶ JOINED ──evict──▶ EVICTED ──rejoin──▶ JOINED
                      JOINED ──session lost──▶ SESSION_LOST ──connected──▶ JOINED
     EVICTED, SESSION_LOST ──another process holds the instance id──▶ FENCED
-    NEW, JOINED, EVICTED, SESSION_LOST, FENCED ──leave──▶ CLOSED
+    NEW, JOINED, EVICTED, SESSION_LOST, FENCED ──leave, or close()──▶ CLOSED
+
+The member thread makes every move but one: ``close()`` moves to CLOSED itself when the member
+never started or its thread did not finish leaving in time; a move the member thread makes
+after that finds the state CLOSED and changes nothing (compare-and-set).
 
 JOINED: registered under ``ids/``, applying commands. EVICTED: left without committing
 (the application stopped polling); registers again only when asked. SESSION_LOST: the
@@ -33,8 +38,9 @@ group's current generation applies; its channel is never touched by a fenced pro
 Threads and locks
 -----------------
 * The **member thread** handles every :class:`Event` in order (commands, connection changes,
-  eviction, rejoining, leaving). It alone writes ``_state``, ``_applied``, ``generation``,
-  ``rebalances`` and ``_unserved``, and it alone adds or removes owned partitions.
+  eviction, rejoining, leaving). It alone writes ``_applied``, ``generation``,
+  ``rebalances`` and ``_unserved``, moves the state (but for ``close()``'s move above), and
+  it alone adds or removes owned partitions.
 * **kazoo's threads** (watches, the connection listener, async completions) only queue events
   or record: ``_connected`` (an Event) and the lease deadline.
 * **Any thread** may call :meth:`commit` (the application, the consumer's commit-async thread,
@@ -100,6 +106,7 @@ from coordinator.errors import (AuthFailed, CommitFailedError, CorruptZnode, Fen
 from coordinator.protocol import Command, Registration
 from coordinator.zkclient import LOST_CONNECTION, UNREACHABLE, TransactionFailed, commit, session_id, wait_in_order
 from consumer import commands as channel
+from coordinator.lifecycle import Lifecycle
 from consumer.lease import Lease
 from consumer.offsets import Holdings, offsets_answers, read_offsets, read_offsets_async, refusal
 from consumer.ownership import Part, Role, add_ops, claim_transactions, partition_numbers, release_one, \
@@ -175,7 +182,7 @@ class MemberState(enum.Enum):
     CLOSED = "closed"
 
 
-_TRANSITIONS = {
+_TRANSITIONS: Dict[MemberState, Set[MemberState]] = {
     MemberState.NEW: {MemberState.JOINED, MemberState.CLOSED},
     MemberState.JOINED: {MemberState.EVICTED, MemberState.SESSION_LOST, MemberState.CLOSED},
     MemberState.EVICTED: {MemberState.JOINED, MemberState.FENCED, MemberState.CLOSED},
@@ -217,7 +224,15 @@ class _Events:
             return event in self._items
 
 
-class GroupMember:
+#: The states a move of the member thread starts from: any but CLOSED (close() may have moved there).
+_OPEN = frozenset(MemberState) - {MemberState.CLOSED}
+
+
+class GroupMember(Lifecycle[MemberState]):
+    """One member of a group (see the module docstring: states, threads, guarantees)."""
+
+    TRANSITIONS = _TRANSITIONS
+
     def __init__(self, client, group: str, subscription: Dict[str, int], pattern: str = protocol.PATTERN_STATIC,
                  strategies: Iterable[str] = ("sticky", "range"), client_id: str = "", listener: Optional[MemberListener] = None,
                  consumer_id: Optional[str] = None, session_timeout_ms: Optional[int] = None,
@@ -241,8 +256,8 @@ class GroupMember:
         self.consumer_id = consumer_id or new_consumer_id(group)
         self.listener = listener or MemberListener()
         self._session_timeout_s = timeout_ms / 1000.0
+        super().__init__(MemberState.NEW)
         self._events = _Events()
-        self._state = MemberState.NEW
         # Cleared while the connection is suspended: the session, and with it the owner
         # nodes, may already be gone, so the consumer hands out no records until it is back.
         self._connected = threading.Event()
@@ -265,9 +280,8 @@ class GroupMember:
         self._thread: Optional[threading.Thread] = None
         self._joined_at = 0.0
         self._warned_no_coordinator = False
-        self._closed = threading.Event()
         self._registered_session: Optional[int] = None  # the session our registration was last created in
-        self.fenced: Optional[FencedInstanceIdError] = None
+        self._fenced_by: Optional[FencedInstanceIdError] = None  # why it is FENCED (set before the move)
         self.generation = -1
         self.rebalances = 0
 
@@ -281,7 +295,7 @@ class GroupMember:
         the old one expired), saying so once every ``report_every`` seconds. Raises AuthFailed
         if ZooKeeper refuses this identity, FencedInstanceIdError (static membership),
         ZooKeeperUnavailable if the client was closed or ZooKeeper refused the join otherwise."""
-        if self._state is not MemberState.NEW:
+        if self.state is not MemberState.NEW:
             raise RuntimeError("a GroupMember starts once")
         # Listening first: a session that expires while the member joins is noticed (the
         # member thread registers again), never left with its registration gone.
@@ -344,12 +358,12 @@ class GroupMember:
 
     def close(self, timeout: float = 30.0) -> None:
         """Leave the group: revoke (commit), release owners, deregister — one transaction. Once."""
-        if self._closed.is_set():
+        if self.state is MemberState.CLOSED:
             return
         self._events.put(Event.LEAVE)
         if self._thread:
             self._thread.join(timeout)
-        self._closed.set()
+        self._set_state(MemberState.CLOSED)  # never started, or its thread is still leaving: it is done
         self.client.remove_listener(self._on_connection_state)
 
     def evict(self) -> None:
@@ -360,12 +374,13 @@ class GroupMember:
         self._events.put(Event.REJOIN)
 
     @property
-    def state(self) -> MemberState:
-        return self._state
+    def fenced(self) -> Optional[FencedInstanceIdError]:
+        """Why this member is FENCED (what the consumer's ``poll()`` raises); None while it is not."""
+        return self._fenced_by if self.state is MemberState.FENCED else None
 
     @property
     def registered(self) -> bool:
-        return self._state is MemberState.JOINED
+        return self.state is MemberState.JOINED
 
     def wait_connected(self, timeout: float) -> bool:
         """True once the connection to ZooKeeper is not suspended (at once if it is not)."""
@@ -374,14 +389,12 @@ class GroupMember:
     def owned(self) -> Dict[TopicPartition, str]:
         return self._holdings.owned_now()
 
-    def _set_state(self, new: MemberState) -> None:
-        old = self._state
-        if new is old:
-            return
-        if new not in _TRANSITIONS[old]:
-            raise AssertionError(f"member {self.consumer_id}: illegal transition {old.value} -> {new.value}")
-        self._state = new
-        log.debug("member %s: %s -> %s", self.consumer_id, old.value, new.value)
+    def _lifecycle_name(self) -> str:
+        return f"member {self.consumer_id}"
+
+    def _move(self, new: MemberState) -> None:
+        """A move of the member thread: none once ``close()`` moved to CLOSED."""
+        self._set_state(new, expect=_OPEN)
 
     # ------------------------------------------------------------ the lease (any thread): consumer.lease
 
@@ -398,7 +411,7 @@ class GroupMember:
 
     def _watch_channel(self, _event):
         # A one-shot watch, re-armed by every read of the channel (and after reconnects).
-        if not self._closed.is_set():
+        if self.state is not MemberState.CLOSED:
             self._events.put(Event.CHANNEL)
 
     def _on_connection_state(self, state):
@@ -424,11 +437,11 @@ class GroupMember:
             try:
                 if event is Event.LEAVE:
                     self._leave(commit_offsets=True)
-                    self._set_state(MemberState.CLOSED)
+                    self._move(MemberState.CLOSED)
                     return
                 self._handle(event)
             except (KazooException, ZooKeeperUnavailable) as e:
-                if isinstance(e, ConnectionClosedError) or self._closed.is_set():
+                if isinstance(e, ConnectionClosedError) or self.state is MemberState.CLOSED:
                     return  # the client was stopped under us (close() gave up waiting for ZooKeeper)
                 log.warning("member %s: ZooKeeper error handling %s (%s); will retry", self.consumer_id,
                             event.value, type(e).__name__)
@@ -439,11 +452,11 @@ class GroupMember:
                 log.exception("member %s: unexpected error handling %s", self.consumer_id, event.value)
 
     def _handle(self, event: Event) -> None:
-        state = self._state
+        state = self.state
         if event is Event.EVICT:
             if state is MemberState.JOINED:
                 self._leave(commit_offsets=False)
-                self._set_state(MemberState.EVICTED)
+                self._move(MemberState.EVICTED)
         elif event is Event.REJOIN:
             if state is MemberState.EVICTED and self._register_or_fence():
                 self._process_channel()  # also re-arms the channel watch
@@ -460,12 +473,12 @@ class GroupMember:
     def _housekeeping(self) -> None:
         """Retry releasing partitions it cannot serve; say once when a member that joined a while
         ago has no assignment and no coordinator runs."""
-        if self._unserved and self._state is MemberState.JOINED and self._connected.is_set():
+        if self._unserved and self.state is MemberState.JOINED and self._connected.is_set():
             try:
                 self._release_unserved()
             except (KazooException, ZooKeeperUnavailable):
                 pass  # tried again at the next round
-        if (self._state is MemberState.JOINED and self.generation < 0 and not self._warned_no_coordinator
+        if (self.state is MemberState.JOINED and self.generation < 0 and not self._warned_no_coordinator
                 and time.monotonic() - self._joined_at > NO_COORDINATOR_WARNING_S and self._connected.is_set()):
             try:
                 leader = self.client.exists(protocol.LEADER)
@@ -492,8 +505,8 @@ class GroupMember:
         except FencedInstanceIdError as e:
             # The application hears of it from poll(); this line says when it happened.
             log.warning("member %s: fenced: another live process holds its group instance id", self.consumer_id)
-            self.fenced = e
-            self._set_state(MemberState.FENCED)
+            self._fenced_by = e
+            self._move(MemberState.FENCED)
             self.listener.fenced(e)
             return False
 
@@ -533,7 +546,7 @@ class GroupMember:
         if static:  # the coordinator re-sends the current generation's start-fetcher to a returning member
             self._applied = channel.NOTHING_APPLIED
         self._joined_at = time.monotonic()
-        self._set_state(MemberState.JOINED)
+        self._move(MemberState.JOINED)
 
     def _create_with_channel(self, path: str, data: bytes) -> bool:
         """Create the channel and the registration in one transaction: True once done; False
@@ -568,7 +581,7 @@ class GroupMember:
             if stat is None or stat.ephemeralOwner != holder:
                 return True
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._closed.is_set():
+            if remaining <= 0 or self.state is MemberState.CLOSED:
                 raise FencedInstanceIdError(
                     f"group instance id {self.registration.group_instance_id!r} of group {self.group} is in use "
                     f"by another live consumer (host {host}, ZooKeeper session 0x{holder:x}); this one is fenced")
@@ -582,7 +595,7 @@ class GroupMember:
             self.listener.lost(lost)
         with self._holdings.lock:
             self._holdings.forget_all_locked()
-        self._set_state(MemberState.SESSION_LOST)
+        self._move(MemberState.SESSION_LOST)
 
     def _leave(self, commit_offsets: bool) -> None:
         owned = self.owned()
@@ -590,8 +603,8 @@ class GroupMember:
         if owned and not commit_offsets:
             self.listener.lost(set(owned))
         # A fenced member's channel is the live holder's: leave it alone.
-        leaving = self._channel_commands() if self._state is not MemberState.FENCED else []
-        if self._state is MemberState.JOINED:
+        leaving = self._channel_commands() if self.state is not MemberState.FENCED else []
+        if self.state is MemberState.JOINED:
             leaving.append(protocol.ids_path(self.group, self.consumer_id))
         try:
             self._release(offsets or {}, set(owned), leaving, "leaving the group")
@@ -759,7 +772,7 @@ class GroupMember:
                 self._offsets_listed[listings[path]] = partition_numbers(answer)
 
     def _process_channel(self) -> None:
-        if self._state is not MemberState.JOINED:
+        if self.state is not MemberState.JOINED:
             return
         if self._unserved:
             self._release_unserved()
@@ -798,7 +811,7 @@ class GroupMember:
             offsets = self.listener.revoke(revoked)
             if offsets is None:  # the application stopped polling: leave without committing
                 self._leave(commit_offsets=False)
-                self._set_state(MemberState.EVICTED)
+                self._move(MemberState.EVICTED)
                 return True
             if not added and start_path:  # nothing to claim: ack the start in the same write
                 acks, start_path = acks + [start_path], None
