@@ -8,6 +8,8 @@ Modules, from the bottom up:
 * :mod:`~consumer.log` — the embedded, durable, partitioned log (the default data plane).
 * :mod:`~consumer.fetcher` — prefetching and fair ``max_poll_records`` hand-out.
 * :mod:`~consumer.commands` — which channel commands a member applies (pure).
+* :mod:`~consumer.channel` — reading a member's command channel.
+* :mod:`~consumer.registration` — a member's registration and static membership.
 * :mod:`~consumer.ownership` — the claim and release transactions (pure builders).
 * :mod:`~consumer.offsets` — offsets with their znode versions, fenced commits, commits of an
   outside reader.

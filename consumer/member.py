@@ -1,9 +1,11 @@
 """The member side of the protocol: registration, the command channel, owners and offsets.
 
-Its pieces: :mod:`consumer.ownership` builds the claim and release transactions,
+Its pieces: :mod:`consumer.registration` registers it (and fences static members),
+:mod:`consumer.channel` reads its command channel and :mod:`consumer.commands` decides which
+commands apply, :mod:`consumer.ownership` builds the claim and release transactions,
 :mod:`consumer.offsets` holds what the member owns and fences its commits,
-:mod:`consumer.lease` says whether records may be handed out, :mod:`consumer.commands`
-decides which commands apply; this module runs them in one ordered state machine.
+:mod:`consumer.lease` says whether records may be handed out; this module runs them in one
+ordered state machine.
 
 States (:class:`MemberState`), changed through one ``_set_state``
 (:mod:`coordinator.lifecycle`)::
@@ -22,18 +24,7 @@ JOINED: registered under ``ids/``, applying commands. EVICTED: left without comm
 session expired; its partitions were reported lost; it registers again once connected.
 FENCED: a static member whose instance id another live process registered; it does nothing
 more (``start()`` raises :class:`FencedInstanceIdError` instead of entering it).
-
-Static membership
------------------
-With a ``group_instance_id`` the consumer id is ``<group>_static-<instance id>`` in every
-process that carries it (:mod:`coordinator.static` says what the coordinator keeps for it
-while it is away). Only one live session holds its registration: a process that finds the
-registration held by another session waits for that session to end — at most twice the
-holder's ``session_timeout_ms``, the longest a crashed process's session can outlive it —
-and raises :class:`FencedInstanceIdError` if it does not (the holder is alive). Its own dead
-session's registration (KAFKA-1387) is replaced at once. A static member starts every
-registration from nothing applied, so the start-fetcher the coordinator re-sends at the
-group's current generation applies; its channel is never touched by a fenced process.
+Static membership: :mod:`consumer.registration`.
 
 Threads and locks
 -----------------
@@ -93,25 +84,26 @@ import socket
 import threading
 import time
 from collections import deque
-from typing import Deque, Dict, Iterable, List, Optional, Set, Tuple, Union
+from typing import Deque, Dict, Iterable, List, Optional, Set
 
-from kazoo.exceptions import (ConnectionClosedError, ConnectionLoss, KazooException, NoAuthError, NodeExistsError,
-                              NoNodeError)
+from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, KazooException, NoAuthError, NoNodeError
 from kazoo.protocol.states import KazooState
 
 from coordinator import protocol
 from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
 from coordinator.errors import (AuthFailed, CommitFailedError, CorruptZnode, FencedInstanceIdError, InvalidConfig,
                                ZooKeeperUnavailable)
-from coordinator.protocol import Command, Registration
+from coordinator.protocol import Registration
 from coordinator.zkclient import LOST_CONNECTION, UNREACHABLE, TransactionFailed, commit, session_id, wait_in_order
 from consumer import commands as channel
+from consumer.channel import CommandChannel
 from coordinator.lifecycle import Lifecycle
 from consumer.lease import Lease
 from consumer.offsets import Holdings, offsets_answers, read_offsets, read_offsets_async, refusal
 from consumer.ownership import Part, Role, add_ops, claim_transactions, partition_numbers, release_one, \
     release_transactions
 from consumer.records import TopicPartition
+from consumer.registration import Registrar
 
 log = logging.getLogger("zkgroups.member")
 
@@ -124,22 +116,6 @@ HOUSEKEEPING_S = 1.0
 def new_consumer_id(group: str) -> str:
     """``<group>_<host>-<ms>-<8 hex>`` (unique per process and registration)."""
     return f"{group}_{socket.gethostname()}-{protocol.now_ms()}-{os.urandom(4).hex()}"
-
-
-def decode_commands(gets) -> List[Tuple[str, Union[Command, str]]]:
-    """``gets``: (path, its async get) of a channel's commands, in channel order. Returns
-    (path, Command or why it cannot be read) for each, skipping the ones already gone."""
-    commands: List[Tuple[str, Union[Command, str]]] = []
-    for path, a in gets:
-        try:
-            raw, _ = a.get()
-        except NoNodeError:
-            continue
-        try:
-            commands.append((path, Command.decode(raw, path)))
-        except CorruptZnode as e:
-            commands.append((path, e.problem))
-    return commands
 
 
 def _children(pending) -> List[str]:
@@ -272,15 +248,12 @@ class GroupMember(Lifecycle[MemberState]):
         # of these with its listings; a new partition has none to read. Member thread only.
         self._offsets_listed: Dict[str, Set[int]] = {}
         self._applied = channel.NOTHING_APPLIED
-        self._epoch_path: Optional[str] = None   # this group's shard epoch znode, once known
-        # The number of the last command seen in the channel (-1: a channel we made, none yet;
-        # None: not known), and whether its last listing found it empty. Member thread only.
-        self._last_command: Optional[int] = None
-        self._channel_empty = False
+        self._channel = CommandChannel(client, group, self.consumer_id, self._watch_channel)
         self._thread: Optional[threading.Thread] = None
         self._joined_at = 0.0
         self._warned_no_coordinator = False
-        self._registered_session: Optional[int] = None  # the session our registration was last created in
+        self._registrar = Registrar(client, group, self.consumer_id, self.registration, self._session_timeout_s,
+                                    stopped=lambda: self.state is MemberState.CLOSED)
         self._fenced_by: Optional[FencedInstanceIdError] = None  # why it is FENCED (set before the move)
         self.generation = -1
         self.rebalances = 0
@@ -352,8 +325,8 @@ class GroupMember(Lifecycle[MemberState]):
                            listed=topics)
         self._known_offset_dirs.update(topics)
         new_channel = channel_async.get() is None
-        self._last_command = -1 if new_channel else None
-        self._learn_epoch_path(shards)
+        self._channel.last_command = -1 if new_channel else None
+        self._channel.learn_epoch_path(shards)
         self._register(create_channel=new_channel)
 
     def close(self, timeout: float = 30.0) -> None:
@@ -512,80 +485,12 @@ class GroupMember(Lifecycle[MemberState]):
 
     def _register(self, create_channel: bool = False) -> None:
         """Create the registration (with ``create_channel``, the command channel too, in the
-        same transaction, so a member is never listed without one)."""
-        path = protocol.ids_path(self.group, self.consumer_id)
-        data = self.registration.encode()
-        session = self._session()
-        static = bool(self.registration.group_instance_id)
-        while True:
-            try:
-                if create_channel:
-                    if self._create_with_channel(path, data):
-                        break
-                    create_channel = False  # the channel appeared meanwhile: register alone
-                    continue
-                self.client.create(path, data, ephemeral=True)
-                break
-            except NodeExistsError:
-                try:
-                    raw, stat = self.client.get(path)
-                except NoNodeError:
-                    continue  # it just went: create again
-            if stat.ephemeralOwner == session:
-                break  # ours already (a create whose answer was lost)
-            if static and stat.ephemeralOwner != self._registered_session:
-                if self._wait_for_holder(path, raw, stat.ephemeralOwner):
-                    continue
-            # Our own registration, still held by our dead session (KAFKA-1387): replace it.
-            log.info("member %s: replacing registration left by an expired session", self.consumer_id)
-            try:
-                self.client.delete(path, version=stat.version)
-            except NoNodeError:
-                pass
-        self._registered_session = session
-        if static:  # the coordinator re-sends the current generation's start-fetcher to a returning member
-            self._applied = channel.NOTHING_APPLIED
+        same transaction, so a member is never listed without one): :class:`~consumer.registration.Registrar`."""
+        self._registrar.register(self._session(), create_channel)
+        if self.registration.group_instance_id:  # the coordinator re-sends the current generation's start-fetcher
+            self._applied = channel.NOTHING_APPLIED  # to a returning member
         self._joined_at = time.monotonic()
         self._move(MemberState.JOINED)
-
-    def _create_with_channel(self, path: str, data: bytes) -> bool:
-        """Create the channel and the registration in one transaction: True once done; False
-        if the channel exists already (nothing was created); NodeExistsError if the
-        registration exists (nothing was created either)."""
-        t = self.client.transaction()
-        t.create(protocol.channel_path(self.group, self.consumer_id))
-        t.create(path, data, ephemeral=True)
-        try:
-            commit(t)
-            return True
-        except TransactionFailed as e:
-            if e.index == 0 and isinstance(e.error, NodeExistsError):
-                return False
-            raise e.error from None
-
-    def _wait_for_holder(self, path: str, raw: bytes, holder: int) -> bool:
-        """Another session holds this static member's registration: wait for it to end (True),
-        at most twice the holder's session timeout; FencedInstanceIdError if it does not."""
-        try:
-            held = Registration.decode(raw, path)
-            timeout_s, host = (held.session_timeout_ms / 1000.0) or self._session_timeout_s, held.host
-        except CorruptZnode:
-            timeout_s, host = self._session_timeout_s, "?"
-        deadline = time.monotonic() + 2 * timeout_s
-        log.info("member %s: instance id %s is registered by session 0x%x (host %s); waiting up to %.1f s for it "
-                 "to end", self.consumer_id, self.registration.group_instance_id, holder, host, 2 * timeout_s)
-        gone = threading.Event()
-        while True:
-            gone.clear()
-            stat = self.client.exists(path, watch=lambda _event: gone.set())  # kazoo thread: record only
-            if stat is None or stat.ephemeralOwner != holder:
-                return True
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or self.state is MemberState.CLOSED:
-                raise FencedInstanceIdError(
-                    f"group instance id {self.registration.group_instance_id!r} of group {self.group} is in use "
-                    f"by another live consumer (host {host}, ZooKeeper session 0x{holder:x}); this one is fenced")
-            gone.wait(min(remaining, 0.5))
 
     def _on_lost(self) -> None:
         lost = set(self.owned())
@@ -603,7 +508,7 @@ class GroupMember(Lifecycle[MemberState]):
         if owned and not commit_offsets:
             self.listener.lost(set(owned))
         # A fenced member's channel is the live holder's: leave it alone.
-        leaving = self._channel_commands() if self.state is not MemberState.FENCED else []
+        leaving = self._channel.paths() if self.state is not MemberState.FENCED else []
         if self.state is MemberState.JOINED:
             leaving.append(protocol.ids_path(self.group, self.consumer_id))
         try:
@@ -675,84 +580,6 @@ class GroupMember(Lifecycle[MemberState]):
             except UNREACHABLE:
                 pass
 
-    def _channel_commands(self) -> List[str]:
-        base = protocol.channel_path(self.group, self.consumer_id)
-        try:
-            return [f"{base}/{c}" for c in sorted(self.client.get_children(base))]
-        except NoNodeError:
-            return []
-
-    # ------------------------------------------------------------ commands
-
-    def _read_channel(self):
-        """The channel's commands (decoded, or why not), then the epoch and the group's
-        generation as read after them.
-
-        One pipelined round trip when the channel was empty at its last listing and its last
-        command is known: the next ones are numbered after it (:func:`protocol.command_path`),
-        so the listing (which re-arms the watch), the gets of the two commands a coordinator
-        writes at once (a stop and a start) and the reads of the epoch and the state go out
-        together. ZooKeeper answers one session's requests in order, so the epoch and the
-        state are read after the commands. Commands the guess missed take a second round
-        trip, with the epoch and the state read again after them. (A non-empty last listing
-        means this wake-up is most likely our own acks: no guess, no wasted gets.)"""
-        base = protocol.channel_path(self.group, self.consumer_id)
-        listing = self.client.get_children_async(base, watch=self._watch_channel)
-        guessed = {}
-        if self._channel_empty and self._last_command is not None:
-            guessed = {path: self.client.get_async(path) for path in
-                       (protocol.command_path(self.group, self.consumer_id, self._last_command + i) for i in (1, 2))}
-        after = self._epoch_and_state_async() if guessed else None
-        if after is not None:
-            wait_in_order([after[1]])  # the state: read last
-        try:
-            paths = [f"{base}/{c}" for c in sorted(listing.get())]
-        except NoNodeError:
-            paths = []
-        self._channel_empty = not paths
-        if not paths:
-            return [], None, None
-        self._last_command = protocol.command_sequence(paths[-1])
-        missing = [p for p in paths if p not in guessed]
-        if missing or after is None:
-            guessed.update((p, self.client.get_async(p)) for p in missing)
-            after = self._epoch_and_state_async()
-            wait_in_order([after[1]])
-        commands = decode_commands([(p, guessed[p]) for p in paths])
-        return (commands,) + self._epoch_and_generation(*after)
-
-    def _epoch_and_state_async(self):
-        """Ask for the shard epoch znode's stat and the group state (answers: see :meth:`_epoch_and_generation`)."""
-        epoch_path = self._shard_epoch_path()
-        return (self.client.exists_async(epoch_path) if epoch_path else None,
-                self.client.get_async(protocol.state_path(self.group)))
-
-    def _epoch_and_generation(self, epoch_async, state_async) -> Tuple[Optional[int], Optional[int]]:
-        stat = epoch_async.get() if epoch_async is not None else None
-        epoch = stat.version if stat is not None else None
-        try:
-            raw, _ = state_async.get()
-            generation = protocol.GroupState.decode(raw, protocol.state_path(self.group)).generation
-        except (NoNodeError, CorruptZnode):
-            generation = None  # not checked: the epoch check still applies
-        return epoch, generation
-
-    def _shard_epoch_path(self) -> Optional[str]:
-        """The epoch znode of this group's shard (its version bounds the epoch of any command a
-        coordinator could have written); None while no coordinator has created the shards."""
-        if self._epoch_path is None:
-            self._learn_epoch_path(self.client.get_async(protocol.SHARDS))
-        return self._epoch_path
-
-    def _learn_epoch_path(self, shards) -> None:
-        """Record the shard epoch path from a read of the shards znode (``shards``: its async get)."""
-        try:
-            raw, _ = shards.get()
-            count = protocol.ShardsInfo.decode(raw).count
-        except (NoNodeError, CorruptZnode):
-            return
-        self._epoch_path = protocol.shard_epoch_path(protocol.shard_of(self.group, count))
-
     def _ensure_paths(self, paths: List[str], listed: Iterable[str] = ()) -> None:
         """Create those of ``paths`` that are missing, looking at all of them in one round trip.
         The offsets directories of the topics ``listed`` are listed rather than looked at, for
@@ -776,7 +603,7 @@ class GroupMember(Lifecycle[MemberState]):
             return
         if self._unserved:
             self._release_unserved()
-        commands, epoch, generation = self._read_channel()
+        commands, epoch, generation = self._channel.read()
         if not commands:
             return
         decision = channel.decide(commands, self.consumer_id, self._applied, epoch, generation)
@@ -971,7 +798,7 @@ class GroupMember(Lifecycle[MemberState]):
         command beyond the ones being applied."""
         if self._events.pending(Event.LEAVE) or self._events.pending(Event.LOST):
             return True
-        return self._events.pending(Event.CHANNEL) and bool(set(self._channel_commands()) - set(acks))
+        return self._events.pending(Event.CHANNEL) and bool(set(self._channel.paths()) - set(acks))
 
     def _adopt_own(self, waiting: Dict[TopicPartition, str], session: int,
                    committed: Dict[TopicPartition, Optional[int]]) -> None:

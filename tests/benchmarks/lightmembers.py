@@ -40,7 +40,7 @@ from typing import Dict, List, Optional, Tuple
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from consumer import commands as channel
-from consumer.member import decode_commands
+from consumer.channel import decode_commands
 from consumer.ownership import claim_transactions, partition_numbers, release_transactions
 from consumer.records import TopicPartition
 from coordinator import protocol
