@@ -14,6 +14,7 @@ Modules, from the bottom up:
 * :mod:`~consumer.offsets` — offsets with their znode versions, fenced commits, commits of an
   outside reader.
 * :mod:`~consumer.lease` — whether a member may hand out records now.
+* :mod:`~consumer.claims` — how a member claims and releases partitions.
 * :mod:`~consumer.member` — the member's state machine: registration, commands, claims and
   releases.
 * :mod:`~consumer.consumer` — the kafka-python-style ``Consumer``.

@@ -2,10 +2,10 @@
 
 Its pieces: :mod:`consumer.registration` registers it (and fences static members),
 :mod:`consumer.channel` reads its command channel and :mod:`consumer.commands` decides which
-commands apply, :mod:`consumer.ownership` builds the claim and release transactions,
-:mod:`consumer.offsets` holds what the member owns and fences its commits,
-:mod:`consumer.lease` says whether records may be handed out; this module runs them in one
-ordered state machine.
+commands apply, :mod:`consumer.claims` claims and releases partitions with the transactions
+:mod:`consumer.ownership` builds, :mod:`consumer.offsets` holds what the member owns and
+fences its commits, :mod:`consumer.lease` says whether records may be handed out; this module
+runs them in one ordered state machine.
 
 States (:class:`MemberState`), changed through one ``_set_state``
 (:mod:`coordinator.lifecycle`)::
@@ -91,17 +91,16 @@ from kazoo.protocol.states import KazooState
 
 from coordinator import protocol
 from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
-from coordinator.errors import (AuthFailed, CommitFailedError, CorruptZnode, FencedInstanceIdError, InvalidConfig,
-                               ZooKeeperUnavailable)
+from coordinator.errors import AuthFailed, CorruptZnode, FencedInstanceIdError, InvalidConfig, ZooKeeperUnavailable
+from coordinator.lifecycle import Lifecycle
 from coordinator.protocol import Registration
-from coordinator.zkclient import LOST_CONNECTION, UNREACHABLE, TransactionFailed, commit, session_id, wait_in_order
+from coordinator.zkclient import LOST_CONNECTION, session_id, wait_in_order
 from consumer import commands as channel
 from consumer.channel import CommandChannel
-from coordinator.lifecycle import Lifecycle
+from consumer.claims import Claims
 from consumer.lease import Lease
-from consumer.offsets import Holdings, offsets_answers, read_offsets, read_offsets_async, refusal
-from consumer.ownership import Part, Role, add_ops, claim_transactions, partition_numbers, release_one, \
-    release_transactions
+from consumer.offsets import Holdings
+from consumer.ownership import partition_numbers
 from consumer.records import TopicPartition
 from consumer.registration import Registrar
 
@@ -116,15 +115,6 @@ HOUSEKEEPING_S = 1.0
 def new_consumer_id(group: str) -> str:
     """``<group>_<host>-<ms>-<8 hex>`` (unique per process and registration)."""
     return f"{group}_{socket.gethostname()}-{protocol.now_ms()}-{os.urandom(4).hex()}"
-
-
-def _children(pending) -> List[str]:
-    """A get_children answer; [] if the directory is gone (it is made before a claim: gone
-    means nothing is held, no offsets znode exists)."""
-    try:
-        return pending.get()
-    except NoNodeError:
-        return []
 
 
 class MemberListener:
@@ -241,12 +231,9 @@ class GroupMember(Lifecycle[MemberState]):
         # What it owns, with the tokens that fence its commits; the lease of those partitions.
         self._holdings = Holdings(client, group, self.consumer_id, self._session_timeout_s, self._connected)
         self._lease = Lease(client, protocol.ids_path(group, self.consumer_id), self._holdings, self._session_timeout_s)
+        self._claims = Claims(client, group, self.consumer_id, self._holdings, self._lease, self._session_timeout_s)
         self._known_offset_dirs: Set[str] = set()
         self._unserved: Set[TopicPartition] = set()   # claimed, refused by the listener, release pending
-        # Per topic: the partitions whose offsets znodes the last listing of offsets/<topic>
-        # showed (and the ones this member created since). A claim reads the offsets znodes
-        # of these with its listings; a new partition has none to read. Member thread only.
-        self._offsets_listed: Dict[str, Set[int]] = {}
         self._applied = channel.NOTHING_APPLIED
         self._channel = CommandChannel(client, group, self.consumer_id, self._watch_channel)
         self._thread: Optional[threading.Thread] = None
@@ -512,78 +499,17 @@ class GroupMember(Lifecycle[MemberState]):
         if self.state is MemberState.JOINED:
             leaving.append(protocol.ids_path(self.group, self.consumer_id))
         try:
-            self._release(offsets or {}, set(owned), leaving, "leaving the group")
+            self._claims.release(offsets or {}, set(owned), leaving, "leaving the group")
         except KazooException as e:
             log.warning("member %s: could not leave cleanly (%s); the session end will", self.consumer_id,
                         type(e).__name__)
         with self._holdings.lock:
             self._holdings.forget_all_locked()
 
-    def _release(self, offsets: Dict[TopicPartition, int], release: Set[TopicPartition], deletes: List[str],
-                 what: str) -> None:
-        """Commit ``offsets`` (fenced), release the owner nodes of ``release`` and delete
-        ``deletes`` (acks, the registration): one transaction, or one per
-        :data:`CLAIM_PARTITIONS` released partitions, one after the other, ``deletes`` in the
-        last. A partition's owner node is deleted in the transaction that writes its offset, or
-        together with a check of its token, so a member that lost a partition never deletes its
-        new owner's node. If a transaction cannot apply, the commit of what is left is tried
-        alone and the rest is done piece by piece: nothing stays held because one part failed."""
-        h = self._holdings
-        with h.commit_lock:
-            h.settle_uncertain(set(offsets) | set(release))
-            try:
-                writes, refused = h.fenced_offsets(offsets)
-            except ZooKeeperUnavailable as e:
-                log.warning("member %s: %s without committing: %s", self.consumer_id, what, e)
-                writes, refused = [], {}
-            if refused:
-                log.warning("member %s: %s: %s", self.consumer_id, what, refusal(refused))
-            done: Set[TopicPartition] = set()   # released, or written, by a transaction that applied
-            for part in release_transactions(self.group, h.tokens_of(release), writes, deletes):
-                try:
-                    if part.ops:
-                        commit(part.transaction(self.client), timeout=self._session_timeout_s)
-                    h.written(part.writes)
-                    done |= set(part.partitions) | {tp for tp, _, _ in part.writes}
-                except TransactionFailed as e:
-                    failed = "a commit was refused" if part.role(e.index) is Role.COMMIT else \
-                        "a node was gone or a partition was claimed"
-                    break
-            else:
-                return
-            log.info("member %s: %s did not apply atomically (%s); going on step by step", self.consumer_id,
-                     what, failed)
-            left = {tp: offset for tp, offset in offsets.items() if tp not in done and tp not in refused}
-            if writes and left:
-                try:
-                    h.commit_locked(left)
-                except (CommitFailedError, ZooKeeperUnavailable) as e:
-                    log.warning("member %s: %s: %s", self.consumer_id, what, e)
-            pending = []
-            for tp, token in h.tokens_of(set(release) - done).items():
-                t = self.client.transaction()
-                add_ops(t, release_one(self.group, tp, token))
-                pending.append(t.commit_async())
-            pending += [self.client.delete_async(path) for path in deletes]
-            for a in pending:  # what is gone, or no longer ours, is left alone
-                try:
-                    a.get(timeout=self._session_timeout_s)
-                except UNREACHABLE:
-                    pass
-
-    def _delete_all(self, paths: List[str]) -> None:
-        """Delete ``paths`` (pipelined); ones already gone or failing are left to the session end."""
-        pending = [self.client.delete_async(path) for path in paths]
-        for a in pending:
-            try:
-                a.get(timeout=self._session_timeout_s)
-            except UNREACHABLE:
-                pass
-
     def _ensure_paths(self, paths: List[str], listed: Iterable[str] = ()) -> None:
         """Create those of ``paths`` that are missing, looking at all of them in one round trip.
         The offsets directories of the topics ``listed`` are listed rather than looked at, for
-        the first claim of their partitions (``_offsets_listed``)."""
+        the first claim of their partitions (``Claims.offsets_listed``)."""
         listings = {protocol.offsets_path(self.group, t): t for t in listed}
         looks = [(path, self.client.get_children_async(path) if path in listings else self.client.exists_async(path))
                  for path in paths]
@@ -596,7 +522,7 @@ class GroupMember(Lifecycle[MemberState]):
             if answer is None:
                 self.client.ensure_path(path)
             elif path in listings:
-                self._offsets_listed[listings[path]] = partition_numbers(answer)
+                self._claims.offsets_listed[listings[path]] = partition_numbers(answer)
 
     def _process_channel(self) -> None:
         if self.state is not MemberState.JOINED:
@@ -612,7 +538,7 @@ class GroupMember(Lifecycle[MemberState]):
             log.log(level, "member %s: ignoring command %s: %s", self.consumer_id,
                     ignored.path.rsplit("/", 1)[-1], ignored.reason)
         if decision.target is None:
-            self._delete_all(decision.ignored_paths)
+            self._claims.delete_all(decision.ignored_paths)
             return
         target = {TopicPartition(t, p): s for t, parts in decision.target.items() for p, s in parts.items()}
         started, before = time.monotonic(), set(self.owned())
@@ -642,7 +568,7 @@ class GroupMember(Lifecycle[MemberState]):
                 return True
             if not added and start_path:  # nothing to claim: ack the start in the same write
                 acks, start_path = acks + [start_path], None
-            self._release(offsets, revoked, acks, "revoking partitions")
+            self._claims.release(offsets, revoked, acks, "revoking partitions")
             self._holdings.forget(revoked)
             acks = []
         committed: Dict[TopicPartition, Optional[int]] = {}
@@ -689,108 +615,18 @@ class GroupMember(Lifecycle[MemberState]):
         pending = self._unserved & set(self.owned())  # revoked or lost since: released already
         self._unserved = pending
         if pending:
-            self._release({}, pending, [], "releasing partitions it cannot serve")
+            self._claims.release({}, pending, [], "releasing partitions it cannot serve")
             self._holdings.forget(pending)
             self._unserved -= pending
 
     def _claim(self, added: Dict[TopicPartition, str], acks: List[str],
                committed: Dict[TopicPartition, Optional[int]]) -> bool:
-        """Claim ``added`` and delete ``acks``; True once done, False if a newer decision or a
-        shutdown interrupted the claim. ``committed`` gets the committed offset of each
-        partition as soon as it is claimed (also when the claim is interrupted or fails later).
-
-        Each round looks at which of the partitions are still held (a listing of
-        owners/<topic> per topic, whose watch wakes us when an owner node goes) and at their
-        offsets znodes (after the listing, so a partition released before it has its final
-        commit in them: see :meth:`_look_at`), in one round trip; then it claims those that are
-        free, :data:`CLAIM_PARTITIONS` a transaction, one transaction after the other: each
-        creates the owner nodes of its partitions and rewrites their offsets znodes at the
-        versions just read, or creates the ones that do not exist (the fencing token). The
-        transaction that claims the last of them deletes the acks too."""
+        """Claim ``added`` and delete ``acks`` (:meth:`consumer.claims.Claims.claim`); False if a
+        newer decision or a shutdown cut the claim short."""
         session = self._session()
         for topic in {tp.topic for tp in added}:
             self._ensure_dirs(topic)
-        waiting = dict(added)
-        released = threading.Event()
-
-        def watch(_event):
-            released.set()  # kazoo's thread: record only
-
-        while True:
-            released.clear()
-            held, current = self._look_at(waiting, watch)
-            free = [tp for tp in waiting if tp not in held]
-            last = len(free) == len(waiting)  # also when there is nothing to claim: just ack
-            if free or last:
-                parts = claim_transactions(self.group, {tp: waiting[tp] for tp in free}, current,
-                                           acks if last else [])
-                try:
-                    for part in parts:
-                        self._claim_part(part, current, session, committed)
-                        for tp in part.partitions:
-                            del waiting[tp]
-                    if last:
-                        return True
-                    continue  # claim the others as they are released
-                except TransactionFailed as e:
-                    if isinstance(e.error, NoNodeError) and part.role(e.index) is Role.DELETE:  # an ack already gone
-                        acks = [p for p in acks if self.client.exists(p)]
-                    # else an owner node was taken or an offset written since we looked: look again
-            if self._superseded(acks):
-                return False
-            if not free and not released.wait(0.25):
-                self._adopt_own(waiting, session, committed)  # quiet for a while: is one of them ours?
-
-    def _claim_part(self, part: Part, current, session: int, committed: Dict[TopicPartition, Optional[int]]) -> None:
-        """Send one claim transaction (:func:`~consumer.ownership.claim_transactions`: the owner
-        nodes, the offsets znodes at the versions in ``current``, the acks of the last); record
-        its partitions as owned. TransactionFailed if any of it could not apply (nothing did)."""
-        sent = time.monotonic()
-        if part.ops:
-            commit(part.transaction(self.client))
-        for tp in part.partitions:
-            self._offsets_listed.setdefault(tp.topic, set()).add(tp.partition)
-        self._record_claim(part.partitions, {tp: current[tp] for tp in part.partitions}, part.tokens, session, sent,
-                           committed)
-
-    def _look_at(self, waiting: Dict[TopicPartition, str], watch):
-        """Which of ``waiting`` hold an owner node (listings of owners/<topic> watched by
-        ``watch``), and {partition: (data, version)} of their offsets znodes, version None
-        where there is none: all read after the owner listings.
-
-        One pipelined round trip: the owner listings, a listing of offsets/<topic> and reads of
-        the offsets znodes the last listing showed. A partition that has none (new in a topic
-        that grew: most of a growth's) costs no read; the claim creates its znode, and fails if
-        it appeared since. Only znodes made since the last listing are read in a second round
-        trip."""
-        topics = sorted({tp.topic for tp in waiting})
-        owners = [(t, self.client.get_children_async(protocol.owners_path(self.group, t), watch=watch)) for t in topics]
-        offsets_dirs = [(t, self.client.get_children_async(protocol.offsets_path(self.group, t))) for t in topics]
-        known = [tp for tp in waiting if tp.partition in self._offsets_listed.get(tp.topic, ())]
-        reads = read_offsets_async(self.client, self.group, known)
-        wait_in_order([a for _, a in owners + offsets_dirs] + [a for _, a in reads])
-        held = {TopicPartition(t, p) for t, a in owners for p in partition_numbers(_children(a))}
-        for topic, a in offsets_dirs:
-            self._offsets_listed[topic] = partition_numbers(_children(a))
-        current = {tp: (protocol.NO_OFFSET, None) for tp in waiting}
-        current.update(offsets_answers(reads))
-        read = set(known)
-        missed = [tp for tp in waiting if tp not in read and tp.partition in self._offsets_listed[tp.topic]]
-        if missed:
-            current.update(read_offsets(self.client, self.group, missed))
-        return held, current
-
-
-    def _record_claim(self, claimed: Dict[TopicPartition, str], offsets, tokens: Dict[TopicPartition, int],
-                      session: int, sent: float, committed: Dict[TopicPartition, Optional[int]]) -> None:
-        """Record partitions this session now owns, with their tokens and committed offsets."""
-        for tp, (raw, _) in offsets.items():
-            committed[tp] = self._holdings.decode_committed(tp, raw)
-        with self._holdings.lock:
-            self._holdings.add_locked(claimed, tokens)
-            if claimed:
-                self._lease.proved_locked(session, sent)  # the claim proved the session
-
+        return self._claims.claim(added, acks, session, committed, self._superseded)
 
     def _superseded(self, acks: List[str]) -> bool:
         """Whether a newer decision or a shutdown waits, so the claim should give way. Our own
@@ -799,31 +635,6 @@ class GroupMember(Lifecycle[MemberState]):
         if self._events.pending(Event.LEAVE) or self._events.pending(Event.LOST):
             return True
         return self._events.pending(Event.CHANNEL) and bool(set(self._channel.paths()) - set(acks))
-
-    def _adopt_own(self, waiting: Dict[TopicPartition, str], session: int,
-                   committed: Dict[TopicPartition, Optional[int]]) -> None:
-        """Take over owner nodes this session holds but did not know of (a claim whose answer
-        was lost to a connection error): without this we would wait for ourselves. That claim
-        rewrote the offsets znode too, so its current version is our token."""
-        sent = time.monotonic()
-        checks = [(tp, self.client.exists_async(protocol.owners_path(self.group, tp.topic, tp.partition)))
-                  for tp in waiting]
-        mine = {}
-        for tp, a in checks:
-            stat = a.get()
-            if stat is not None and stat.ephemeralOwner == session:
-                mine[tp] = waiting[tp]
-        if not mine:
-            return
-        offsets = read_offsets(self.client, self.group, mine)
-        tokens = {}
-        for tp, (raw, version) in offsets.items():
-            if version is None:  # cannot happen after our own claim; recreate the token anyway
-                self.client.create(protocol.offsets_path(self.group, tp.topic, tp.partition), protocol.NO_OFFSET)
-                version = 0
-            tokens[tp] = version
-            del waiting[tp]
-        self._record_claim(mine, offsets, tokens, session, sent, committed)
 
     def _ensure_dirs(self, topic: str) -> None:
         if topic not in self._known_offset_dirs:

@@ -358,6 +358,8 @@ def test_a_claim_reads_only_offsets_znodes_that_exist_and_fences_every_partition
         sent = Sent(client)
         leader.assign({"m": list(range(250))})
         wait_for(lambda: leader.acked("m"), message="m claimed its partitions")
+        # The member hands what it claimed to its listener after the transaction that acks.
+        wait_for(lambda: len(keeper.committed) == 250, message="m handed its partitions over")
 
         offsets = protocol.offsets_path("g", "t")
         assert sorted(p for p in sent.reads if p.startswith(offsets + "/")) == [f"{offsets}/0", f"{offsets}/1"]
