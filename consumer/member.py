@@ -34,9 +34,10 @@ Threads and locks
   it alone adds or removes owned partitions.
 * **kazoo's threads** (watches, the connection listener, async completions) only queue events
   or record: ``_connected`` (an Event) and the lease deadline.
-* **Any thread** may call :meth:`commit` (the application, the consumer's commit-async thread,
-  the member thread when it revokes or leaves) and read the lease; the locks of what it owns
-  and of its commits are :class:`consumer.offsets.Holdings`' (whose docstring says their order).
+* **Any thread** may call :meth:`GroupMember.commit` (the application, the consumer's
+  commit-async thread, the member thread when it revokes or leaves) and read the lease; the
+  locks of what it owns and of its commits are :class:`consumer.offsets.Holdings`' (whose
+  docstring says their order).
 
 Guarantees
 ----------

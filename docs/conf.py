@@ -53,7 +53,7 @@ _EXTERNAL = r"(typing|collections|abc|threading|queue|concurrent|socket|select|e
             r"|kazoo|click|tenacity|re2|prometheus_client|confluent_kafka|pyspark|pyarrow|py4j|tomllib|tomli)"
 nitpick_ignore_regex = [
     (r"py:.*", _EXTERNAL + r"(\..*)?"),
-    (r"py:class", r"(.*\.)?[A-Z]"),  # type variables
+    (r"py:(class|obj)", r"(.*\.)?[A-Z]"),  # type variables (a Generic base names its own as py:obj)
     (r"py:class", r"(Context|Callable|Iterable|Iterator|Mapping|Sequence|Optional|Union|Any|BinaryIO|IO|TextIO"
                   r"|Type|Tuple|List|Dict|Set|FrozenSet|Deque|NamedTuple|Enum|IntEnum|Exception|BaseException"
                   r"|KazooClient|KazooState|ZnodeStat|Event|Thread|RLock|Lock|Condition|Path)"),
