@@ -8,9 +8,17 @@ Modules, from the bottom up:
 * :mod:`~consumer.log` — the embedded, durable, partitioned log (the default data plane).
 * :mod:`~consumer.fetcher` — prefetching and fair ``max_poll_records`` hand-out.
 * :mod:`~consumer.commands` — which channel commands a member applies (pure).
-* :mod:`~consumer.member` — the member's state machine: registration, commands, owner
-  nodes, fenced commits, the lease.
+* :mod:`~consumer.channel` — reading a member's command channel.
+* :mod:`~consumer.registration` — a member's registration and static membership.
+* :mod:`~consumer.ownership` — the claim and release transactions (pure builders).
+* :mod:`~consumer.offsets` — offsets with their znode versions, fenced commits, commits of an
+  outside reader.
+* :mod:`~consumer.lease` — whether a member may hand out records now.
+* :mod:`~consumer.claims` — how a member claims and releases partitions.
+* :mod:`~consumer.member` — the member's state machine: registration, commands, claims and
+  releases.
 * :mod:`~consumer.consumer` — the kafka-python-style ``Consumer``.
+* :mod:`~consumer.streams` — the streams of a ``{topic: n}`` subscription.
 * :mod:`~consumer.producer` — the ``Producer``.
 * :mod:`~consumer.spark` — consumer groups inside Spark ``foreachPartition`` workers.
 * :mod:`~consumer.cli` — ``groupctl``, ``pipeline`` and the live demo.

@@ -22,7 +22,6 @@ from __future__ import annotations
 import enum
 import logging
 import os
-import queue
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -44,6 +43,7 @@ from consumer.log import Columns
 from consumer.member import GroupMember, MemberListener
 from consumer.metrics import ConsumerMetrics
 from consumer.records import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from consumer.streams import Stream, Streams
 
 log = logging.getLogger("zkgroups.consumer")
 
@@ -690,7 +690,7 @@ class Consumer:
         claimed by another member since), after the others were written (its ``partitions``
         names the refused ones); ZooKeeperUnavailable (retriable) when ZooKeeper cannot be
         reached within a session timeout; IllegalStateError once closed. Offsets of more than
-        ``consumer.member.COMMIT_PARTITIONS`` partitions are written in several transactions:
+        ``consumer.offsets.COMMIT_PARTITIONS`` partitions are written in several transactions:
         after ZooKeeperUnavailable, those written before it stay written."""
         self._check_open()
         if offsets is None:
@@ -800,6 +800,41 @@ class Consumer:
         """The partitions ``pause`` was called for (and not resumed)."""
         return set(self._user_paused)
 
+    # ------------------------------------------------------------ for Streams and ConsumerMetrics (this package only)
+
+    @property
+    def started(self) -> bool:
+        """Whether the member and the fetcher exist (a scrape can come while the consumer starts).
+
+        :meta private:"""
+        return getattr(self, "_member", None) is not None and getattr(self, "_fetcher", None) is not None
+
+    def owned_streams(self) -> Dict[TopicPartition, str]:
+        """{partition: its stream id} of the partitions this member owns now.
+
+        :meta private:"""
+        return self._member.owned()
+
+    def throttle(self, pause: Set[TopicPartition], resume: Set[TopicPartition]) -> None:
+        """Stop fetching ``pause`` and fetch ``resume`` again (flow control of the streams);
+        partitions the application paused stay paused.
+
+        :meta private:"""
+        self._fetcher.pause(self._known(pause))
+        self._fetcher.resume(self._known(set(resume) - self._user_paused))
+
+    def seconds_since_poll(self) -> float:
+        """Seconds since ``poll()`` last returned; 0 while in ``poll()``.
+
+        :meta private:"""
+        return 0.0 if self._in_poll else max(0.0, time.monotonic() - self._last_poll)
+
+    def log_end_offsets(self, partitions: Iterable[TopicPartition]) -> Dict[TopicPartition, int]:
+        """The data plane's end offsets of ``partitions`` (ZkGroupsError if it does not answer).
+
+        :meta private:"""
+        return self._fetcher.end_offsets(partitions)
+
     # ------------------------------------------------------------ lifecycle
 
     def close(self, autocommit: bool = True) -> None:
@@ -860,93 +895,3 @@ class _Bridge(MemberListener):
 
     def lost(self, partitions):
         self.consumer._lost(partitions)
-
-
-class Streams:
-    """The dispatcher behind :meth:`Consumer.streams`: polls and hands batches to per-stream
-    queues. A stream whose queue is full has its partitions paused, so polling (and with it
-    liveness and rebalancing) never waits for a slow stream."""
-
-    QUEUE_BATCHES = 4
-
-    def __init__(self, consumer: Consumer, count: int):
-        self.consumer = consumer
-        self.queues = [queue.Queue() for _ in range(count)]
-        self.iterators = [Stream(self, i) for i in range(count)]
-        self._consumed: Dict[TopicPartition, int] = {}
-        self._lock = threading.Lock()
-        self._stopped = threading.Event()
-        self._throttled: Set[TopicPartition] = set()
-        self._thread = threading.Thread(target=self._run, name="streams", daemon=True)
-        self._thread.start()
-
-    def consumed(self, partitions) -> Dict[TopicPartition, int]:
-        with self._lock:
-            return {tp: self._consumed[tp] for tp in partitions if tp in self._consumed}
-
-    def handed_out(self, tp: TopicPartition, offset: int) -> bool:
-        """Record that a stream returns this record; False if the partition is gone."""
-        if tp not in self.consumer._member.owned():
-            return False
-        with self._lock:
-            self._consumed[tp] = offset + 1
-        return True
-
-    def stop(self) -> None:
-        self._stopped.set()
-        if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=10)
-        for q in self.queues:
-            q.put(None)  # wake the iterators: the consumer is closing
-
-    def _run(self) -> None:
-        c = self.consumer
-        while not self._stopped.is_set():
-            owned = c._member.owned()
-            full = {tp for tp, stream in owned.items()
-                    if self.queues[_stream_index(stream) % len(self.queues)].qsize() >= self.QUEUE_BATCHES}
-            if full != self._throttled:
-                c._fetcher.pause(c._known(full - self._throttled))
-                c._fetcher.resume(c._known((self._throttled - full) - c._user_paused))
-                self._throttled = full
-            try:
-                batch = c.poll(timeout_ms=200)
-            except Exception as e:  # surface to the stream threads' logs; keep the group alive
-                log.error("consumer %s streams: %s", c.consumer_id, e)
-                continue
-            for tp, records in batch.items():
-                stream = owned.get(tp) or c._member.owned().get(tp)
-                if stream is not None:
-                    self.queues[_stream_index(stream) % len(self.queues)].put((tp, records))
-
-
-class Stream:
-    """One stream's records, in order per partition; iteration ends when the consumer closes."""
-
-    def __init__(self, streams: Streams, index: int):
-        self._streams, self.index = streams, index
-        self._batch: List[ConsumerRecord] = []
-        self._tp: Optional[TopicPartition] = None
-        self._pos = 0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> ConsumerRecord:
-        while True:
-            while self._pos < len(self._batch):
-                record = self._batch[self._pos]
-                self._pos += 1
-                if self._streams.handed_out(self._tp, record.offset):
-                    return record
-                self._pos = len(self._batch)  # the partition moved: drop the rest
-            item = self._streams.queues[self.index].get()
-            if item is None:
-                self._streams.queues[self.index].put(None)
-                raise StopIteration
-            self._tp, self._batch = item
-            self._pos = 0
-
-
-def _stream_index(stream: str) -> int:
-    return int(stream.rsplit("-", 1)[1])

@@ -119,7 +119,7 @@ class _ConsumerCollector:
 
     def collect(self):
         c = self.consumer
-        if getattr(c, "_member", None) is None or getattr(c, "_fetcher", None) is None:
+        if not c.started:
             return []  # still starting
         meta = c.group_metadata()
         info = GaugeMetricFamily("zkgroups_consumer_info", "Who this consumer is.",
@@ -127,7 +127,7 @@ class _ConsumerCollector:
         info.add_metric([c.group_id, meta.member_id, c.config.client_id], 1)
         since = GaugeMetricFamily("zkgroups_consumer_seconds_since_last_poll",
                                   "Seconds since poll() last returned (0 while in poll()).")
-        since.add_metric([], 0.0 if c._in_poll else max(0.0, time.monotonic() - c._last_poll))
+        since.add_metric([], c.seconds_since_poll())
         generation = GaugeMetricFamily("zkgroups_consumer_generation", "The last generation this member applied.")
         generation.add_metric([], meta.generation)
         rebalances = CounterMetricFamily("zkgroups_consumer_rebalances", "Generations this member applied.")
@@ -146,7 +146,7 @@ class _ConsumerCollector:
             except ZkGroupsError:
                 continue  # not started yet (its start offset is being found)
         try:
-            ends = c._fetcher.end_offsets(positions) if positions else {}
+            ends = c.log_end_offsets(positions) if positions else {}
         except ZkGroupsError:  # the data plane did not answer: positions only
             ends = {}
         for tp, pos in positions.items():

@@ -3,7 +3,7 @@
 Three ``groupctl consume`` processes and a ``coordinatord``, all with their defaults. The
 growth must not make ZooKeeper drop anyone's connection: the claims, the first commits and the
 releases at the end are written in transactions small enough that no session's heartbeats wait
-behind them for long (:data:`consumer.member.CLAIM_PARTITIONS`). Not timed (``bin/bench growth``
+behind them for long (:data:`consumer.ownership.CLAIM_PARTITIONS`). Not timed (``bin/bench growth``
 measures it); it fails if any process logs a lost connection or session.
 """
 from __future__ import annotations

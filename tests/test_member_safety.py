@@ -19,7 +19,9 @@ import pytest
 from kazoo.exceptions import BadVersionError, NodeExistsError
 
 from consumer import Consumer, Producer, TopicPartition
-from consumer.member import CLAIM_PARTITIONS, COMMIT_PARTITIONS, GroupMember, MemberListener
+from consumer.member import GroupMember, MemberListener
+from consumer.offsets import COMMIT_PARTITIONS
+from consumer.ownership import CLAIM_PARTITIONS
 from coordinator import protocol
 from coordinator.controller import Controller
 from coordinator.coordinator import Coordinator, CoordinatorConfig
@@ -262,9 +264,9 @@ def test_a_member_reads_its_commands_whether_or_not_their_names_were_guessed(zk)
     meanwhile) is read in a second round trip; the epoch and generation are always read after
     the commands."""
     member = GroupMember(zk, "g", {"t": 1}, consumer_id="m")
-    member._last_command = -1  # as after start() made the channel
+    member._channel.last_command = -1  # as after start() made the channel
     zk.ensure_path(protocol.channel_path("g", "m"))
-    assert member._read_channel() == ([], None, None)
+    assert member._channel.read() == ([], None, None)
 
     def write(generation):  # as a coordinator does: the state, then stop and start
         state = protocol.GroupState(generation=generation).encode()
@@ -283,12 +285,12 @@ def test_a_member_reads_its_commands_whether_or_not_their_names_were_guessed(zk)
         if disturb:  # the guess is now wrong
             zk.delete(zk.create(protocol.command_prefix("g", "m"), b"", sequence=True))
         paths = write(generation)
-        commands, _, seen_generation = member._read_channel()
+        commands, _, seen_generation = member._channel.read()
         assert [p for p, _ in commands] == paths and seen_generation == generation
         assert [c.option for _, c in commands] == [protocol.STOP_FETCHER, protocol.START_FETCHER]
         for path in paths:  # the acks
             zk.delete(path)
-        assert member._read_channel() == ([], None, None)
+        assert member._channel.read() == ([], None, None)
 
 
 class Sent:

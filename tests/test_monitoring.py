@@ -30,8 +30,10 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="no promtool: insta
 
 class _IdleConsumer:
     """Enough of a Consumer for its metrics' families to be listed."""
-    _member = _fetcher = object()
-    group_id, config, _in_poll, _last_poll = "g", SimpleNamespace(client_id="c"), True, 0.0
+    started, group_id, config = True, "g", SimpleNamespace(client_id="c")
+
+    def seconds_since_poll(self):
+        return 0.0
 
     def group_metadata(self):
         return SimpleNamespace(member_id="m", generation=1, rebalances=0)

@@ -23,7 +23,7 @@ if shutil.which("java") is None:
     pytest.skip("pyspark needs a Java runtime", allow_module_level=True)
 
 from consumer.log import Log  # noqa: E402
-from consumer.member import commit_unowned  # noqa: E402
+from consumer.offsets import commit_unowned  # noqa: E402
 from consumer.records import TopicPartition  # noqa: E402
 from consumer.spark import local_session  # noqa: E402
 from consumer.spark.source import SourceOptions, StreamReader, ZkGroupsDataSource, register, spread  # noqa: E402

@@ -15,7 +15,7 @@ import signal
 import pytest
 from kazoo.exceptions import ConnectionLoss
 
-import consumer.member as member_module
+import consumer.offsets as offsets_module
 from consumer import Consumer, TopicPartition
 from consumer.member import GroupMember
 from coordinator import protocol
@@ -68,14 +68,14 @@ def test_a_commit_checking_an_unanswered_write_without_an_answer_is_zookeeper_un
 def lose_next_answer(monkeypatch, applied: bool) -> None:
     """The member's next transaction ends as one whose answer never came: sent and applied
     (``applied``), or lost on the way; either way the member sees a ConnectionLoss."""
-    real = member_module.commit
+    real = offsets_module.commit
 
     def lost(transaction, timeout=None):
-        monkeypatch.setattr(member_module, "commit", real)
+        monkeypatch.setattr(offsets_module, "commit", real)
         if applied:
             real(transaction, timeout)
         raise ConnectionLoss()
-    monkeypatch.setattr(member_module, "commit", lost)
+    monkeypatch.setattr(offsets_module, "commit", lost)
 
 
 def read_as_a_server_behind(monkeypatch, client, path: str) -> None:

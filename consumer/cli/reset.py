@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import BinaryIO, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import click
-from kazoo.exceptions import NoNodeError
 
+from consumer import offsets
 from consumer.records import TopicPartition
 from coordinator import protocol
 from coordinator.cli.common import CliUsageError
@@ -241,19 +241,15 @@ def clamp_warnings(clamped: Sequence[Clamped]) -> List[str]:
 
 def read_offsets(zk, group: str, tps: Iterable[TopicPartition]) -> Dict[TopicPartition, StoredOffset]:
     """Every partition's offsets znode with its version (reads pipelined)."""
-    pending = [(tp, path, zk.get_async(path))
-               for tp, path in ((tp, protocol.offsets_path(group, tp.topic, tp.partition)) for tp in tps)]
     out = {}
-    for tp, path, result in pending:
-        try:
-            raw, stat = result.get()
-        except NoNodeError:
+    for tp, (raw, version) in offsets.read_offsets(zk, group, tps).items():
+        if version is None:
             out[tp] = StoredOffset(None, None)
             continue
         try:
-            out[tp] = StoredOffset(protocol.decode_offset(raw, path), stat.version)
+            out[tp] = StoredOffset(offsets.decode_stored(group, tp, raw), version)
         except CorruptZnode as e:
-            out[tp] = StoredOffset(None, stat.version, e.problem)  # a reset is how it gets repaired
+            out[tp] = StoredOffset(None, version, e.problem)  # a reset is how it gets repaired
     return out
 
 

@@ -17,6 +17,8 @@ Modules:
 * :mod:`~consumer.spark.executor` — what runs in a Spark task: the worker (a group member),
   its loop and commits; what ``process`` gets (:class:`Batch`, :class:`WorkerContext`);
   :func:`read_committed`, the group's progress.
+* :mod:`~consumer.spark.progress` — a run's progress as the driver reads it (the progress
+  line, what the run's metrics serve).
 * :mod:`~consumer.spark.deaths` — worker deaths counted when Spark reports them (its status
   tracker) and the death budget (:class:`~consumer.spark.deaths.DeathBudget`, pure).
 * :mod:`~consumer.spark.batching` — where a partition's records are cut into batches (pure).

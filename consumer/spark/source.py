@@ -49,7 +49,7 @@ Guaranteed
 * With ``group``, a stream commits its progress to the group (``groupctl groups describe``
   shows its lag): the end of each completed micro-batch, from ``commit()`` and, since Spark
   calls that only when it plans the next batch, also when the source is next asked for new
-  data. A commit is the one an outsider may make (:func:`consumer.member.commit_unowned`):
+  data. A commit is the one an outsider may make (:func:`consumer.offsets.commit_unowned`):
   compare-and-set on the offsets znode, never backwards, and refused for a partition a live
   member owns (logged once per partition while that lasts; the query goes on). A batch read
   never commits.
@@ -462,7 +462,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         from kazoo.exceptions import KazooException
         from coordinator.errors import ZkGroupsError
-        from consumer.member import commit_unowned
+        from consumer.offsets import commit_unowned
 
         try:
             refused = commit_unowned(self._zk(), self.options.group, flat(end))

@@ -16,7 +16,7 @@ the wire what :class:`consumer.member.GroupMember` does for its group's coordina
   last listing showed read, in one round trip; those listed now but not read, in a second;
   then ephemeral owner nodes created and offsets znodes rewritten compare-and-set at the
   versions just read, or created where there were none), each in transactions of at most
-  :data:`~consumer.member.CLAIM_PARTITIONS` partitions, one after the other, the applied
+  :data:`~consumer.ownership.CLAIM_PARTITIONS` partitions, one after the other, the applied
   commands deleted with the last (the ack), as the member does.
 
 Members are handled in batches: one worker thread per client takes every member whose channel
@@ -40,7 +40,9 @@ from typing import Dict, List, Optional, Tuple
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from consumer import commands as channel
-from consumer.member import CLAIM_PARTITIONS, decode_commands, partition_numbers
+from consumer.channel import decode_commands
+from consumer.ownership import claim_transactions, partition_numbers, release_transactions
+from consumer.records import TopicPartition
 from coordinator import protocol
 from coordinator.errors import CorruptZnode
 from coordinator.protocol import Registration
@@ -213,7 +215,7 @@ def _apply(client, plans) -> List[LightMember]:
     acking in the last write as the member does."""
     moves = []
     for m, d in plans:
-        target = {(t, int(p)): s for t, parts in d.target.items() for p, s in parts.items()}
+        target = {TopicPartition(t, int(p)): s for t, parts in d.target.items() for p, s in parts.items()}
         revoked = {tp for tp, s in m.owned.items() if target.get(tp) != s}
         added = {tp: s for tp, s in target.items() if tp not in m.owned or tp in revoked}
         acks = d.ignored_paths + d.acks
@@ -224,10 +226,10 @@ def _apply(client, plans) -> List[LightMember]:
             moves.append((m, d, revoked, acks + start, {}, []))
         else:
             moves.append((m, d, set(), [], added, acks + start))
-    releases = [(m, revoked, _release_parts(client, m, revoked, release_acks))
+    releases = [(m, revoked, _release_parts(m, revoked, release_acks))
                 for m, d, revoked, release_acks, _, _ in moves if revoked]
     for r in range(max((len(parts) for *_, parts in releases), default=0)):  # each member's parts in turn
-        sent = [parts[r].commit_async() for *_, parts in releases if r < len(parts)]
+        sent = [parts[r].transaction(client).commit_async() for *_, parts in releases if r < len(parts)]
         wait_in_order(sent)
         for a in sent:
             a.get()  # a refused release (a token taken over) leaves the node to its new owner
@@ -264,60 +266,35 @@ def _apply(client, plans) -> List[LightMember]:
         if held & set(added):
             refused.append(m)  # its previous owner has not released it yet
             continue
-        order = list(added)
-        parts = [order[i:i + CLAIM_PARTITIONS] for i in range(0, len(order), CLAIM_PARTITIONS)] or [[]]
-        claims.append((m, d, added, gets, claim_acks, parts))
+        current = {tp: _stored(gets.get(tp)) for tp in added}
+        claims.append((m, d, claim_transactions(m.group, added, current, claim_acks)))
     for r in range(max((len(parts) for *_, parts in claims), default=0)):
         sent = []
-        for m, d, added, gets, claim_acks, parts in claims:
+        for m, d, parts in claims:
             if r >= len(parts) or m in refused:
                 continue
-            t, versions = client.transaction(), {}
-            for tp in parts[r]:
-                t.create(protocol.owners_path(m.group, *tp), added[tp].encode(), ephemeral=True)
-            for tp in parts[r]:
-                stored = _stored(gets.get(tp))
-                if stored is None:
-                    t.create(protocol.offsets_path(m.group, *tp), protocol.NO_OFFSET)
-                    versions[tp] = 0
-                else:
-                    t.set_data(protocol.offsets_path(m.group, *tp), stored[0], version=stored[1].version)
-                    versions[tp] = stored[1].version + 1
-            final = r == len(parts) - 1
-            for path in claim_acks if final else ():
-                t.delete(path)
-            sent.append((m, d, {tp: added[tp] for tp in parts[r]}, versions, final,
-                         t.commit_async() if t.operations else None))
+            part = parts[r]
+            sent.append((m, d, part, r == len(parts) - 1,
+                         part.transaction(client).commit_async() if part.ops else None))
         wait_in_order([a for *_, a in sent if a is not None])
-        for m, d, part, versions, final, a in sent:
+        for m, d, part, final, a in sent:
             if a is not None and any(isinstance(x, Exception) for x in a.get()):
                 refused.append(m)  # an owner node still held, or an offset written meanwhile
                 continue
-            m.owned.update(part)
-            m.tokens.update(versions)
-            for topic, p in part:
+            m.owned.update(part.partitions)
+            m.tokens.update(part.tokens)
+            for topic, p in part.partitions:
                 m.offsets_listed.setdefault(topic, set()).add(p)
             if final:
                 _applied(m, d)
     return refused
 
 
-def _release_parts(client, m: LightMember, partitions, deletes: List[str]):
-    """The transactions of a release, as a member writes them: its owner nodes deleted, each
-    with a check of its token, CLAIM_PARTITIONS a transaction; ``deletes`` with the last."""
-    order = list(partitions)
-    chunks = [order[i:i + CLAIM_PARTITIONS] for i in range(0, len(order), CLAIM_PARTITIONS)] or [[]]
-    parts = []
-    for k, chunk in enumerate(chunks):
-        t = client.transaction()
-        for tp in chunk:
-            if tp in m.tokens:
-                t.check(protocol.offsets_path(m.group, *tp), m.tokens[tp])
-            t.delete(protocol.owners_path(m.group, *tp))
-        for path in deletes if k == len(chunks) - 1 else ():
-            t.delete(path)
-        parts.append(t)
-    return parts
+def _release_parts(m: LightMember, partitions, deletes: List[str]):
+    """The transactions of a release, as a member writes them (every partition it owns has a
+    token): its owner nodes deleted, each with a check of its token, CLAIM_PARTITIONS a
+    transaction; ``deletes`` with the last."""
+    return release_transactions(m.group, {tp: m.tokens[tp] for tp in partitions}, deletes=deletes)
 
 
 def _leave(client, m: LightMember) -> None:
@@ -327,8 +304,8 @@ def _leave(client, m: LightMember) -> None:
     m.left = True
     base = protocol.channel_path(m.group, m.consumer_id)
     commands = [f"{base}/{c}" for c in sorted(client.get_children(base))]
-    for t in _release_parts(client, m, m.owned, commands + [protocol.ids_path(m.group, m.consumer_id)]):
-        t.commit_async().get()
+    for part in _release_parts(m, m.owned, commands + [protocol.ids_path(m.group, m.consumer_id)]):
+        part.transaction(client).commit_async().get()
     m.owned.clear()
     m.tokens.clear()
 
@@ -346,14 +323,15 @@ def _children(pending) -> List[str]:
 
 
 def _stored(pending):
-    """(data, stat) of an offsets znode read, or None where it was not read (none was listed)
-    or is gone."""
+    """(data, version) of an offsets znode read; version None where it was not read (none was
+    listed) or is gone."""
     if pending is None:
-        return None
+        return protocol.NO_OFFSET, None
     try:
-        return pending.get()
+        raw, stat = pending.get()
     except NoNodeError:
-        return None
+        return protocol.NO_OFFSET, None
+    return raw, stat.version
 
 
 def _quietly(pending) -> None:
