@@ -24,7 +24,7 @@ class TopicPartition(NamedTuple):
 
 class ConsumerRecord(NamedTuple):
     """One record as read from a data plane (field names as in kafka-python). Records read
-    from Kafka are :class:`KafkaRecord`\ s: ConsumerRecords whose fields are read when asked for."""
+    from Kafka are KafkaRecords: ConsumerRecords whose fields are read when asked for."""
     topic: str
     partition: int
     offset: int
