@@ -39,12 +39,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from coordinator import protocol
 from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS, default_data_dir
-from coordinator.errors import InvalidConfig, UnknownTopic, ZkGroupsError
+from coordinator.errors import InvalidConfig, ZkGroupsError
 from coordinator.kafka import check_bootstrap_servers
 from coordinator.metrics import MetricsServer, check_port
-from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
-from consumer.dataplane import DataPlane, bootstrap_servers_from, open_data_plane
+from consumer.dataplane import (DataPlane, bootstrap_servers_from, open_data_plane, registered_partitions,
+                                topic_partitions)
 from consumer.records import TopicPartition
 from consumer.spark.batching import BatchEnd
 from consumer.spark.executor import Batch, WorkerSpec, WorkerSummary, read_committed, task
@@ -606,25 +606,6 @@ class _WorkerPool:
                               f"{self.job.death_window_s:g} s (at most {self.job.max_worker_deaths}): {cause}")
         self.job.request_stop()  # the others flush, commit and leave
         return False
-
-
-def topic_partitions(plane: DataPlane, client, topics: Sequence[str]) -> Dict[str, int]:
-    """{topic: partition count}: the topic registry in ZooKeeper for the embedded log, Kafka's
-    metadata on Kafka (whose topics the coordinator learns from a Kafka in ZooKeeper mode or
-    its topic mirror). Raises UnknownTopic for a topic that is not there."""
-    if plane.name != "kafka":
-        return registered_partitions(client, topics)
-    counts = plane.partition_counts(topics)
-    for t in topics:
-        if t not in counts:
-            raise UnknownTopic(t)
-    return counts
-
-
-def registered_partitions(client, topics: Sequence[str]) -> Dict[str, int]:
-    """{topic: partition count} from ZooKeeper's topic registry (UnknownTopic if one is not there)."""
-    registry = TopicRegistry(client)
-    return {t: registry.partitions(t) for t in topics}
 
 
 def _job_bootstrap_servers(given: Optional[str], in_config: Optional[str]) -> str:

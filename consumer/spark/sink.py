@@ -123,27 +123,29 @@ def _schema():
     ])
 
 
-def records_table(tp, recs):
+def records_table(tp, recs, headers: bool = True):
     """One partition's contiguous records as an Arrow table of :func:`_schema` (Spark's Kafka
-    source columns). Each column is taken from the records in C (:func:`~consumer.records.column`, one
-    ``pa.array`` call); the offsets of a contiguous run are a range, the constant columns are
-    repeated scalars, and a batch without keys or headers gets those columns built at once."""
+    source columns). Each column is taken from the records in C (:func:`~consumer.records.column`,
+    one ``pa.array`` call); the offsets of a contiguous run are a range, the constant columns
+    are repeated scalars, and a batch without keys or headers gets those columns built at once.
+    ``headers=False``: the headers column is null (not read)."""
     import pyarrow as pa
 
     n = len(recs)
     keys = column(recs, "key")
-    headers = column(recs, "headers")
+    found = column(recs, "headers") if headers else None
     return _table(tp, recs[0].offset, n,
                   pa.nulls(n, pa.binary()) if keys.count(None) == n else pa.array(keys, pa.binary()),
                   pa.array(column(recs, "value"), pa.binary()), column(recs, "timestamp"),
-                  headers if any(headers) else None)
+                  found if found and any(found) else None, headers)
 
 
-def columns_table(tp, chunks):
+def columns_table(tp, chunks, headers: bool = True):
     """The same table as :func:`records_table`, from the embedded log's :class:`Columns` of a
     contiguous run (``Log.fetch_columns``, ``Consumer.poll_columns``): keys and values made
     from the stored bytes by Arrow, a chunk per stored batch, the other columns once for the
-    whole run; in C, with no Python object per record (headers aside)."""
+    whole run; in C, with no Python object per record (headers aside; ``headers=False``: the
+    headers column is null)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -169,22 +171,25 @@ def columns_table(tp, chunks):
             keys.append(pa.Array.from_buffers(pa.binary(), n, [validity, key_offsets.buffers()[1],
                                                                pa.py_buffer(memoryview(c.buf)[first:last])]))
         timestamps += c.timestamps
-    headers = None
-    if any(c.headers is not None and any(c.headers) for c in chunks):
-        headers = list(chain.from_iterable(repeat((), c.count) if c.headers is None else c.headers for c in chunks))
+    found = None
+    if headers and any(c.headers is not None and any(c.headers) for c in chunks):
+        found = list(chain.from_iterable(repeat((), c.count) if c.headers is None else c.headers for c in chunks))
     return _table(tp, chunks[0].base if chunks else 0, len(timestamps), pa.chunked_array(keys, pa.binary()),
-                  pa.chunked_array(values, pa.binary()), timestamps, headers)
+                  pa.chunked_array(values, pa.binary()), timestamps, found, headers)
 
 
-def _table(tp, first: int, n: int, keys, values, timestamps, headers):
+def _table(tp, first: int, n: int, keys, values, timestamps, headers, with_headers: bool = True):
     """The table of :func:`_schema` of ``n`` records of ``tp`` from offset ``first``: ``keys``
     and ``values`` as Arrow arrays, ``timestamps`` (ms) as an array or an iterable, ``headers``
-    a sequence of (key, value) pairs per record, falsy for none (None: no record has any)."""
+    a sequence of (key, value) pairs per record, falsy for none (None: no record has any);
+    ``with_headers=False``: a null headers column."""
     import pyarrow as pa
 
     schema = _schema()
     header_type = schema.field("headers").type
-    if headers is not None:
+    if not with_headers:
+        header_col = pa.nulls(n, header_type)
+    elif headers is not None:
         header_col = pa.array([[{"key": k, "value": v} for k, v in h or ()] for h in headers], header_type)
     else:
         header_col = pa.ListArray.from_arrays(_fixed_width(pa.int32(), "i", bytes(4 * (n + 1)), n + 1),
