@@ -34,8 +34,8 @@ from kazoo.client import KazooClient
 from coordinator import config as cfg
 from coordinator import protocol
 from coordinator.assignors import STRATEGIES
-from coordinator.errors import (FetchFailed, IllegalStateError, InvalidConfig, NoOffsetForPartition,
-                                OffsetOutOfRange, ZkGroupsError)
+from coordinator.errors import (CommitFailedError, FetchFailed, IllegalStateError, InvalidConfig,
+                                NoOffsetForPartition, OffsetOutOfRange, ZkGroupsError)
 from coordinator.acl import parse_auth
 from coordinator.metrics import check_port
 from coordinator.zkclient import close_client, start_client
@@ -63,19 +63,19 @@ class WakeupException(ZkGroupsError):
 @dataclass
 class ConsumerConfig:
     auto_offset_reset: str = "latest"          # earliest | latest | none (no committed offset)
-    enable_auto_commit: bool = True
-    auto_commit_interval_ms: int = 5000
-    max_poll_records: int = 500
-    max_poll_interval_ms: int = 300000
-    session_timeout_ms: int = cfg.DEFAULT_SESSION_TIMEOUT_MS
-    fetch_max_bytes: int = 52428800
-    max_partition_fetch_bytes: int = 1048576
-    fetch_max_wait_ms: int = 100
-    client_id: str = "zkgroups"
+    enable_auto_commit: bool = True            # commit positions from poll() and before partitions are revoked
+    auto_commit_interval_ms: int = 5000        # at most this often
+    max_poll_records: int = 500                # records one poll() returns at most, fairly across partitions
+    max_poll_interval_ms: int = 300000         # no poll() for this long: leave the group (rejoin on the next poll)
+    session_timeout_ms: int = cfg.DEFAULT_SESSION_TIMEOUT_MS   # the ZooKeeper session: liveness
+    fetch_max_bytes: int = 52428800            # bytes one fetch reads at most
+    max_partition_fetch_bytes: int = 1048576   # bytes one fetch reads from a partition at most
+    fetch_max_wait_ms: int = 100               # idle partitions are looked at again this often
+    client_id: str = "zkgroups"                # shown in groups describe and the metrics
     assignment_strategy: tuple = ("sticky", "range")   # preferred first; range: what older members list
     start_position: str = "committed"          # committed | earliest | latest | timestamp (seed 002)
-    start_timestamp_ms: int = 0
-    connect_timeout_s: float = 10.0
+    start_timestamp_ms: int = 0                # for start_position = "timestamp"
+    connect_timeout_s: float = 10.0            # to connect (else ZooKeeperUnavailable); a later loss is waited out
     bootstrap_servers: str = ""                # Kafka brokers; "" (and no KAFKA_BOOTSTRAP_SERVERS): the embedded log
     kafka_commit_offsets: bool = False         # also copy commits to Kafka (after ZooKeeper's) for Kafka's tools
     metrics_port: Optional[int] = None         # serve Prometheus metrics on this port (0: any free one); None: off
@@ -235,6 +235,10 @@ class Consumer:
     others; while another live process holds the same instance id the constructor (or, after a
     session loss, ``poll()``) raises FencedInstanceIdError.
 
+    The constructor connects to ZooKeeper within ``connect_timeout_s`` (ZooKeeperUnavailable,
+    retriable, if it cannot); once connected, a connection lost while it joins the group is
+    waited out as while it runs, with one warning every ``connect_timeout_s``.
+
     States (:class:`ConsumerState`), changed through ``_set_state`` under ``_state_lock``::
 
         ACTIVE ──poll() not called within max_poll_interval_ms──▶ EVICTED ──poll()──▶ ACTIVE
@@ -320,7 +324,7 @@ class Consumer:
                                        session_timeout_ms=self.config.session_timeout_ms,
                                        group_instance_id=self.config.group_instance_id or None,
                                        static_grace_ms=self.config.static_grace_ms or None)
-            self._member.start()
+            self._member.start(report_every=self.config.connect_timeout_s)
         except BaseException:
             if self._metrics is not None:
                 self._metrics.close()
@@ -683,9 +687,12 @@ class Consumer:
         """Commit ``offsets`` ({partition: next offset to consume}, or OffsetAndMetadata-like
         objects with ``.offset``; default: the positions of every record returned so far).
 
-        Raises CommitFailedError for a partition this member does not own (never assigned, or
-        claimed by another member since), ZooKeeperUnavailable (retriable) when ZooKeeper cannot
-        be reached within a session timeout, IllegalStateError once closed."""
+        Raises CommitFailedError for partitions this member does not own (never assigned, or
+        claimed by another member since), after the others were written (its ``partitions``
+        names the refused ones); ZooKeeperUnavailable (retriable) when ZooKeeper cannot be
+        reached within a session timeout; IllegalStateError once closed. Offsets of more than
+        ``consumer.member.COMMIT_PARTITIONS`` partitions are written in several transactions:
+        after ZooKeeperUnavailable, those written before it stay written."""
         self._check_open()
         if offsets is None:
             offsets = self._positions_of(self._member.owned())
@@ -694,10 +701,15 @@ class Consumer:
             changed = {tp: o for tp, o in offsets.items() if self._committed_positions.get(tp) != o}
         if not changed:
             return
-        if self._metrics is not None:
-            self._metrics.timed_commit(self._member.commit, changed)
-        else:
-            self._member.commit(changed)
+        try:
+            if self._metrics is not None:
+                self._metrics.timed_commit(self._member.commit, changed)
+            else:
+                self._member.commit(changed)
+        except CommitFailedError as e:  # the partitions it does not name were written
+            with self._commit_lock:
+                self._committed_positions.update({tp: o for tp, o in changed.items() if tp not in e.partitions})
+            raise
         with self._commit_lock:
             self._committed_positions.update(changed)
         if self.config.kafka_commit_offsets:

@@ -31,8 +31,17 @@ Implements seed 004 (KIP-41, ``max.poll.records``):
   ``poll()`` after one) drops the buffers and reads again from the positions, as a ``seek``
   to each position does, so nothing is skipped or handed out twice.
 * **Idle partitions** (no new data) are re-checked every ``fetch_max_wait_ms``; appends by
-  other processes are therefore seen within about that long. The thread sleeps on a
-  condition in between; it never spins.
+  other processes are therefore seen within about that long. A fetcher re-checks at most
+  :data:`IDLE_CHECKS_PER_S` idle partitions a second, though: with more partitions than
+  ``fetch_max_wait_ms`` × that (100 with the defaults) each is re-checked once per
+  ``partitions / IDLE_CHECKS_PER_S`` seconds (1,000 partitions: once a second), so what a
+  consumer spends looking at partitions with nothing new stays bounded however many it owns
+  (each look is a read of the log's directory, ~50 µs; a thousand idle partitions every
+  100 ms took half a core per consumer). Partitions with data are read back to back as
+  before. The thread sleeps on a condition in between; it never spins. With nothing due it
+  sleeps at least 1/:data:`IDLE_SWEEPS` of ``fetch_max_wait_ms`` and re-checks the partitions
+  that fell due meanwhile in one sweep; while nothing is buffered, neither it nor ``poll()``
+  walks the assignment.
 
 Thread-safety and guarantees
 ----------------------------
@@ -93,6 +102,11 @@ MIN_FETCH_CHUNK = 500
 MIN_IDLE_WAIT_MS = 1
 #: Pause of the prefetch thread after a bug in its own loop (not a fetch error: those park).
 ERROR_BACKOFF_S = 0.1
+#: With no partition due, a fetch waits at least fetch_max_wait_ms / IDLE_SWEEPS: the idle
+#: partitions that fall due meanwhile are then re-checked together, in one walk of the rotation.
+IDLE_SWEEPS = 8
+#: Idle partitions a fetcher re-checks per second at most, in all (see the module docstring).
+IDLE_CHECKS_PER_S = 1000
 
 
 class _Partition:
@@ -250,6 +264,10 @@ class Fetcher:
         self._wakeup = False
         self._closed = False
         self._columns = False                   # buffers hold Columns (poll_columns), not records
+        # False only once a drain found nothing buffered for unpaused partitions; set again
+        # whenever records arrive or partitions resume. While it is False, poll() and the
+        # prefetch thread know without a walk of the assignment that nothing is buffered.
+        self._drainable = False
         self._thread: Optional[threading.Thread] = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -393,6 +411,7 @@ class Fetcher:
                 st = self._parts.get(TopicPartition(*tp))
                 if st is not None:
                     st.paused = False
+            self._drainable = True
             self._fetch_cv.notify_all()
             self._data_cv.notify_all()
 
@@ -524,6 +543,7 @@ class Fetcher:
                 st.chunks.extendleft(reversed(items) if columns else (st.chunk_of(items),))
                 st.count += end - first
                 st.position = first
+                self._drainable = True
             self._data_cv.notify_all()
 
     def _switch_form(self, columns: bool) -> None:
@@ -553,7 +573,7 @@ class Fetcher:
         to ``drained``: its error is reported now (see Errors)."""
         size = len(self._order)
         result = {}
-        if not size:
+        if not size or not self._drainable:
             return result
         start = i = self._poll_next
         for i, st in self._rotation(start):
@@ -568,6 +588,7 @@ class Fetcher:
                     break
         else:
             i = start  # went all the way round (all drained): rotate the start by one
+            self._drainable = False
         if result:
             self._poll_next = i + 1 if i + 1 < size else 0
         return result
@@ -597,9 +618,10 @@ class Fetcher:
                 wait = None
                 if not self._busy:
                     retained = 0
-                    for st in self._parts.values():
-                        if not st.paused:
-                            retained += st.count
+                    if self._drainable:
+                        for st in self._parts.values():
+                            if not st.paused:
+                                retained += st.count
                     if retained < self.max_poll_records:
                         job, wait = self._pick(time.monotonic())
                         if job is not None:
@@ -632,6 +654,8 @@ class Fetcher:
             delay = st.next_fetch - now
             if wait is None or delay < wait:
                 wait = delay
+        if wait is not None:
+            wait = max(wait, self._idle_wait / IDLE_SWEEPS)
         return None, wait
 
     def _current(self, st: _Partition, epoch: int) -> bool:
@@ -675,15 +699,14 @@ class Fetcher:
                 if count:
                     took = time.monotonic() - started
                     self._read_s += (took - self._read_s) / 8  # moving average
-                    st.chunks.extend(chunks)
-                    st.count += count
+                    self._keep(st, chunks, count)
                     st.fetch_offset = last = end
                     if st.highwater is None or last > st.highwater:
                         st.highwater = last
                 else:
                     # Nothing new: offset == latest. Look again after fetch_max_wait_ms.
                     st.highwater = offset
-                    st.next_fetch = time.monotonic() + self._idle_wait
+                    st.next_fetch = time.monotonic() + max(self._idle_wait, len(self._order) / IDLE_CHECKS_PER_S)
                 return
             if not self._park(st, offset, exc):
                 return
@@ -700,6 +723,12 @@ class Fetcher:
             st.unreported = offset
             return False
         return True
+
+    def _keep(self, st: _Partition, chunks: list, count: int) -> None:
+        """Under the lock: buffer the ``count`` records a read of ``st`` brought (in ``chunks``)."""
+        st.chunks.extend(chunks)
+        st.count += count
+        self._drainable = True
 
     def _release_slot(self) -> None:
         # The prefetch thread is not woken here: after its own read it loops anyway, and after

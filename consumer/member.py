@@ -48,7 +48,15 @@ Guarantees
   version read just before; the member remembers the new version. Every commit is a
   ``set_data`` at exactly that version. So once another member has claimed the partition,
   no commit of this one can land, whatever it was doing (paused, cut off, late), and the new
-  owner starts from the last offset committed before its claim.
+  owner starts from the last offset committed before its claim. Each partition has its own
+  token: a commit writes the partitions still held and refuses the others by name. A write
+  whose answer was lost is checked before the partition is written again (``_settle_uncertain``):
+  the token is dropped only on proof that the partition was lost.
+* **Bounded writes.** A claim, a commit or a release of many partitions is written in
+  transactions of at most :data:`CLAIM_PARTITIONS` partitions (:data:`COMMIT_PARTITIONS` for
+  a commit), one after the other, each fenced as above for its partitions; the acks and the
+  registration go with the last. ZooKeeper handles every client's writes one at a time: one
+  transaction of thousands of operations would hold every other session's requests back.
 * Readers outside the group (a Spark query reading its topics) commit through
   :func:`commit_unowned`: only forward, only where no live member owns the partition, and
   compare-and-set on the same znode, so a claim in between wins.
@@ -62,10 +70,12 @@ Guarantees
   handed out either (:meth:`wait_connected`).
 * Commands are applied in channel order; which apply is :func:`consumer.commands.decide`.
   When a stop-fetcher and a start-fetcher are both waiting, only partitions that really move
-  are released. Commands that do not apply are acked and change nothing.
+  are released. Commands that do not apply are acked and change nothing. Every partition a
+  claim took is handed to the listener, also when a newer command or an error cut the claim
+  short, so none is owned and never fetched.
 * A partition the listener cannot serve once claimed (its data cannot be opened) is released
   at once, nothing committed, never kept half-applied: the coordinator finds it not owned at
-  its next check and assigns it again (:meth:`GroupMember._release_unserved` says why this
+  its next check and assigns it again (``GroupMember._release_unserved()`` says why this
   and not another member).
 * After a session expiry the member reports its partitions lost and registers again, coping
   with its own registration still held by the dead session (KAFKA-1387).
@@ -97,7 +107,7 @@ from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
 from coordinator.errors import (AuthFailed, CommitFailedError, CorruptZnode, FencedInstanceIdError, InvalidConfig,
                                ZooKeeperUnavailable)
 from coordinator.protocol import Command, Registration
-from coordinator.zkclient import UNREACHABLE, TransactionFailed, commit, session_id, wait_in_order
+from coordinator.zkclient import LOST_CONNECTION, UNREACHABLE, TransactionFailed, commit, session_id, wait_in_order
 from consumer import commands as channel
 from consumer.records import TopicPartition
 
@@ -110,6 +120,38 @@ LEASE_FRACTION = 0.5
 NO_COORDINATOR_WARNING_S = 5.0
 #: The member thread's housekeeping interval while nothing happens.
 HOUSEKEEPING_S = 1.0
+#: A claim creates the owner nodes of at most this many partitions per transaction (and
+#: writes as many offsets znodes), one transaction after the other. ZooKeeper runs the writes
+#: of all its clients one at a time, so one transaction of thousands of operations holds up
+#: every other session's requests, heartbeats included, and costs it more per operation than
+#: several small ones (10 members claiming 900 new partitions each: one transaction each, other
+#: sessions waited 2-3 s; 100 partitions a transaction, 0.2-0.3 s, and all was claimed sooner).
+CLAIM_PARTITIONS = 100
+#: A commit writes the offsets of at most this many partitions per transaction.
+COMMIT_PARTITIONS = 2 * CLAIM_PARTITIONS
+
+#: Why a commit of a partition is refused (:func:`refusal` fills in the verb).
+CLAIMED_SINCE = "{was} claimed by another member after this one"
+NOT_OWNED = "{is} not owned by this member"
+HOLD_LOST = "{is} no longer held by this member (its owner node was deleted or taken over)"
+SESSION_ENDED = "{was} owned by a ZooKeeper session that ended"
+#: A refusal names at most this many partitions per reason.
+REFUSALS_NAMED = 10
+
+
+def refusal(refused: Dict[TopicPartition, str], written: int = 0) -> CommitFailedError:
+    """The CommitFailedError for ``refused`` ({partition: one of the reasons above}); ``written``:
+    how many partitions of the same commit were written."""
+    reasons = []
+    for why in sorted(set(refused.values())):
+        partitions = sorted(tp for tp, w in refused.items() if w == why)
+        names = ", ".join(str(tp) for tp in partitions[:REFUSALS_NAMED])
+        if len(partitions) > REFUSALS_NAMED:
+            names += f" and {len(partitions) - REFUSALS_NAMED} more"
+        one = len(partitions) == 1
+        reasons.append(f"{names} " + why.format(was="was" if one else "were", **{"is": "is" if one else "are"}))
+    others = f" ({written} other partition{'s' if written != 1 else ''} committed)" if written else ""
+    return CommitFailedError(f"commit refused: {'; '.join(reasons)}{others}", refused)
 
 
 def new_consumer_id(group: str) -> str:
@@ -133,6 +175,21 @@ def decode_commands(gets) -> List[Tuple[str, Union[Command, str]]]:
     return commands
 
 
+def _children(pending) -> List[str]:
+    """A get_children answer; [] if the directory is gone (it is made before a claim: gone
+    means nothing is held, no offsets znode exists)."""
+    try:
+        return pending.get()
+    except NoNodeError:
+        return []
+
+
+def partition_numbers(names) -> Set[int]:
+    """The partition numbers among the child names of an owners/ or offsets/ directory
+    (anything else found there is no partition of ours)."""
+    return {int(n) for n in names if n.isascii() and n.isdigit()}
+
+
 class MemberListener:
     """What the consumer provides; called on the member thread."""
 
@@ -145,7 +202,7 @@ class MemberListener:
                committed: Dict[TopicPartition, Optional[int]]) -> Optional[Dict[TopicPartition, BaseException]]:
         """``added`` partitions (with their stream) are owned now; start fetching them. Return
         those that cannot be served (the data plane cannot open them), each with why: the
-        member releases them (see :meth:`GroupMember._release_unserved`)."""
+        member releases them (see ``GroupMember._release_unserved()``)."""
         return None
 
     def lost(self, partitions: Set[TopicPartition]) -> None:
@@ -243,6 +300,10 @@ class GroupMember:
         self._renewing = False
         self._known_offset_dirs: Set[str] = set()
         self._unserved: Set[TopicPartition] = set()   # claimed, refused by the listener, release pending
+        # Per topic: the partitions whose offsets znodes the last listing of offsets/<topic>
+        # showed (and the ones this member created since). A claim reads the offsets znodes
+        # of these with its listings; a new partition has none to read. Member thread only.
+        self._offsets_listed: Dict[str, Set[int]] = {}
         self._applied = channel.NOTHING_APPLIED
         self._epoch_path: Optional[str] = None   # this group's shard epoch znode, once known
         # The number of the last command seen in the channel (-1: a channel we made, none yet;
@@ -264,37 +325,74 @@ class GroupMember:
 
     # ------------------------------------------------------------ lifecycle
 
-    def start(self) -> "GroupMember":
-        """Register and start the member thread (once; ZooKeeperUnavailable if ZooKeeper is not reachable)."""
+    def start(self, report_every: float = 10.0) -> "GroupMember":
+        """Register and start the member thread (once).
+
+        A connection lost meanwhile is waited out, as the member does while it runs: it tries
+        again once the client has reconnected (kazoo reconnects by itself, to a new session if
+        the old one expired), saying so once every ``report_every`` seconds. Raises AuthFailed
+        if ZooKeeper refuses this identity, FencedInstanceIdError (static membership),
+        ZooKeeperUnavailable if the client was closed or ZooKeeper refused the join otherwise."""
         if self._state is not MemberState.NEW:
             raise RuntimeError("a GroupMember starts once")
-        c, g, cid = self.client, self.group, self.consumer_id
+        # Listening first: a session that expires while the member joins is noticed (the
+        # member thread registers again), never left with its registration gone.
+        self.client.add_listener(self._on_connection_state)
         try:
-            # The group's directories (and those of the topics it names) usually exist: look at
-            # all, at this member's channel and at the shard count in one round trip, create the
-            # missing directories; a new channel is created with the registration, in one write.
-            shards = c.get_async(protocol.SHARDS)
-            topics = sorted(self.registration.subscription) if self.registration.pattern == protocol.PATTERN_STATIC \
-                else []
-            channel_async = c.exists_async(protocol.channel_path(g, cid))
-            self._ensure_paths([protocol.ids_path(g), protocol.channel_path(g), protocol.owners_path(g),
-                                protocol.offsets_path(g)]
-                               + [d for t in topics for d in (protocol.owners_path(g, t), protocol.offsets_path(g, t))])
-            self._known_offset_dirs.update(topics)
-            new_channel = channel_async.get() is None
-            if new_channel:
-                self._last_command = -1
-            self._learn_epoch_path(shards)
-            self._register(create_channel=new_channel)
-        except NoAuthError:
-            raise AuthFailed(f"cannot join group {g}: ZooKeeper refused this identity (the group is bound to "
-                             "another one, or none was given)") from None
-        except KazooException as e:
-            raise ZooKeeperUnavailable(f"cannot join group {g}: {type(e).__name__}") from None
-        c.add_listener(self._on_connection_state)
-        self._thread = threading.Thread(target=self._run, name=f"member-{cid[-8:]}", daemon=True)
+            self._join(report_every)
+        except BaseException:
+            self.client.remove_listener(self._on_connection_state)
+            raise
+        self._thread = threading.Thread(target=self._run, name=f"member-{self.consumer_id[-8:]}", daemon=True)
         self._thread.start()
         return self
+
+    def _join(self, report_every: float) -> None:
+        """:meth:`_join_once` until it is done; a lost connection is waited out (one line per
+        ``report_every`` seconds), anything else ZooKeeper answers ends it."""
+        g, waiting_since, next_report = self.group, None, 0.0
+        while True:
+            if self.client.connected:
+                try:
+                    self._join_once()
+                    return
+                except NoAuthError:
+                    raise AuthFailed(f"cannot join group {g}: ZooKeeper refused this identity (the group is bound "
+                                     "to another one, or none was given)") from None
+                except LOST_CONNECTION as e:
+                    cause = type(e).__name__
+                except KazooException as e:
+                    raise ZooKeeperUnavailable(f"cannot join group {g}: {type(e).__name__}") from None
+            else:
+                cause = "not connected"
+            now = time.monotonic()
+            waiting_since = waiting_since or now
+            if now >= next_report:
+                log.warning("member %s: cannot join group %s yet: ZooKeeper connection lost (%s); waiting for it "
+                            "(%.0f s so far)", self.consumer_id, g, cause, now - waiting_since)
+                next_report = now + report_every
+            time.sleep(0.1)
+
+    def _join_once(self) -> None:
+        """Make the group's directories that are missing and register. Every step may be done
+        again: a lost connection retries all of it."""
+        c, g, cid = self.client, self.group, self.consumer_id
+        # The group's directories (and those of the topics it names) usually exist: look at
+        # all, at this member's channel and at the shard count in one round trip, create the
+        # missing directories; a new channel is created with the registration, in one write.
+        shards = c.get_async(protocol.SHARDS)
+        topics = sorted(self.registration.subscription) if self.registration.pattern == protocol.PATTERN_STATIC \
+            else []
+        channel_async = c.exists_async(protocol.channel_path(g, cid))
+        self._ensure_paths([protocol.ids_path(g), protocol.channel_path(g), protocol.owners_path(g),
+                            protocol.offsets_path(g)]
+                           + [d for t in topics for d in (protocol.owners_path(g, t), protocol.offsets_path(g, t))],
+                           listed=topics)
+        self._known_offset_dirs.update(topics)
+        new_channel = channel_async.get() is None
+        self._last_command = -1 if new_channel else None
+        self._learn_epoch_path(shards)
+        self._register(create_channel=new_channel)
 
     def close(self, timeout: float = 30.0) -> None:
         """Leave the group: revoke (commit), release owners, deregister — one transaction. Once."""
@@ -612,42 +710,46 @@ class GroupMember:
 
     def _release(self, offsets: Dict[TopicPartition, int], release: Set[TopicPartition], deletes: List[str],
                  what: str) -> None:
-        """One transaction: commit ``offsets`` (fenced), release the owner nodes of ``release``
-        and delete ``deletes`` (acks, the registration). An owner node is deleted only together
-        with a check of the partition's token, so a member that lost a partition never deletes
-        its new owner's node. If the whole cannot apply, the commit is tried alone and the rest
-        is done piece by piece: nothing stays held because one part failed."""
+        """Commit ``offsets`` (fenced), release the owner nodes of ``release`` and delete
+        ``deletes`` (acks, the registration): one transaction, or one per
+        :data:`CLAIM_PARTITIONS` released partitions, one after the other, ``deletes`` in the
+        last. A partition's owner node is deleted in the transaction that writes its offset, or
+        together with a check of its token, so a member that lost a partition never deletes its
+        new owner's node. If a transaction cannot apply, the commit of what is left is tried
+        alone and the rest is done piece by piece: nothing stays held because one part failed."""
         with self._commit_lock:
             self._settle_uncertain(set(offsets) | set(release))
-            t = self.client.transaction()
             try:
-                writes = self._fenced_writes(t, offsets)
-            except (CommitFailedError, ZooKeeperUnavailable) as e:
+                writes, refused = self._fenced_offsets(offsets)
+            except ZooKeeperUnavailable as e:
                 log.warning("member %s: %s without committing: %s", self.consumer_id, what, e)
-                writes = []
-            written = {tp for tp, _, _ in writes}
+                writes, refused = [], {}
+            if refused:
+                log.warning("member %s: %s: %s", self.consumer_id, what, refusal(refused))
             tokens = self._tokens_of(release)
-            for tp, token in tokens.items():
-                if tp not in written:
-                    t.check(protocol.offsets_path(self.group, tp.topic, tp.partition), token)
-                t.delete(protocol.owners_path(self.group, tp.topic, tp.partition))
-            for path in deletes:
-                t.delete(path)
-            try:
-                commit(t, timeout=self._session_timeout_s)
-                self._written(writes)
-                return
-            except TransactionFailed as e:
-                refused = e.index < len(writes)
-            log.info("member %s: %s did not apply atomically (%s); going on step by step", self.consumer_id,
-                     what, "a commit was refused" if refused else "a node was gone or a partition was claimed")
-            if writes and not refused:
+            done: Set[TopicPartition] = set()   # released, or written, by a transaction that applied
+            for t, part_writes, part in self._release_parts(writes, tokens, deletes):
                 try:
-                    self._commit_locked(offsets)
+                    if t.operations:
+                        commit(t, timeout=self._session_timeout_s)
+                    self._written(part_writes)
+                    done |= set(part) | {tp for tp, _, _ in part_writes}
+                except TransactionFailed as e:
+                    failed = "a commit was refused" if e.index < len(part_writes) else \
+                        "a node was gone or a partition was claimed"
+                    break
+            else:
+                return
+            log.info("member %s: %s did not apply atomically (%s); going on step by step", self.consumer_id,
+                     what, failed)
+            left = {tp: offset for tp, offset in offsets.items() if tp not in done and tp not in refused}
+            if writes and left:
+                try:
+                    self._commit_locked(left)
                 except (CommitFailedError, ZooKeeperUnavailable) as e:
                     log.warning("member %s: %s: %s", self.consumer_id, what, e)
             pending = []
-            for tp, token in self._tokens_of(release).items():
+            for tp, token in self._tokens_of(set(release) - done).items():
                 t = self.client.transaction()
                 t.check(protocol.offsets_path(self.group, tp.topic, tp.partition), token)
                 t.delete(protocol.owners_path(self.group, tp.topic, tp.partition))
@@ -658,6 +760,29 @@ class GroupMember:
                     a.get(timeout=self._session_timeout_s)
                 except UNREACHABLE:
                     pass
+
+    def _release_parts(self, writes, tokens: Dict[TopicPartition, int], deletes: List[str]):
+        """The transactions of a release: (transaction, the offsets writes in it, the partitions
+        it releases) each; every transaction's writes come first (a refusal's index says it)."""
+        by_partition = {w[0]: w for w in writes}
+        released = list(tokens)
+        chunks = [released[i:i + CLAIM_PARTITIONS] for i in range(0, len(released), CLAIM_PARTITIONS)] or [[]]
+        parts = []
+        for k, chunk in enumerate(chunks):
+            t = self.client.transaction()
+            part_writes = [by_partition[tp] for tp in chunk if tp in by_partition]
+            if k == 0:  # offsets of partitions kept are written with the first
+                part_writes = [w for w in writes if w[0] not in tokens] + part_writes
+            self._add_writes(t, part_writes)
+            for tp in chunk:
+                if tp not in by_partition:
+                    t.check(protocol.offsets_path(self.group, tp.topic, tp.partition), tokens[tp])
+                t.delete(protocol.owners_path(self.group, tp.topic, tp.partition))
+            if k == len(chunks) - 1:
+                for path in deletes:
+                    t.delete(path)
+            parts.append((t, part_writes, chunk))
+        return parts
 
     def _tokens_of(self, partitions) -> Dict[TopicPartition, int]:
         """The tokens of ``partitions`` that this member still holds (a partition whose token
@@ -752,11 +877,23 @@ class GroupMember:
             return
         self._epoch_path = protocol.shard_epoch_path(protocol.shard_of(self.group, count))
 
-    def _ensure_paths(self, paths: List[str]) -> None:
-        """Create those of ``paths`` that are missing, looking at all of them in one round trip."""
-        for path, exists in [(path, self.client.exists_async(path)) for path in paths]:
-            if exists.get() is None:
+    def _ensure_paths(self, paths: List[str], listed: Iterable[str] = ()) -> None:
+        """Create those of ``paths`` that are missing, looking at all of them in one round trip.
+        The offsets directories of the topics ``listed`` are listed rather than looked at, for
+        the first claim of their partitions (``_offsets_listed``)."""
+        listings = {protocol.offsets_path(self.group, t): t for t in listed}
+        looks = [(path, self.client.get_children_async(path) if path in listings else self.client.exists_async(path))
+                 for path in paths]
+        wait_in_order([a for _, a in looks])
+        for path, a in looks:
+            try:
+                answer = a.get()
+            except NoNodeError:
+                answer = None
+            if answer is None:
                 self.client.ensure_path(path)
+            elif path in listings:
+                self._offsets_listed[listings[path]] = partition_numbers(answer)
 
     def _process_channel(self) -> None:
         if self._state is not MemberState.JOINED:
@@ -789,7 +926,8 @@ class GroupMember:
 
     def _apply(self, target: Dict[TopicPartition, str], acks: List[str], start_path: Optional[str]) -> bool:
         """Move from the owned partitions to ``target``: revoke and release what moves away,
-        claim what is new, ack. Returns False if a newer command interrupted the claim."""
+        claim what is new, ack. Returns False if a newer command interrupted the claim (the
+        partitions claimed before that are handed to the listener all the same)."""
         owned = self.owned()
         revoked = {tp for tp, s in owned.items() if target.get(tp) != s}
         added = {tp: s for tp, s in target.items() if tp not in owned or tp in revoked}
@@ -804,18 +942,25 @@ class GroupMember:
             self._release(offsets, revoked, acks, "revoking partitions")
             self._forget(revoked)
             acks = []
-        committed = self._claim(added, acks + ([start_path] if start_path else []))
-        if committed is None:
-            return False
-        if added:
-            try:
-                refused = self.listener.assign(added, committed)
-            except Exception:
-                self._release_unserved(set(added), "starting them failed")  # never half-applied
-                raise
-            if refused:
-                self._release_unserved(set(refused), "; ".join(sorted({str(e) for e in refused.values()})))
-        return True
+        committed: Dict[TopicPartition, Optional[int]] = {}
+        try:
+            return self._claim(added, acks + ([start_path] if start_path else []), committed)
+        finally:
+            # What was claimed is handed over however the claim ended (a newer command or an
+            # error may cut it short): a partition owned and never handed over is never fetched,
+            # and the next command, which sees it owned, would neither hand it over nor revoke it.
+            if committed:
+                self._hand_over({tp: added[tp] for tp in committed}, committed)
+
+    def _hand_over(self, added: Dict[TopicPartition, str], committed: Dict[TopicPartition, Optional[int]]) -> None:
+        """Tell the listener of partitions just claimed; release those it cannot serve."""
+        try:
+            refused = self.listener.assign(added, committed)
+        except Exception:
+            self._release_unserved(set(added), "starting them failed")  # never half-applied
+            raise
+        if refused:
+            self._release_unserved(set(refused), "; ".join(sorted({str(e) for e in refused.values()})))
 
     def _release_unserved(self, partitions: Set[TopicPartition] = frozenset(), why: str = "") -> None:
         """Give up partitions just claimed that the listener cannot serve, nothing committed
@@ -853,21 +998,24 @@ class GroupMember:
                 self._tokens.pop(tp, None)
                 self._uncertain.pop(tp, None)
 
-    def _claim(self, added: Dict[TopicPartition, str], acks: List[str]) -> Optional[Dict[TopicPartition, Optional[int]]]:
-        """Claim ``added`` and delete ``acks``; return the committed offsets of ``added``, or
-        None if a newer decision or a shutdown interrupted the claim.
+    def _claim(self, added: Dict[TopicPartition, str], acks: List[str],
+               committed: Dict[TopicPartition, Optional[int]]) -> bool:
+        """Claim ``added`` and delete ``acks``; True once done, False if a newer decision or a
+        shutdown interrupted the claim. ``committed`` gets the committed offset of each
+        partition as soon as it is claimed (also when the claim is interrupted or fails later).
 
-        Each round is two round trips: one looks at which of the partitions are still held (a
-        listing of owners/<topic> per topic, whose watch wakes us when an owner node goes) and
-        reads their offsets znodes (after the listing, so a partition released before it has
-        its final commit in them); one transaction creates the owner nodes of those that are
-        free and rewrites their offsets znodes at the versions just read (the fencing token).
-        The round that claims the last of them deletes the acks too."""
+        Each round looks at which of the partitions are still held (a listing of
+        owners/<topic> per topic, whose watch wakes us when an owner node goes) and at their
+        offsets znodes (after the listing, so a partition released before it has its final
+        commit in them: see :meth:`_look_at`), in one round trip; then it claims those that are
+        free, :data:`CLAIM_PARTITIONS` a transaction, one transaction after the other: each
+        creates the owner nodes of its partitions and rewrites their offsets znodes at the
+        versions just read, or creates the ones that do not exist (the fencing token). The
+        transaction that claims the last of them deletes the acks too."""
         session = self._session()
         for topic in {tp.topic for tp in added}:
             self._ensure_dirs(topic)
         waiting = dict(added)
-        committed: Dict[TopicPartition, Optional[int]] = {}
         released = threading.Event()
 
         def watch(_event):
@@ -876,56 +1024,80 @@ class GroupMember:
         while True:
             released.clear()
             held, current = self._look_at(waiting, watch)
-            free = {tp: s for tp, s in waiting.items() if tp not in held}
+            free = [tp for tp in waiting if tp not in held]
             last = len(free) == len(waiting)  # also when there is nothing to claim: just ack
             if free or last:
-                t = self.client.transaction()
-                for tp, stream in free.items():
-                    t.create(protocol.owners_path(self.group, tp.topic, tp.partition), stream.encode(), ephemeral=True)
-                for tp in free:
-                    raw, version = current[tp]
-                    path = protocol.offsets_path(self.group, tp.topic, tp.partition)
-                    if version is None:
-                        t.create(path, protocol.NO_OFFSET)
-                    else:
-                        t.set_data(path, raw, version=version)
-                for path in acks if last else ():
-                    t.delete(path)
-                sent = time.monotonic()
+                parts = [free[i:i + CLAIM_PARTITIONS] for i in range(0, len(free), CLAIM_PARTITIONS)] or [[]]
                 try:
-                    if t.operations:
-                        commit(t)
-                    claimed = {tp: current[tp] for tp in free}
-                    tokens = {tp: 0 if version is None else version + 1 for tp, (_, version) in claimed.items()}
-                    self._record_claim(free, claimed, tokens, session, sent, committed)
-                    for tp in free:
-                        del waiting[tp]
+                    for k, part in enumerate(parts):
+                        self._claim_part({tp: waiting[tp] for tp in part}, current,
+                                         acks if last and k == len(parts) - 1 else [], session, committed)
+                        for tp in part:
+                            del waiting[tp]
                     if last:
-                        return committed
+                        return True
                     continue  # claim the others as they are released
                 except TransactionFailed as e:
-                    if isinstance(e.error, NoNodeError) and e.index >= 2 * len(free):  # an ack already gone
+                    if isinstance(e.error, NoNodeError) and e.index >= 2 * len(part):  # an ack already gone
                         acks = [p for p in acks if self.client.exists(p)]
                     # else an owner node was taken or an offset written since we looked: look again
             if self._superseded(acks):
-                return None
+                return False
             if not free and not released.wait(0.25):
                 self._adopt_own(waiting, session, committed)  # quiet for a while: is one of them ours?
 
+    def _claim_part(self, claim: Dict[TopicPartition, str], current, acks: List[str], session: int,
+                    committed: Dict[TopicPartition, Optional[int]]) -> None:
+        """One transaction: create the owner nodes of ``claim``, write their offsets znodes
+        (compare-and-set at the versions in ``current``, or create), delete ``acks``; record
+        the partitions as owned. TransactionFailed if any of it could not apply (nothing did)."""
+        t = self.client.transaction()
+        for tp, stream in claim.items():
+            t.create(protocol.owners_path(self.group, tp.topic, tp.partition), stream.encode(), ephemeral=True)
+        for tp in claim:
+            raw, version = current[tp]
+            path = protocol.offsets_path(self.group, tp.topic, tp.partition)
+            if version is None:
+                t.create(path, protocol.NO_OFFSET)
+            else:
+                t.set_data(path, raw, version=version)
+        for path in acks:
+            t.delete(path)
+        sent = time.monotonic()
+        if t.operations:
+            commit(t)
+        claimed = {tp: current[tp] for tp in claim}
+        tokens = {tp: 0 if version is None else version + 1 for tp, (_, version) in claimed.items()}
+        for tp in claim:
+            self._offsets_listed.setdefault(tp.topic, set()).add(tp.partition)
+        self._record_claim(claim, claimed, tokens, session, sent, committed)
+
     def _look_at(self, waiting: Dict[TopicPartition, str], watch):
-        """Which of ``waiting`` hold an owner node (listings watched by ``watch``), and the
-        offsets znodes of all of them read after the listings: one pipelined round trip."""
+        """Which of ``waiting`` hold an owner node (listings of owners/<topic> watched by
+        ``watch``), and {partition: (data, version)} of their offsets znodes, version None
+        where there is none: all read after the owner listings.
+
+        One pipelined round trip: the owner listings, a listing of offsets/<topic> and reads of
+        the offsets znodes the last listing showed. A partition that has none (new in a topic
+        that grew: most of a growth's) costs no read; the claim creates its znode, and fails if
+        it appeared since. Only znodes made since the last listing are read in a second round
+        trip."""
         topics = sorted({tp.topic for tp in waiting})
-        listings = [(t, self.client.get_children_async(protocol.owners_path(self.group, t), watch=watch)) for t in topics]
-        offsets = self._read_offsets_async(waiting)
-        wait_in_order([a for _, a in offsets] or [a for _, a in listings])
-        held = set()
-        for topic, a in listings:
-            try:
-                held |= {TopicPartition(topic, int(p)) for p in a.get()}
-            except NoNodeError:
-                pass  # the directory is made before the claim; gone means nothing is held
-        return held, self._offsets_answers(offsets)
+        owners = [(t, self.client.get_children_async(protocol.owners_path(self.group, t), watch=watch)) for t in topics]
+        offsets_dirs = [(t, self.client.get_children_async(protocol.offsets_path(self.group, t))) for t in topics]
+        known = [tp for tp in waiting if tp.partition in self._offsets_listed.get(tp.topic, ())]
+        reads = self._read_offsets_async(known)
+        wait_in_order([a for _, a in owners + offsets_dirs] + [a for _, a in reads])
+        held = {TopicPartition(t, p) for t, a in owners for p in partition_numbers(_children(a))}
+        for topic, a in offsets_dirs:
+            self._offsets_listed[topic] = partition_numbers(_children(a))
+        current = {tp: (protocol.NO_OFFSET, None) for tp in waiting}
+        current.update(self._offsets_answers(reads))
+        read = set(known)
+        missed = [tp for tp in waiting if tp not in read and tp.partition in self._offsets_listed[tp.topic]]
+        if missed:
+            current.update(self._read_offsets(missed))
+        return held, current
 
     def _read_offsets(self, partitions) -> Dict[TopicPartition, Tuple[bytes, Optional[int]]]:
         """{tp: (data, znode version)} of the offsets znodes; version None when absent."""
@@ -1005,7 +1177,8 @@ class GroupMember:
 
     def _ensure_dirs(self, topic: str) -> None:
         if topic not in self._known_offset_dirs:
-            self._ensure_paths([protocol.owners_path(self.group, topic), protocol.offsets_path(self.group, topic)])
+            self._ensure_paths([protocol.owners_path(self.group, topic), protocol.offsets_path(self.group, topic)],
+                               listed=[topic])
             self._known_offset_dirs.add(topic)
 
     # ------------------------------------------------------------ offsets (any thread)
@@ -1026,71 +1199,124 @@ class GroupMember:
     def commit(self, offsets: Dict[TopicPartition, int]) -> None:
         """Commit ``offsets`` (next offset to consume), fenced by this member's tokens.
 
-        Raises CommitFailedError for a partition this member does not own, or that another
-        member claimed since this one did; ZooKeeperUnavailable when ZooKeeper cannot be
-        reached (within a session timeout; whether such a write applied is found out and
-        accounted for at the next commit)."""
+        Partitions this member does not own, or that another member claimed since this one
+        did, are refused: CommitFailedError naming them (its ``partitions``), raised once the
+        others are written. ZooKeeperUnavailable when ZooKeeper cannot be reached (within a
+        session timeout; whether such a write applied is found out and accounted for at the
+        next commit). More than :data:`COMMIT_PARTITIONS` offsets are written in parts: those
+        of the parts before a lost answer stay written."""
         if offsets:
             with self._commit_lock:
                 self._commit_locked(offsets)
 
     def _commit_locked(self, offsets: Dict[TopicPartition, int]) -> None:
-        t = self.client.transaction()
-        writes = self._fenced_writes(t, offsets)
-        try:
-            commit(t, timeout=self._session_timeout_s)
-        except TransactionFailed as e:
-            tp = writes[e.index][0] if e.index < len(writes) else None
-            raise CommitFailedError(f"commit refused: {tp} was claimed by another member after this one") from None
-        except UNREACHABLE as e:  # no answer: the write may or may not have applied
-            with self._lock:
-                for tp, data, version in writes:
-                    self._uncertain[tp] = (data, version)
-            raise ZooKeeperUnavailable(f"commit failed: {type(e).__name__}") from None
-        self._written(writes)
+        """Write ``offsets`` in transactions of at most :data:`COMMIT_PARTITIONS`, one after
+        the other (see :data:`CLAIM_PARTITIONS` for why). A transaction refused for one
+        partition applied nothing: it is sent again without that partition. A lost answer
+        stops there: the parts before it are written, and each partition holds either its new
+        offset or the one before, as always."""
+        writes, refused = self._fenced_offsets(offsets)
+        written = 0
+        for i in range(0, len(writes), COMMIT_PARTITIONS):
+            part = writes[i:i + COMMIT_PARTITIONS]
+            while part:
+                t = self.client.transaction()
+                self._add_writes(t, part)
+                try:
+                    commit(t, timeout=self._session_timeout_s)
+                except TransactionFailed as e:
+                    refused[part[e.index][0]] = CLAIMED_SINCE
+                    part = part[:e.index] + part[e.index + 1:]
+                    continue
+                except UNREACHABLE as e:  # no answer: the write may or may not have applied
+                    with self._lock:
+                        for tp, data, version in part:
+                            self._uncertain[tp] = (data, version)
+                    raise ZooKeeperUnavailable(f"commit failed: {type(e).__name__}") from None
+                self._written(part)
+                written += len(part)
+                break
+        if refused:
+            raise refusal(refused, written)
 
-    def _fenced_writes(self, t, offsets: Dict[TopicPartition, int]) -> List[Tuple[TopicPartition, bytes, int]]:
-        """Add a compare-and-set write per partition to ``t``; (tp, data, expected version) each.
-        Caller holds ``_commit_lock``."""
+    def _add_writes(self, t, writes: List[Tuple[TopicPartition, bytes, int]]) -> None:
+        """Add a compare-and-set write to ``t`` for each (tp, data, expected version) of ``writes``."""
+        for tp, data, version in writes:
+            t.set_data(protocol.offsets_path(self.group, tp.topic, tp.partition), data, version=version)
+
+    def _fenced_offsets(self, offsets: Dict[TopicPartition, int]):
+        """([(tp, data, the version to write at)], {tp: why it is refused}): the writes of those
+        of ``offsets`` this member may commit, and the others. ZooKeeperUnavailable: nothing
+        may be written now. Caller holds ``_commit_lock``."""
         if not offsets:
-            return []
+            return [], {}
         sid = session_id(self.client)
         if sid is None or not self._connected.is_set():
             raise ZooKeeperUnavailable("commit failed: not connected to ZooKeeper")
         with self._lock:
             owned_session = self._owned_session
         if owned_session is not None and owned_session != sid:
-            raise CommitFailedError("commit refused: the ZooKeeper session that owned these partitions ended")
+            return [], {tp: SESSION_ENDED for tp in offsets}
         try:
             self._settle_uncertain(set(offsets))
         except UNREACHABLE as e:  # unsettled writes stay uncertain until a check is answered
             raise ZooKeeperUnavailable(f"commit failed: {type(e).__name__} (checking an unanswered write)") from None
-        writes = []
+        writes, refused = [], {}
         with self._lock:
             for tp, offset in offsets.items():
-                if tp not in self._owned or tp not in self._tokens:
-                    raise CommitFailedError(f"commit refused: {tp} is not owned by this member")
-                writes.append((tp, protocol.encode_offset(offset), self._tokens[tp]))
-        for tp, data, version in writes:
-            t.set_data(protocol.offsets_path(self.group, tp.topic, tp.partition), data, version=version)
-        return writes
+                if tp in self._owned and tp in self._tokens:
+                    writes.append((tp, protocol.encode_offset(offset), self._tokens[tp]))
+                else:
+                    refused[tp] = HOLD_LOST if tp in self._owned else NOT_OWNED
+        return writes, refused
 
     def _settle_uncertain(self, partitions: Set[TopicPartition]) -> None:
-        """Find out whether writes that got no answer applied: the version tells."""
+        """Find out what became of writes that got no answer, and so what the tokens of their
+        partitions are: :meth:`_read_holds` tells. While this session's owner node of a
+        partition stands, no one else has written its offsets znode since this member claimed
+        it (another claim needs that node gone; a reader's commit or a reset, no owner at all),
+        so the znode's version is the result of this member's own writes, whichever applied:
+        the token. Only an owner node gone, or another session's, proves the partition lost:
+        then the token is dropped. A version older than the write's (a server behind, which a
+        sync rules out) settles nothing: the write stays uncertain."""
         with self._lock:
             partitions = set(partitions) & set(self._uncertain)
+            session = self._owned_session
         if not partitions:
             return
-        reads = self._read_offsets(partitions)
+        found = self._read_holds(partitions)
         with self._lock:
-            for tp, (raw, version) in reads.items():
-                data, expected = self._uncertain.pop(tp)
-                if version == expected:
-                    continue  # it did not apply; the token stands
-                if version == expected + 1 and raw == data:
-                    self._tokens[tp] = version  # it applied
+            for tp, (version, holder) in found.items():
+                if tp not in self._uncertain:
+                    continue  # forgotten meanwhile
+                _, expected = self._uncertain[tp]
+                if holder is not None and holder == session and version is not None:
+                    if version < expected:
+                        continue
+                    if tp in self._tokens:
+                        self._tokens[tp] = version
                 else:
-                    self._tokens.pop(tp, None)  # someone else wrote since: fenced
+                    self._tokens.pop(tp, None)  # the hold ended: lost
+                del self._uncertain[tp]
+
+    def _read_holds(self, partitions) -> Dict[TopicPartition, Tuple[Optional[int], Optional[int]]]:
+        """{tp: (its offsets znode's version, None if there is none; the session holding its
+        owner node, None if there is none)}, in one round trip: a sync first, so the server
+        answering is as new as ZooKeeper's leader was then (a session reconnected after a lost
+        answer may be on a server that has not applied that write yet: it is only as new as
+        what the session saw), then the offsets znodes, then the owner nodes."""
+        synced = self.client.sync_async(protocol.offsets_path(self.group))
+        versions = self._read_offsets_async(partitions)
+        owners = [(tp, self.client.exists_async(protocol.owners_path(self.group, tp.topic, tp.partition)))
+                  for tp in partitions]
+        wait_in_order([synced] + [a for _, a in versions + owners])
+        synced.get()
+        read = self._offsets_answers(versions)
+        found = {}
+        for tp, a in owners:
+            stat = a.get()
+            found[tp] = (read[tp][1], stat.ephemeralOwner if stat is not None else None)
+        return found
 
     def _written(self, writes) -> None:
         with self._lock:

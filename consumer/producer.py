@@ -26,7 +26,7 @@ Guarantees (both data planes)
   against the topic's partition count; records without key or partition are spread.
 * ``send`` of a topic that does not exist raises :class:`UnknownTopic` at once (unless
   ``auto_create_topics``), a partition that does not exist :class:`InvalidPartitions`.
-* After :meth:`flush` returns, every record sent before it is written and its future
+* After :meth:`Producer.flush` returns, every record sent before it is written and its future
   resolved. A failed write is raised once by the next ``send``, ``flush`` or ``close``
   (besides failing its futures).
 * ``futures=False``: ``send`` returns None and the producer keeps no result per record, for
@@ -39,7 +39,7 @@ The embedded log
 ----------------
 * ``send`` validates and appends to an in-memory buffer. A partition's buffer is written as one
   batch (one :meth:`Log.append`) when it holds ``batch_size`` records, when a record has
-  waited ``linger_ms`` (a background thread), on :meth:`flush` and on :meth:`close`. A
+  waited ``linger_ms`` (a background thread), on :meth:`Producer.flush` and on :meth:`Producer.close`. A
   future's offset is its batch's first offset plus its index in the batch.
 * Partition counts come from the topic registry in ZooKeeper, cached for
   ``metadata_max_age_ms`` and re-read at once when a partition index is out of range, so

@@ -17,12 +17,23 @@ Modules, from the bottom up (each imports only those above it):
 * :mod:`~coordinator.rebalance` — one group's rebalance: read → compute → diff → write → wait.
 * :mod:`~coordinator.mirror` — the topic mirror: a KRaft Kafka cluster's topics written into
   ``/brokers/topics`` by the leader, fenced by its epoch.
+* :mod:`~coordinator.timeline` — the rebalance timeline: each group's last rebalances, kept in
+  ZooKeeper by the node leading it.
+* :mod:`~coordinator.documents` — the JSON documents of the read views (``groupctl --output
+  json`` and the console's API), as pure functions.
 * :mod:`~coordinator.coordinator` — the node: election, epoch, watches, the request queue
   and its handler threads.
+* :mod:`~coordinator.metrics` — the node's Prometheus metrics.
+* :mod:`~coordinator.http` — the node's one HTTP server: metrics, health probes, the console.
+* :mod:`~coordinator.console` — the read-only operator console: a watched snapshot, lag, pages and API.
 * :mod:`~coordinator.cli` — ``coordinatord`` and the one-line-error plumbing every tool shares.
 * :mod:`~coordinator.testing` — ZooKeeper and Kafka servers for tests, benchmarks and the demo.
 
 The import rule: ``coordinator`` never imports ``consumer`` (the client side builds on this
-package, never the other way round), and no runtime module imports ``tests``
-(``tests/test_layering.py`` checks both).
+package, never the other way round), but for ``coordinatord`` (:mod:`coordinator.cli.coordinatord`,
+the composition root), which gives the console a reader of the data plane's log ends; and no
+runtime module imports ``tests`` (``tests/test_layering.py`` checks both).
 """
+
+#: The version of the zkgroups distribution (setup.cfg reads it from here; every tool's --version prints it).
+__version__ = "0.1.0"

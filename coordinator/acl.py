@@ -15,10 +15,10 @@ parent; children inherit nothing. Every create through a client made by
 intermediate nodes of ``ensure_path`` included (kazoo would give them the leaf's ACL).
 
 Guaranteed, with a policy in place: no coordinator, group member or stranger can write a
-znode outside its role (the table in the README); one group's identity cannot touch another
-group's znodes. Not provided: separating two members of one group (they share an identity;
-see the README's residual risks), the chroot's own ACL, and secrets kept from anyone who can
-read the process's memory or the secret file.
+znode outside its role (the table in docs/operations/security.md); one group's identity cannot
+touch another group's znodes. Not provided: separating two members of one group (they share an
+identity; see the residual risks in docs/operations/security.md), the chroot's own ACL, and
+secrets kept from anyone who can read the process's memory or the secret file.
 """
 from __future__ import annotations
 
@@ -180,7 +180,7 @@ def _group_writers(coord: str, member: Optional[str], group: str, path: str) -> 
     """Within /consumers/groups/<group>; ``member``: the group's identity (None: unbound)."""
     if path == protocol.group_path(group):         # state by coordinators, the rest by members
         return _union({coord: C}, {member: C} if member else {})
-    if path == protocol.state_path(group):
+    if path in (protocol.state_path(group), protocol.timeline_path(group)):
         return {coord: RWCD}
     channel = _below(path, protocol.channel_path(group))
     if member is None:                             # unbound: no member writes; coordinators keep state and channels

@@ -53,6 +53,7 @@ from coordinator.metrics import CoordinatorMetrics
 from coordinator.rebalance import (Abandoned, Deposed, GroupDeleted, GroupRebalancer, Superseded, fenced,
                                    fenced_commit, still_as_recorded)
 from coordinator.shards import Fence, ShardTerm, Term
+from coordinator.timeline import TimelineRecorder
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import TransactionFailed, close_client, commit, session_id, start_client, wait_in_order
 
@@ -186,7 +187,7 @@ class Coordinator:
     """One coordinator node. Lifecycle: ``start()`` once, ``close()`` once (a second call of
     either does nothing); a closed node is not started again.
 
-    Threads: the election thread (:meth:`_contend`) runs the election and, while this node is
+    Threads: the election thread (``_contend()``) runs the election and, while this node is
     the controller, the :class:`~coordinator.controller.Controller`; the
     :class:`GroupCoordinator` has an event thread and handler threads of its own; kazoo's
     connection listener only marks state (suspended, reconnected, ended) and starts the grace
@@ -387,6 +388,10 @@ class Coordinator:
         groups.end_all(reason)
 
 
+#: A node that cannot start leading groups (ZooKeeper errors) tries again after this, doubling up to the max.
+START_RETRY_S, START_RETRY_MAX_S = 0.2, 5.0
+
+
 class GroupCoordinator:
     """Leads the groups of the shards the controller placed on this node.
 
@@ -396,10 +401,10 @@ class GroupCoordinator:
     Groups of shards it does not lead are not watched and not handled.
 
     Threads and locks: kazoo's threads run the watch callbacks, which only put events on
-    ``events``. The event thread (:meth:`_run`) alone handles events, reads topics and group
+    ``events``. The event thread (``_run()``) alone handles events, reads topics and group
     memberships, starts and ends shard terms and owns ``topics``, ``topic_watches``,
     ``group_watches``, ``all_groups``, ``ignored_groups``, ``taking_over`` and ``count``.
-    Handler threads (:meth:`_handle`) rebalance one group each at a time (``requests`` guarantees a group is
+    Handler threads (``_handle()``) rebalance one group each at a time (``requests`` guarantees a group is
     never handled twice at once); ``rebalancer`` and ``index`` are safe for them to share.
     ``lock`` guards what both sides touch: ``terms``, ``unverified`` and ``retry_at``.
     ``suspended`` is written by the connection listener and read by everyone (a stale read
@@ -411,6 +416,7 @@ class GroupCoordinator:
         self.info = protocol.NodeInfo(node.node_id, node.host, os.getpid(), protocol.now_ms())
         self.requests = RebalanceRequests()
         self.rebalancer = GroupRebalancer(self.client, self.config)
+        self.timeline = TimelineRecorder(self.client, self.node_id)
         self.index = GroupIndex()
         self.events: "queue.Queue[tuple]" = queue.Queue()
         self.lock = threading.Lock()
@@ -455,6 +461,13 @@ class GroupCoordinator:
             except KazooException:
                 pass
 
+    def loaded(self) -> bool:
+        """Whether this node knows the shard count and has verified every group of every shard
+        placed on it (a node leading nothing has nothing to load); any thread."""
+        with self.lock:
+            return self.registered and self.count is not None and not self.taking_over \
+                and not any(self.unverified.values())
+
     def held(self) -> Dict[int, int]:
         with self.lock:
             return {s: t.epoch for s, t in self.terms.items() if not t.ended.is_set()}
@@ -473,20 +486,40 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------ the event thread
 
+    def _start_watching(self) -> bool:
+        """Register the node, read the topics and set the watches everything else follows.
+        A ZooKeeper error (a session that expired on a busy machine, a server going away) is
+        tried again, with a bounded backoff and one line each time, until it works or the node
+        stops: giving up would leave a node that is registered, or soon is, leading nothing.
+        Each watch is set once (they re-arm themselves across reconnects and new sessions).
+        False when the node stopped first."""
+        client, delay = self.client, START_RETRY_S
+        watches = [(DataWatch, protocol.SHARDS, self._watch_shards_info),
+                   (ChildrenWatch, protocol.BROKER_TOPICS, self._watch_topics),
+                   (ChildrenWatch, protocol.GROUPS, self._watch_groups)]
+        while not self.stopped.is_set():
+            try:
+                client.ensure_path(protocol.BROKER_TOPICS)
+                client.ensure_path(protocol.GROUPS)
+                client.ensure_path(protocol.NODES)
+                self._register()
+                self.topics = TopicRegistry(client).all_partitions()
+                while watches:
+                    recipe, path, callback = watches[0]
+                    recipe(client, path, callback)
+                    watches.pop(0)
+                return not self.stopped.is_set()
+            except KazooException as e:
+                if self.stopped.is_set():
+                    break
+                log.warning("node %s: cannot start leading groups yet (%s); trying again in %.1f s", self.node_id,
+                            type(e).__name__, delay)
+                self.stopped.wait(delay)
+                delay = min(delay * 2, START_RETRY_MAX_S)
+        return False
+
     def _run(self) -> None:
-        client = self.client
-        try:
-            client.ensure_path(protocol.BROKER_TOPICS)
-            client.ensure_path(protocol.GROUPS)
-            client.ensure_path(protocol.NODES)
-            self._register()
-            self.topics = TopicRegistry(client).all_partitions()
-            DataWatch(client, protocol.SHARDS, self._watch_shards_info)
-            ChildrenWatch(client, protocol.BROKER_TOPICS, self._watch_topics)
-            ChildrenWatch(client, protocol.GROUPS, self._watch_groups)
-        except KazooException as e:
-            if not self.stopped.is_set():
-                log.error("node %s: cannot start leading groups (%s)", self.node_id, type(e).__name__)
+        if not self._start_watching():
             return
         next_check = time.monotonic() + self.config.check_interval_ms / 1000.0
         while not self.stopped.is_set():
@@ -853,6 +886,8 @@ class GroupCoordinator:
                          f" excluded={outcome.excluded}" if outcome.excluded else "", extra=fields)
             if outcome.state == protocol.FAILED:
                 log.error("group %s: %s", group, outcome.error, extra={**fields, "reason": outcome.error})
+            if outcome.state != "unchanged" or outcome.recheck_ms is not None:  # a generation, or a static hold
+                self.timeline.record(group, term.fence, outcome)
             if outcome.unavailable:  # look again for the squatted partitions later
                 self._retry_later(group, self.config.failed_retry_interval_ms)
             if outcome.recheck_ms is not None:  # a static member is away: look again when its grace ends
@@ -864,6 +899,7 @@ class GroupCoordinator:
                       extra={"group": group, "generation": self.rebalancer.generations.get(group, 0),
                              "reason": str(e)})
             self._retry_later(group, self.config.failed_retry_interval_ms)
+            self.timeline.record(group, term.fence, failed=True)
             self._verified(group)
         except Deposed as e:
             term.end(f"deposed: {e}")
@@ -872,6 +908,7 @@ class GroupCoordinator:
             self._request(group)  # for whoever leads it next in this node, if we resume
         except Superseded:
             log.info("group %s: changed during the rebalance; computing it again", group)  # queued again by done()
+            self.timeline.record(group, term.fence, superseded=True)
         except GroupDeleted as e:
             log.log(logging.INFO if e.first else logging.DEBUG, "%s; nothing left to rebalance", e,
                     extra={"group": group, "reason": "group deleted"})

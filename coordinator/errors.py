@@ -6,11 +6,15 @@ group was tried again); its ``retriable`` flag is kafka-python's convention, and
 with :data:`EXIT_RETRIABLE` for them, so scripts can tell "try again" from "fix something".
 """
 
+from typing import Any, Iterable
+
 #: Exit status of the command-line tools for a retriable error (sysexits' EX_TEMPFAIL).
 EXIT_RETRIABLE = 75
 
 
 class ZkGroupsError(Exception):
+    """The base of every zkgroups error; the message is one line, fit to show a user."""
+
     retriable = False
 
 
@@ -105,7 +109,12 @@ class ConsumerRebalanceFailedException(RetriableError):
 
 
 class CommitFailedError(ZkGroupsError):
-    """The offset commit was refused: this member no longer owns the partition."""
+    """The offset commit was refused for ``partitions``: this member does not own them (any
+    more). The commit's other partitions were written."""
+
+    def __init__(self, message: str, partitions: Iterable[Any] = ()) -> None:
+        super().__init__(message)
+        self.partitions = frozenset(partitions)
 
 
 class FencedInstanceIdError(ZkGroupsError):

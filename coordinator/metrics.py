@@ -17,6 +17,7 @@ zkgroups_controller_epoch                 gauge                          the con
 zkgroups_controller_elections_total       counter                        times this node was elected controller
 zkgroups_shard_leader                     gauge      shard               1 for each shard this node leads
 zkgroups_shard_epoch                      gauge      shard               the epoch of each shard it leads
+zkgroups_shards                           gauge                          shards groups are spread over (absent until read)
 zkgroups_group_state                      gauge      group, state        1 for the group's state (Empty, Rebalancing, Stable, Failed), 0 for the others
 zkgroups_group_generation                 gauge      group               the group's generation
 zkgroups_group_members                    gauge      group               members in the last assignment
@@ -29,6 +30,11 @@ zkgroups_watch_event_handling_seconds     histogram  kind                time th
 zkgroups_zookeeper_requests_total         counter    op                  requests sent to ZooKeeper (a transaction is one)
 zkgroups_zookeeper_errors_total           counter    op, error           requests that ended in an error (NoNode included)
 ========================================  =========  ==================  ==========================================
+
+With the console on (:mod:`coordinator.console`), the node's registry also serves, for the
+groups it leads, ``zkgroups_group_total_lag`` {group}, ``zkgroups_group_rebalancing_seconds``
+{group} and ``zkgroups_console_lag_read_timestamp_seconds``
+(:class:`~coordinator.console.app.ConsoleCollector`).
 
 Rebalance outcomes: ``stable`` / ``empty`` (done: every member acked), ``failed`` (retries
 exhausted; the group is Failed), ``superseded`` (the group changed while members applied it;
@@ -265,6 +271,7 @@ class _NodeCollector:
         failed = GaugeMetricFamily("zkgroups_groups_failed", "Groups led by this node whose state is Failed.")
         events = GaugeMetricFamily("zkgroups_watch_events_queued", "Watch events waiting for the event thread.")
         queued = GaugeMetricFamily("zkgroups_rebalance_requests_queued", "Groups waiting for a handler thread.")
+        shards = GaugeMetricFamily("zkgroups_shards", "Shards groups are spread over.")
         led: Callable[[str], bool] = lambda group: True
         if node is not None:
             controller.add_metric([], 1 if node.is_leader else 0)
@@ -277,6 +284,8 @@ class _NodeCollector:
             groups = node.groups
             if groups is not None:
                 events.add_metric([], groups.events.qsize())
+                if groups.count is not None:
+                    shards.add_metric([], groups.count)
                 queued.add_metric([], groups.requests.queued())
                 led = groups.leads
         count_failed = 0
@@ -289,4 +298,5 @@ class _NodeCollector:
             members.add_metric([group], n)
             count_failed += s == protocol.FAILED
         failed.add_metric([], count_failed)
-        return [controller, epoch, shard_leader, shard_epoch, state, generation, members, failed, events, queued]
+        return [controller, epoch, shard_leader, shard_epoch, shards, state, generation, members, failed, events,
+                queued]

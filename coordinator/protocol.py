@@ -5,7 +5,7 @@ the consumer library (registration, command handling, owners, offsets). Nothing 
 a path or parses a znode. Decoders raise :class:`CorruptZnode` with the path and what was
 wrong, so a znode written by someone else never takes down more than the thing it describes.
 
-Layout (documented in the README)::
+Layout (documented in docs/concepts/zookeeper-layout.md)::
 
     /brokers/topics/<topic>                         {"version":1,"partitions":{"0":[0],...}} (Kafka's format;
                                                     versions 2 and 3 read too; mirrored ones marked)
@@ -27,6 +27,8 @@ Layout (documented in the README)::
                                                     its znode version is the fencing token of claims
     /consumers/groups/<group>/state                 GroupState, written by the leader (its optional
                                                     ``static`` record keeps static members while away)
+    /consumers/groups/<group>/timeline              Timeline: the group's last rebalances (a ring of at most
+                                                    TIMELINE_ENTRIES), written by the leader after each one
     /zkgroups-spark/stop/<run id>                   created to stop a streaming Spark job
     /consumers/acl                                  AclPolicy: the identities ACLs name (absent: open installation)
     /zkgroups-spark/runs/<run id>/workers/<consumer-id>   ephemeral: a Spark worker of the run is up
@@ -35,6 +37,9 @@ Layout (documented in the README)::
                                                     once every live worker has flushed)
     /zkgroups-spark/runs/<run id>/progress/<consumer-id>  SparkProgress: what a worker attempt processed
                                                     (persistent: a killed attempt's stays until the run ends)
+    /zkgroups-spark/runs/<run id>/errors/<consumer-id>    the Python error a worker attempt failed with,
+                                                    one line of UTF-8 (the driver names it when the
+                                                    attempt's death ends the job)
 """
 from __future__ import annotations
 
@@ -61,9 +66,10 @@ NODES = COORDINATOR + "/nodes"
 SHARDS = COORDINATOR + "/shards"
 MIRROR_REFRESH = COORDINATOR + "/mirror-refresh"   # any node writes it to ask the controller's topic mirror to look now
 GROUPS = "/consumers/groups"
-ACL_POLICY = "/consumers/acl"   # who is who for ZooKeeper ACLs (coordinator/acl.py); written by admins
+#: Who is who for ZooKeeper ACLs (:mod:`coordinator.acl`); written by admins.
+ACL_POLICY = "/consumers/acl"
 SPARK_STOP = "/zkgroups-spark/stop"   # <run id>: created to stop a streaming Spark group job
-SPARK_RUNS = "/zkgroups-spark/runs"   # <run id>/{workers,flushed}/<consumer id>: the stop barrier
+SPARK_RUNS = "/zkgroups-spark/runs"   # <run id>/{workers,flushed}/<consumer id>: the stop barrier; progress, errors
 
 COMMAND_PREFIX = "cmd-"
 STOP_FETCHER = "stop-fetcher"
@@ -199,6 +205,10 @@ def state_path(group: str) -> str:
     return f"{GROUPS}/{group}/state"
 
 
+def timeline_path(group: str) -> str:
+    return f"{GROUPS}/{group}/timeline"
+
+
 def node_path(node_id: str) -> str:
     return f"{NODES}/{node_id}"
 
@@ -234,6 +244,28 @@ def spark_flushed_path(run_id: str) -> str:
 
 def spark_progress_path(run_id: str) -> str:
     return spark_run_path(run_id) + "/progress"
+
+
+def spark_errors_path(run_id: str) -> str:
+    return spark_run_path(run_id) + "/errors"
+
+
+#: A worker attempt's recorded error is cut to this many characters.
+MAX_SPARK_ERROR_CHARS = 500
+
+
+def encode_spark_error(line: str) -> bytes:
+    return _spark_error_line(line).encode("utf-8")
+
+
+def decode_spark_error(raw: bytes) -> str:
+    """The recorded error line ("" if none): any bytes give one line of bounded length."""
+    return _spark_error_line(raw.decode("utf-8", "replace"))
+
+
+def _spark_error_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[0][:MAX_SPARK_ERROR_CHARS] if lines else ""
 
 
 class SparkProgress(NamedTuple):
@@ -435,7 +467,8 @@ class Registration:
 
 # ---------------------------------------------------------------- commands
 
-Ownership = Dict[str, Dict[int, str]]  # topic -> partition -> stream id
+#: An assignment: topic -> partition -> stream id.
+Ownership = Dict[str, Dict[int, str]]
 
 
 @dataclass
@@ -579,6 +612,95 @@ def _verified(obj) -> Dict[str, Any]:
     except (KeyError, TypeError):
         pass
     return {}
+
+
+# ---------------------------------------------------------------- the rebalance timeline
+
+#: Rebalances a group's timeline keeps (the oldest is dropped first).
+TIMELINE_ENTRIES = 32
+#: Consumer ids an entry names per list (joined, left, members left out); the counts are exact.
+TIMELINE_IDS = 20
+#: The newest entry also keeps the members after it (for the next entry's joined and left), up to this many.
+TIMELINE_MEMBERS = 1000
+TIMELINE_OUTCOMES = (STABLE, EMPTY, FAILED, "Superseded", "Held")
+
+
+@dataclass
+class RebalanceRecord:
+    """One rebalance as the timeline keeps it: the generation it wrote and when it ended
+    (``at``, wall-clock ms), the node and shard epoch that ran it, what caused it
+    (``reasons``: join, leave, topic grew, static member away/back, ...; ``detail``: the
+    coordinator's own words), the members before and after (counts; ``joined``/``left`` name
+    at most :data:`TIMELINE_IDS` each), the partition counts of the topics assigned after,
+    partitions moved, duration, ``outcome`` (Stable, Empty, Failed, Superseded: computed
+    again because the group changed meanwhile; Held: a static member is away and its
+    partitions wait for it) with ``error``, the members left out for not acking
+    (``excluded``) and the static members held away (consumer id -> when their hold ends)."""
+    generation: int
+    at: int
+    outcome: str
+    node: str = ""
+    epoch: int = 0
+    reasons: List[str] = field(default_factory=list)
+    detail: List[str] = field(default_factory=list)
+    members_before: Optional[int] = None
+    members_after: int = 0
+    joined: List[str] = field(default_factory=list)
+    left: List[str] = field(default_factory=list)
+    topics: Dict[str, int] = field(default_factory=dict)
+    moved: Optional[int] = None
+    duration_ms: Optional[float] = None
+    error: str = ""
+    excluded: List[str] = field(default_factory=list)
+    held: Dict[str, int] = field(default_factory=dict)
+    members: Optional[List[str]] = None   # the members after it: kept in the newest entry only
+
+    def encode(self, newest: bool = False) -> dict:
+        obj = {"generation": self.generation, "at": self.at, "outcome": self.outcome, "node": self.node,
+               "epoch": self.epoch, "reasons": list(self.reasons), "detail": list(self.detail),
+               "members_before": self.members_before, "members_after": self.members_after,
+               "joined": self.joined[:TIMELINE_IDS], "left": self.left[:TIMELINE_IDS],
+               "topics": dict(sorted(self.topics.items())), "moved": self.moved,
+               "duration_ms": None if self.duration_ms is None else round(self.duration_ms, 1),
+               "error": self.error, "excluded": self.excluded[:TIMELINE_IDS], "held": dict(sorted(self.held.items()))}
+        if newest and self.members is not None and len(self.members) <= TIMELINE_MEMBERS:
+            obj["members"] = sorted(self.members)
+        return obj
+
+    @classmethod
+    def decode(cls, obj, path: str) -> "RebalanceRecord":
+        _require(isinstance(obj, dict), path, "timeline entry is not a JSON object")
+        try:
+            before, moved, took = obj.get("members_before"), obj.get("moved"), obj.get("duration_ms")
+            return cls(generation=int(obj["generation"]), at=int(obj["at"]), outcome=str(obj["outcome"]),
+                       node=str(obj.get("node", "")), epoch=int(obj.get("epoch", 0)),
+                       reasons=[str(r) for r in obj.get("reasons", [])], detail=[str(d) for d in obj.get("detail", [])],
+                       members_before=None if before is None else int(before),
+                       members_after=int(obj.get("members_after", 0)),
+                       joined=[str(c) for c in obj.get("joined", [])], left=[str(c) for c in obj.get("left", [])],
+                       topics={str(t): int(n) for t, n in obj.get("topics", {}).items()},
+                       moved=None if moved is None else int(moved), duration_ms=None if took is None else float(took),
+                       error=str(obj.get("error", "")), excluded=[str(c) for c in obj.get("excluded", [])],
+                       held={str(c): int(t) for c, t in obj.get("held", {}).items()},
+                       members=None if obj.get("members") is None else [str(c) for c in obj["members"]])
+        except (AttributeError, KeyError, TypeError, ValueError) as e:
+            raise CorruptZnode(path, f"timeline entry is malformed ({e!r})") from None
+
+
+def encode_timeline(entries: List[RebalanceRecord]) -> bytes:
+    """The ring: the newest :data:`TIMELINE_ENTRIES` entries, oldest first."""
+    kept = entries[-TIMELINE_ENTRIES:]
+    return _dump({"version": 1, "entries": [e.encode(newest=i == len(kept) - 1) for i, e in enumerate(kept)]})
+
+
+def decode_timeline(raw: bytes, path: str) -> List[RebalanceRecord]:
+    if not raw:
+        return []
+    obj = _load(raw, path, "timeline")
+    _check_version(obj, path, "timeline")
+    entries = obj.get("entries")
+    _require(isinstance(entries, list), path, "timeline has no 'entries' list")
+    return [RebalanceRecord.decode(e, path) for e in entries]
 
 
 # ---------------------------------------------------------------- shards and nodes

@@ -117,12 +117,22 @@ def shard_leaders(zk, count: Optional[int] = None) -> Dict[int, Tuple[str, int, 
         return {}
     gets = [(s, zk.get_async(protocol.shard_path(s))) for s in range(count)]
     live = nodes(zk)
-    out = {}
+    assignments = {}
     for s, a in gets:
         try:
-            assignment = ShardAssignment.decode(a.get()[0], protocol.shard_path(s))
+            assignments[s] = ShardAssignment.decode(a.get()[0], protocol.shard_path(s))
         except (NoNodeError, CorruptZnode):
-            assignment = ShardAssignment("", 0)
+            assignments[s] = ShardAssignment("", 0)
+    return shard_leaders_of(count, assignments, live)
+
+
+def shard_leaders_of(count: int, assignments: Dict[int, ShardAssignment],
+                     live: Dict[str, NodeInfo]) -> Dict[int, Tuple[str, int, bool]]:
+    """:func:`shard_leaders` from what was read: each shard's placement and the live nodes'
+    reports (pure; a shard placed on a node that does not report it at that epoch has no leader)."""
+    out = {}
+    for s in range(count):
+        assignment = assignments.get(s) or ShardAssignment("", 0)
         report = live.get(assignment.node_id)
         held = report.shards.get(s) if report else None
         led = held is not None and held["epoch"] == assignment.epoch

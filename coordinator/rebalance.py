@@ -50,8 +50,9 @@ from coordinator.zkclient import MAX_REQUEST_BYTES, TransactionFailed, commit, t
 log = logging.getLogger(__name__)
 
 #: While waiting for acks: how often every pending command is looked at again (watches do the
-#: work; this only covers a watch lost to a reconnect), and how often leadership and changes are.
+#: work; this only covers a watch lost to a reconnect).
 ACK_RECHECK_S = 2.0
+#: How often, while waiting for acks, leadership and changes of the group are looked at.
 ACK_POLL_S = 0.25
 #: A create's serialized size beyond its path and data (header, ACL, flags), with room to spare.
 COMMAND_OVERHEAD = 64

@@ -37,7 +37,7 @@ def place_shards(count: int, nodes: Sequence[str], current: Mapping[int, str]) -
 
     Balanced: each node leads ``count // n`` or ``count // n + 1`` shards. Sticky: a shard stays
     with its current node unless that node is gone or leads more than its share (the nodes that
-    lead most keep the ``+1``s), so a node joining takes only what it must, and a node leaving
+    lead most keep the extra ones), so a node joining takes only what it must, and a node leaving
     gives away only its own. Deterministic: same input, same output. No nodes: {}.
     """
     nodes = sorted(set(nodes))
@@ -60,7 +60,7 @@ def place_shards(count: int, nodes: Sequence[str], current: Mapping[int, str]) -
 
 class Term:
     """A term of leadership, ended once (from any thread, with a reason); active while not
-    ended and not suspended (:meth:`_suspended`, read on every check)."""
+    ended and not suspended (``_suspended()``, read on every check)."""
 
     def __init__(self):
         self.ended = threading.Event()

@@ -9,7 +9,8 @@ Connect strings are checked up front by :func:`parse_connect` (every client made
 the CLIs' ``--zk``): ``host:port[,host:port...][/chroot]``, ports 1-65535, a chroot that is a
 valid ZooKeeper path (no empty, ``.`` or ``..`` component, no trailing ``/``). A bad one is an
 :class:`InvalidConfig` with one line; kazoo would raise a bare ValueError or quietly use a
-chroot ZooKeeper cannot create. The chroot is created if missing.
+chroot ZooKeeper cannot create. The chroot is created if missing (a connection lost meanwhile
+is tried again within the connect timeout).
 
 With a credential (``auth``), the client authenticates with it, reads the installation's ACL
 policy and creates every znode with the ACL :func:`coordinator.acl.acl_for` gives its path
@@ -29,7 +30,7 @@ from typing import Callable, Optional
 
 import tenacity
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import ConnectionLoss, KazooException, OperationTimeoutError
+from kazoo.exceptions import ConnectionLoss, KazooException, OperationTimeoutError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 from kazoo.handlers.utils import selector_select
 from kazoo.retry import KazooRetry
@@ -209,9 +210,9 @@ def make_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAUL
 def start_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
                  connect_timeout: float = 10.0, auth: "acl.Credential | str | None" = None, require_policy: bool = True,
                  roles: Optional[tuple] = None) -> KazooClient:
-    """Connect, or raise :class:`ZooKeeperUnavailable` after ``connect_timeout`` seconds
-    (:class:`InvalidConfig` for a bad connect string, :class:`ZkGroupsError` for a chroot
-    that cannot be created).
+    """Connect, or raise :class:`ZooKeeperUnavailable` after ``connect_timeout`` seconds (also
+    when a connection lost while creating the chroot is not back by then; :class:`InvalidConfig`
+    for a bad connect string, :class:`ZkGroupsError` for a chroot ZooKeeper refuses).
 
     ``auth`` (a :class:`coordinator.acl.Credential` or its text, ``user:password`` or ``@file``):
     authenticate, read the ACL policy and create znodes by it; :class:`AuthFailed` when the
@@ -221,9 +222,9 @@ def start_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAU
     auth = acl.parse_auth(auth)
     if parsed.chroot:
         # kazoo does not create a chroot itself; create it through an unrooted client first.
-        root = _start(make_client(parsed.hosts), parsed.hosts, connect_timeout)
+        root = _start(make_client(parsed.hosts, session_timeout_ms), parsed.hosts, connect_timeout)
         try:
-            ensure_chroot(root, parsed)
+            ensure_chroot(root, parsed, connect_timeout)
         finally:
             close_client(root)
     client = _start(make_client(str(parsed), session_timeout_ms, auth=auth), str(parsed), connect_timeout)
@@ -254,6 +255,8 @@ def _follow_policy(client: PolicyClient, auth: "acl.Credential", parsed: Connect
                          "password, or an identity this installation does not know") from None
     except KazooTimeoutError:
         raise ZooKeeperUnavailable(f"ZooKeeper at {parsed} did not answer within {timeout:g}s") from None
+    except LOST_CONNECTION as e:
+        raise ZooKeeperUnavailable(f"cannot read the ACL policy at ZooKeeper {parsed}: {type(e).__name__}") from None
     policy = protocol.AclPolicy.decode(raw, protocol.ACL_POLICY)
     if policy.role_of(auth.digest_id) is None:
         if policy.user_known(auth.user):
@@ -276,13 +279,24 @@ def _follow_policy(client: PolicyClient, auth: "acl.Credential", parsed: Connect
     DataWatch(client, protocol.ACL_POLICY, changed)
 
 
-def ensure_chroot(root: KazooClient, parsed: ConnectString) -> None:
-    """Create ``parsed.chroot`` through ``root``, a client without a chroot."""
-    try:
-        root.ensure_path(parsed.chroot)
-    except KazooException as e:
-        raise ZkGroupsError(f"cannot create the chroot {parsed.chroot} on ZooKeeper at {parsed.hosts}: "
-                            f"{type(e).__name__}") from None
+def ensure_chroot(root: KazooClient, parsed: ConnectString, timeout: float) -> None:
+    """Create ``parsed.chroot`` through ``root``, a client without a chroot. A connection lost
+    meanwhile is tried again (the client reconnects by itself) for ``timeout`` seconds in all,
+    then :class:`ZooKeeperUnavailable`; a chroot ZooKeeper refuses is a :class:`ZkGroupsError`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            root.ensure_path_async(parsed.chroot).get(timeout=max(deadline - time.monotonic(), 0.001))
+            return
+        except LOST_CONNECTION + (KazooTimeoutError,) as e:
+            if time.monotonic() >= deadline:
+                cause = f"no answer within {timeout:g}s" if isinstance(e, KazooTimeoutError) else type(e).__name__
+                raise ZooKeeperUnavailable(f"cannot create the chroot {parsed.chroot} on ZooKeeper at {parsed.hosts}: "
+                                           f"{cause}") from None
+            time.sleep(0.1)  # a lost connection fails at once: wait for the reconnect, bounded
+        except KazooException as e:
+            raise ZkGroupsError(f"cannot create the chroot {parsed.chroot} on ZooKeeper at {parsed.hosts}: "
+                                f"{type(e).__name__}") from None
 
 
 def wait_for_zookeeper(connect: str, timeout: Optional[float], stop: threading.Event,
@@ -309,8 +323,17 @@ def wait_for_zookeeper(connect: str, timeout: Optional[float], stop: threading.E
             if timeout is None and now >= next_report:
                 still_waiting(now - started)
                 next_report = now + report_every
-        if parsed.chroot:
-            ensure_chroot(client, parsed)
+        while parsed.chroot:
+            left = report_every if timeout is None else max(started + timeout - time.monotonic(), 0.001)
+            try:
+                ensure_chroot(client, parsed, left)
+                break
+            except ZooKeeperUnavailable:
+                if timeout is not None:
+                    raise
+                if stop.is_set():
+                    return False
+                still_waiting(time.monotonic() - started)
         return True
     finally:
         close_client(client)
@@ -344,6 +367,9 @@ class TransactionFailed(Exception):
 #: What a call raises when ZooKeeper did not answer: a lost connection or session, a closed
 #: client, or no answer within the caller's timeout.
 UNREACHABLE = (KazooException, KazooTimeoutError)
+#: What a request raises when the connection was lost under it; the client reconnects by
+#: itself (to a new session if the old one expired), so the request may be tried again.
+LOST_CONNECTION = (ConnectionLoss, SessionExpiredError, OperationTimeoutError)
 
 
 def session_id(client: KazooClient) -> Optional[int]:
@@ -368,6 +394,7 @@ def wait_in_order(answers, timeout: Optional[float] = None):
     return answers
 
 
+#: The largest request ZooKeeper accepts by default (``jute.maxbuffer``, 1 MiB less a byte).
 MAX_REQUEST_BYTES = 0xFFFFF
 
 

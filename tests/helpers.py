@@ -3,8 +3,11 @@ processes started together."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 
@@ -23,6 +26,27 @@ def wait_for(condition, timeout: float = 10.0, interval: float = 0.02, message: 
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:g}s waiting for {message}"
                          + (f" (last error: {last_error!r})" if last_error else ""))
+
+
+def stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP took effect on every thread)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+def freeze_until_dropped(pid: int, client) -> None:
+    """SIGSTOP the ZooKeeper server ``pid`` now and SIGCONT it once ``client`` has dropped its
+    connection (after its read timeout, as over a cut link or a server that lost its quorum):
+    requests ``client`` sends meanwhile get no answer and fail with ConnectionLoss."""
+    os.kill(pid, signal.SIGSTOP)
+    wait_for(lambda: stopped(pid), message="the server stopped")
+
+    def resume():
+        try:
+            wait_for(lambda: not client.connected, 60, message="the client dropped its connection")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    threading.Thread(target=resume, daemon=True).start()
 
 
 def start_together(script: str, argvs, env) -> None:

@@ -186,7 +186,7 @@ def test_secured_installation_works_and_refuses_every_attack(secured, data_dir):
             if c is not None:
                 close_client(c)
     # the admin's commands: resets and deletes; another group's identity may do neither (a group's own
-    # identity may write its own offsets: the residual risk the README names)
+    # identity may write its own offsets: the residual risk docs/operations/security.md names)
     refused = _groupctl(connect, data_dir, "groups", "delete", "gb", auth=GROUP_B)
     assert refused.exit_code == 1 and "NoAuthError" in refused.stderr, refused.output
     refused = _groupctl(connect, data_dir, "groups", "reset-offsets", "gb", "--topic", "t", "--to-earliest",

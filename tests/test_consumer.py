@@ -15,8 +15,9 @@ from coordinator.errors import CommitFailedError, InvalidConfig, NoOffsetForPart
 from coordinator.topics import TopicRegistry
 from consumer import Consumer, ConsumerRebalanceListener, Producer, TopicPartition, WakeupException
 from consumer.log import Log
+from consumer.member import GroupMember
 from tests.groups import read_state
-from tests.helpers import fill, wait_for
+from tests.helpers import fill, freeze_until_dropped, wait_for
 
 
 def polled(*consumers) -> bool:
@@ -362,6 +363,25 @@ def test_close_with_zookeeper_gone_does_not_hang(own_zookeeper, data_dir):
     closing.join(30)
     assert not closing.is_alive(), "close() hangs while ZooKeeper is down"
     assert listener.lost == [{TopicPartition("t", 0), TopicPartition("t", 1)}]
+
+
+def test_a_connection_lost_while_the_consumer_joins_is_waited_out(own_zookeeper, data_dir, monkeypatch):
+    """The consumer has connected; then, as it joins its group, ZooKeeper stops answering until
+    the client drops the connection (as when it loses its quorum). The constructor waits for
+    the connection, joins, and the consumer consumes. Before, it raised ZooKeeperUnavailable
+    ('cannot join group g: ConnectionLoss'; groupctl consume exited 75: seen in bin/chaos)."""
+    ens, zk, _ = own_zookeeper
+    fill(data_dir, "t", [10], zk=zk)
+    real = GroupMember._ensure_paths
+
+    def frozen_first(member, *args, **kwargs):
+        monkeypatch.setattr(GroupMember, "_ensure_paths", real)
+        freeze_until_dropped(ens.servers[0].proc.pid, member.client)
+        return real(member, *args, **kwargs)
+    monkeypatch.setattr(GroupMember, "_ensure_paths", frozen_first)
+    with Consumer("g", ["t"], zk=ens.connect, data_dir=data_dir, session_timeout_ms=2000,
+                  auto_offset_reset="earliest") as consumer:
+        assert [r.offset for r in consume_until(consumer, 10, timeout=30)] == list(range(10))
 
 
 def test_a_topic_name_given_as_a_string_is_one_topic(zk_connect, data_dir):

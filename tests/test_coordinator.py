@@ -459,3 +459,24 @@ def test_a_group_deleted_during_its_rebalance_ends_it_with_one_line(zk_connect, 
             [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     finally:
         cluster.close()
+
+
+def test_a_session_lost_while_a_node_starts_leading_groups_is_survived(cluster, zk, monkeypatch, caplog):
+    """The node's session expires (for real) in the middle of its start: it says so in one line,
+    starts again on its new session, and leads the group (it used to stop leading groups for good)."""
+    TopicRegistry(zk).create("t", 2)
+    real = TopicRegistry.all_partitions
+    expired = []
+
+    def all_partitions(registry):
+        if not expired:  # the first read of the node's start: its session ends under it
+            expired.append(True)
+            expire_session(registry.client, cluster.connect)
+        return real(registry)
+    monkeypatch.setattr(TopicRegistry, "all_partitions", all_partitions)
+    with caplog.at_level(logging.WARNING, logger="zkgroups.coordinator"):
+        cluster.node("n")
+        cluster.member("g", ["t"])
+        wait_stable(zk, "g", 1, timeout=30)
+    assert expired
+    assert any("cannot start leading groups yet (SessionExpiredError)" in r.getMessage() for r in caplog.records)

@@ -4,6 +4,8 @@
   member) is one warning: it keeps running, rejoins and keeps delivering.
 - An error ``poll()`` raises ends it with one line and exit 1, after it left the group.
 - ``--idle-exit`` counts from the start: with no coordinator it still exits.
+- Started while no ZooKeeper answers, it waits (one line per ``--zk-timeout``) and consumes
+  once ZooKeeper is up; SIGTERM while it waits ends it with exit 0.
 - (slow) The ZooKeeper server it is connected to, then the ensemble's leader, killed under
   two consumers of a 3-server ensemble while records keep coming: both keep running and
   deliver everything.
@@ -23,7 +25,7 @@ import pytest
 from consumer.log import Log
 from coordinator import protocol
 from coordinator.topics import TopicRegistry
-from coordinator.testing.zkserver import Ensemble, four_letter, local_classpath
+from coordinator.testing.zkserver import Ensemble, four_letter, free_port, local_classpath
 from tests.groups import read_state
 from tests.helpers import committed, fill, wait_for
 
@@ -156,6 +158,59 @@ def test_idle_exit_counts_from_the_start_without_a_coordinator(zk, zk_connect, d
                            "--idle-exit", "0.5"], env=subprocess_env, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "" and proc.stderr.strip() == "consumed 0 records"
+
+
+# ---------------------------------------------------------------- ZooKeeper away at the start
+
+@pytest.mark.skipif(local_classpath() is None, reason="needs a local ZooKeeper install")
+def test_consume_started_before_zookeeper_waits_for_it_then_consumes(tmp_path, subprocess_env):
+    """No ZooKeeper answers yet: consume says so once per --zk-timeout (its own line: no
+    traceback, no kazoo lines) and keeps waiting; once ZooKeeper is up it joins and consumes.
+    Before, it exited 75 after --zk-timeout (bin/chaos starts consumers while ZooKeeper has
+    lost its quorum)."""
+    from tests.groups import Cluster
+    from coordinator.zkclient import close_client, start_client
+    ensemble = Ensemble(1, tick_ms=200, fsync=False, workdir=str(tmp_path / "zk"))  # ports chosen, not started
+    connect, data_dir = ensemble.connect + "/app", str(tmp_path / "data")
+    env = dict(subprocess_env, ZKGROUPS_ZK_TIMEOUT="0.5")
+    consumer = ConsumeProcess(connect, data_dir, ["g", "t", "--consumer-id", "a"], env, tmp_path / "a.log")
+    cluster = zk = None
+    try:
+        wait_for(lambda: consumer.stderr().count("not reachable yet") >= 2, 30, message="two waiting lines")
+        assert consumer.proc.poll() is None
+        assert all(line.startswith("warning: ZooKeeper at ") for line in consumer.stderr().splitlines()), \
+            consumer.stderr()
+        ensemble.start()
+        zk = start_client(connect, 4000)
+        fill(data_dir, "t", [5], zk=zk)
+        cluster = Cluster(connect)
+        cluster.node("n")
+        wait_for(lambda: consumer.delivered() == {(0, o) for o in range(5)}, 30, message="the records delivered")
+        assert consumer.stop() == 0
+        assert "Traceback" not in consumer.stderr() and consumer.stderr().endswith("consumed 5 records\n")
+    finally:
+        consumer.stop()
+        if cluster is not None:
+            cluster.close()
+        if zk is not None:
+            close_client(zk)
+        ensemble.close()
+
+
+def test_sigterm_while_consume_waits_for_zookeeper_ends_it_at_once(tmp_path, subprocess_env):
+    """SIGTERM while consume waits for ZooKeeper at its start: one line, exit 0."""
+    dead = f"127.0.0.1:{free_port()}"
+    env = dict(subprocess_env, ZKGROUPS_ZK_TIMEOUT="0.5")
+    consumer = ConsumeProcess(dead, str(tmp_path / "data"), ["g", "t"], env, tmp_path / "a.log")
+    try:
+        wait_for(lambda: "not reachable yet" in consumer.stderr(), 30, message="the first waiting line")
+        consumer.proc.send_signal(signal.SIGTERM)
+        assert consumer.proc.wait(10) == 0
+        lines = consumer.stderr().splitlines()
+        assert lines[-1] == f"stopped while waiting for ZooKeeper at {dead}; consumed 0 records", lines
+        assert "Traceback" not in consumer.stderr()
+    finally:
+        consumer.stop()
 
 
 # ---------------------------------------------------------------- ZooKeeper failover (slow)

@@ -39,13 +39,30 @@ def test_each_console_command_imports_and_answers_help(name, target):
     assert result.output.startswith(f"Usage: {name} ")
 
 
+@pytest.mark.parametrize("name, target", sorted(console_scripts().items()))
+def test_each_console_command_prints_the_package_version(name, target):
+    """``--version`` prints the command's name and the distribution's version, as installed."""
+    from importlib.metadata import version
+
+    import coordinator
+    module_name, _, function = target.partition(":")
+    command = getattr(__import__(module_name, fromlist=[function]), function)
+    result = CliRunner().invoke(command, ["--version"], prog_name=name)
+    assert result.exit_code == 0, result.output
+    assert result.output == f"{name} {coordinator.__version__}\n"
+    assert coordinator.__version__ == version("zkgroups")
+
+
 def test_both_packages_are_typed_and_ship_the_marker():
     for package in ("coordinator", "consumer"):
         assert os.path.isfile(os.path.join(ROOT, package, "py.typed"))
     config = configparser.ConfigParser()
     config.read(os.path.join(ROOT, "setup.cfg"))
-    assert {k: v.strip() for k, v in config["options.package_data"].items()} == \
-        {"coordinator": "py.typed", "consumer": "py.typed"}
+    data = {k: [p.strip() for p in v.split(",")] for k, v in config["options.package_data"].items()}
+    assert set(data) == {"coordinator", "consumer"}
+    assert all("py.typed" in patterns for patterns in data.values()), data
+    # The console's pages and static files are package data too: a wheel without them serves no console.
+    assert {"console/templates/*.html", "console/static/*"} <= set(data["coordinator"]), data
 
 
 def test_the_public_api_has_signatures_that_resolve():

@@ -16,8 +16,10 @@ import time
 
 import pytest
 
+from kazoo.exceptions import BadVersionError, NodeExistsError
+
 from consumer import Consumer, Producer, TopicPartition
-from consumer.member import GroupMember
+from consumer.member import CLAIM_PARTITIONS, COMMIT_PARTITIONS, GroupMember, MemberListener
 from coordinator import protocol
 from coordinator.config import CoordinatorConfig
 from coordinator.controller import Controller
@@ -25,7 +27,8 @@ from coordinator.coordinator import Coordinator, Leadership
 from coordinator.errors import CommitFailedError
 from coordinator.rebalance import Deposed
 from coordinator.topics import TopicRegistry
-from tests.groups import read_state
+from coordinator.zkclient import close_client, start_client
+from tests.groups import Recorder, read_state
 from tests.helpers import GROUPCTL, fill, wait_for
 from tests.test_consumer import consume_until
 
@@ -287,3 +290,185 @@ def test_a_member_reads_its_commands_whether_or_not_their_names_were_guessed(zk)
         for path in paths:  # the acks
             zk.delete(path)
         assert member._read_channel() == ([], None, None)
+
+
+class Sent:
+    """Records what a client sends: the paths it reads, and each transaction it commits as
+    [(operation, path)] (paths as the client names them, without its chroot)."""
+
+    def __init__(self, client):
+        self.reads, self.transactions = [], []
+        get_async, transaction = client.get_async, client.transaction
+        chroot = len(client.chroot or "")
+
+        def get(path, *args, **kwargs):
+            self.reads.append(path)
+            return get_async(path, *args, **kwargs)
+
+        def recorded():
+            t = transaction()
+            commit_async = t.commit_async
+
+            def commit():
+                self.transactions.append([(type(op).__name__, op.path[chroot:]) for op in t.operations])
+                return commit_async()
+            t.commit_async = commit
+            return t
+        client.get_async, client.transaction = get, recorded
+
+    def counts(self, kind: str, prefix: str):
+        """Per transaction, how many ``kind`` operations on paths under ``prefix`` it had (those with any)."""
+        counted = [sum(k == kind and p.startswith(prefix + "/") for k, p in t) for t in self.transactions]
+        return [n for n in counted if n]
+
+    def with_ops_under(self, prefix: str):
+        """The indexes of the transactions with an operation under ``prefix``."""
+        return [i for i, t in enumerate(self.transactions) if any(p.startswith(prefix + "/") for _, p in t)]
+
+
+class Keeper(MemberListener):
+    """Records the committed offsets a claim found; revoking, commits ``1000 + partition``."""
+
+    def __init__(self):
+        self.committed = {}
+
+    def assign(self, added, committed):
+        self.committed.update(committed)
+
+    def revoke(self, partitions):
+        return {tp: 1000 + tp.partition for tp in partitions}
+
+
+def test_a_claim_reads_only_offsets_znodes_that_exist_and_fences_every_partition(zk, zk_connect):
+    """Member m gets partitions 0-249 of t. 0 has an offsets znode m saw when it joined, 1 one
+    made after that (as another member's claim or a reader's commit makes one), the others
+    none (new: the topic grew). The claim reads those two and no other offsets znode, and
+    claims in transactions of at most CLAIM_PARTITIONS partitions, the ack in the last. Every
+    partition's offsets znode was then written by the claim: a write at a version from before
+    it is refused, and m commits through its own tokens."""
+    zk.create(protocol.offsets_path("g", "t", 0), b"7", makepath=True)
+    client = start_client(zk_connect, session_timeout_ms=4000)
+    try:
+        leader = ActingLeader(zk, "g")
+        keeper = Keeper()
+        member = GroupMember(client, "g", {"t": 1}, consumer_id="m", listener=keeper).start()
+        zk.create(protocol.offsets_path("g", "t", 1), b"5")
+        sent = Sent(client)
+        leader.assign({"m": list(range(250))})
+        wait_for(lambda: leader.acked("m"), message="m claimed its partitions")
+
+        offsets = protocol.offsets_path("g", "t")
+        assert sorted(p for p in sent.reads if p.startswith(offsets + "/")) == [f"{offsets}/0", f"{offsets}/1"]
+        owners = protocol.owners_path("g", "t")
+        assert sent.counts("Create", owners) == [CLAIM_PARTITIONS, CLAIM_PARTITIONS, 250 - 2 * CLAIM_PARTITIONS]
+        claims = sent.with_ops_under(owners)
+        assert sent.with_ops_under(protocol.channel_path("g", "m")) == [claims[-1]]  # the ack, with the last
+        assert keeper.committed[TopicPartition("t", 0)] == 7 and keeper.committed[TopicPartition("t", 1)] == 5
+        assert all(keeper.committed[TopicPartition("t", p)] is None for p in range(2, 250))
+
+        for p in (0, 1):  # rewritten by the claim (same data, next version): an older token is refused
+            assert zk.get(protocol.offsets_path("g", "t", p))[1].version == 1
+            with pytest.raises(BadVersionError):
+                zk.set(protocol.offsets_path("g", "t", p), b"99", version=0)
+        with pytest.raises(NodeExistsError):  # created by the claim: no one else creates it now
+            zk.create(protocol.offsets_path("g", "t", 2), b"99")
+        member.commit({TopicPartition("t", p): 40 + p for p in (0, 1, 2)})
+        assert [zk.get(protocol.offsets_path("g", "t", p))[0] for p in (0, 1, 2)] == [b"40", b"41", b"42"]
+        member.close()
+    finally:
+        close_client(client)
+
+
+def test_commits_and_releases_of_many_partitions_go_in_parts(zk, zk_connect):
+    """m owns 250 partitions. A commit of all their offsets is written in transactions of at
+    most COMMIT_PARTITIONS; revoking all of them (their offsets written, their owner nodes
+    deleted) in transactions of at most CLAIM_PARTITIONS, the ack in the last. Every offset
+    lands and every owner node goes."""
+    client = start_client(zk_connect, session_timeout_ms=4000)
+    try:
+        leader = ActingLeader(zk, "g")
+        member = GroupMember(client, "g", {"t": 1}, consumer_id="m", listener=Keeper()).start()
+        leader.assign({"m": list(range(250))})
+        wait_for(lambda: leader.acked("m"), message="m claimed its partitions")
+        sent = Sent(client)
+        member.commit({TopicPartition("t", p): p for p in range(250)})
+        offsets, owners = protocol.offsets_path("g", "t"), protocol.owners_path("g", "t")
+        assert sent.counts("SetData", offsets) == [COMMIT_PARTITIONS, 250 - COMMIT_PARTITIONS]
+        assert all(zk.get(protocol.offsets_path("g", "t", p))[0] == str(p).encode() for p in range(250))
+
+        sent.transactions.clear()
+        leader.assign({"m": []})
+        wait_for(lambda: leader.acked("m"), message="m released its partitions")
+        assert sent.counts("Delete", owners) == [CLAIM_PARTITIONS, CLAIM_PARTITIONS, 250 - 2 * CLAIM_PARTITIONS]
+        releases = sent.with_ops_under(owners)
+        assert sent.with_ops_under(protocol.channel_path("g", "m")) == [releases[-1]]
+        assert zk.get_children(owners) == []
+        assert all(zk.get(protocol.offsets_path("g", "t", p))[0] == str(1000 + p).encode() for p in range(250))
+        member.close()
+    finally:
+        close_client(client)
+
+
+def test_partitions_claimed_before_a_newer_command_are_handed_to_the_listener(zk, zk_connect):
+    """m is given t-0 and t-1 while another session holds t-1: it claims t-0 and waits for t-1.
+    A newer command then gives it t-0 alone. m keeps t-0, and its listener is told of it: a
+    partition owned and never handed over would never be fetched (found by bin/chaos)."""
+    holder, client = start_client(zk_connect, 4000), start_client(zk_connect, 4000)
+    try:
+        leader = ActingLeader(zk, "g")
+        recorder = Recorder()
+        member = GroupMember(client, "g", {"t": 1}, consumer_id="m", listener=recorder).start()
+        holder.create(protocol.owners_path("g", "t", 1), b"other", ephemeral=True, makepath=True)
+        leader.assign({"m": [0, 1]})
+
+        def owner_of_t0():
+            stat = zk.exists(protocol.owners_path("g", "t", 0))
+            return stat and stat.ephemeralOwner
+        wait_for(lambda: owner_of_t0() == client.client_id[0], message="m claimed t-0")
+        leader.assign({"m": [0]})
+        wait_for(lambda: leader.acked("m"), message="m applied the newer command")
+        wait_for(lambda: recorder.owned == {TP}, message="the listener was told of t-0")
+        assert set(member.owned()) == {TP}
+        member.close()
+    finally:
+        close_client(client)
+        close_client(holder)
+
+
+def claim_as_another_member(client, group, tp):
+    """Claim ``tp`` on ``client``'s session as a member does: its owner node, and its offsets
+    znode rewritten at the version just read (the new owner's token)."""
+    raw, stat = client.get(protocol.offsets_path(group, tp.topic, tp.partition))
+    t = client.transaction()
+    t.create(protocol.owners_path(group, tp.topic, tp.partition), b"other", ephemeral=True)
+    t.set_data(protocol.offsets_path(group, tp.topic, tp.partition), raw, version=stat.version)
+    assert all(not isinstance(r, Exception) for r in t.commit())
+
+
+def test_a_commit_writes_the_partitions_still_owned_and_names_the_refused_ones(zk, zk_connect):
+    """m owns t-0 and t-1; t-1 moves to another member (m's owner node deleted under it, the
+    other claims it). A commit of t-0, t-1 and t-2 (never m's) writes t-0 and then raises
+    CommitFailedError naming t-1 and t-2; t-1 keeps the new owner's offset. Before, the one
+    refused partition kept the whole commit from being written (bin/chaos: a partition's
+    progress was never committed because another one of the same commit was refused)."""
+    client, other = start_client(zk_connect, 4000), start_client(zk_connect, 4000)
+    t0, t1, t2 = (TopicPartition("t", p) for p in range(3))
+    try:
+        leader = ActingLeader(zk, "g")
+        member = GroupMember(client, "g", {"t": 1}, consumer_id="m", listener=Keeper()).start()
+        leader.assign({"m": [0, 1]})
+        wait_for(lambda: leader.acked("m"), message="m claimed its partitions")
+        member.commit({t0: 5, t1: 5})
+        zk.delete(protocol.owners_path("g", "t", 1))
+        claim_as_another_member(other, "g", t1)
+
+        with pytest.raises(CommitFailedError) as refused:
+            member.commit({t0: 10, t1: 20, t2: 30})
+        assert committed(zk, tp=t0) == b"10" and committed(zk, tp=t1) == b"5"
+        assert refused.value.partitions == {t1, t2}
+        assert "t-1 was claimed by another member" in str(refused.value)
+        assert "t-2 is not owned by this member" in str(refused.value)
+        member.close()
+    finally:
+        close_client(client)
+        close_client(other)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import glob
 import os
 import random
-import signal
 import threading
 import time
 
@@ -26,9 +25,10 @@ from consumer.spark import GroupJob, ParquetBatchWriter, SparkJobError, local_se
 from consumer.spark.driver import spark_master  # noqa: E402
 from tests import helpers  # noqa: E402
 from tests.helpers import wait_for  # noqa: E402
-from tests.test_spark import WORKER_CONFIG, coordinator  # noqa: E402,F401  (the in-process coordinator fixture)
+from tests.test_spark import (WORKER_CONFIG, KillWorker, Producer,  # noqa: E402
+                               coordinator)  # noqa: E402,F401  (the in-process coordinator fixture)
 
-pytestmark = [pytest.mark.spark, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(300)]  # the first test also starts the Spark session
 
 
 @pytest.fixture(scope="module")
@@ -55,30 +55,6 @@ def assert_output_is_committed(records_dir, committed, partitions):
     assert max(got.values(), default=1) == 1
     for p in range(partitions):
         assert {o for (q, o) in got if q == p} == set(range(committed.get(p) or 0)), p
-
-
-class Producer:
-    """Appends to every partition of ``topic`` in a thread until stopped."""
-
-    def __init__(self, data_dir, topic, partitions, per_round, pause_s=0.02):
-        self.args = data_dir, topic, partitions, per_round, pause_s
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        data_dir, topic, partitions, per_round, pause_s = self.args
-        with Log(data_dir) as lg:
-            while not self.done.wait(pause_s):
-                for p in range(partitions):
-                    lg.append(topic, p, [(b"k", b"v", 0, ())] * per_round)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.done.set()
-        self.thread.join(10)
 
 
 # ---------------------------------------------------------------- the stop barrier
@@ -287,24 +263,6 @@ def test_a_bad_metrics_port_is_refused_before_the_job_starts(port):
 
 
 # ---------------------------------------------------------------- worker deaths
-
-class KillWorker:
-    """process hook: SIGKILLs its Python worker (worker ``index`` only, unless None) at its
-    second batch while fewer than ``kills`` markers exist (each kill leaves one)."""
-
-    def __init__(self, marks, kills, index=None, others_wait_s=0.0):
-        self.marks, self.kills, self.index, self.others_wait_s = str(marks), kills, index, others_wait_s
-
-    def __call__(self, batch):
-        os.makedirs(self.marks, exist_ok=True)
-        if self.index not in (None, batch.worker.index):
-            if len(os.listdir(self.marks)) < self.kills:
-                time.sleep(self.others_wait_s)  # the others go slowly until the kills are done: work is left for it
-            return
-        if batch.worker.batches == 1 and len(os.listdir(self.marks)) < self.kills:
-            open(os.path.join(self.marks, batch.worker.consumer_id), "w").close()
-            os.kill(os.getpid(), signal.SIGKILL)
-
 
 def test_a_stream_outlives_more_worker_deaths_than_task_retries(spark, zk, zk_connect, coordinator, data_dir,
                                                                  tmp_path):

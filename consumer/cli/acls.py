@@ -35,7 +35,7 @@ def register(main: click.Group) -> None:
 
 @click.group("acl", cls=CliGroup)
 def acl_group() -> None:
-    """ZooKeeper ACLs: who may write which znodes (see the README's "Who may do what")."""
+    """ZooKeeper ACLs: who may write which znodes (see "Who may do what" in the docs: operations/security)."""
 
 
 def read_policy(zk) -> Optional[protocol.AclPolicy]:

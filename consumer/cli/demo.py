@@ -2,7 +2,9 @@
 consumers as separate processes; a consumer joins, a consumer is SIGKILLed, the node
 coordinating the group is SIGKILLed — every rebalance is printed as it happens, and at the end every produced record
 is checked to have been consumed (against the data plane's end offsets), then the Spark
-pipeline reads the topic once more.
+pipeline reads the topic once more. Every node serves the read-only console (its URL is
+printed first; at the end it shows the groups, one with its rebalance history); ``--hold``
+keeps it running until Ctrl-C.
 
 ``--data-plane embedded`` (the default): the records are in the embedded log under the work
 directory, and the demo registers the topic in ZooKeeper. ``--data-plane kafka``: the records
@@ -35,6 +37,7 @@ from kazoo.recipe.watchers import DataWatch
 from coordinator import protocol, read
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
+from coordinator.cli.common import version_option
 from coordinator.testing.zkserver import provide_zookeeper
 from consumer.dataplane import ENV_BOOTSTRAP_SERVERS, open_data_plane
 from consumer.member import new_consumer_id
@@ -45,6 +48,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TOPIC, GROUP, PARTITIONS = "demo", "demo-group", 6
 SESSION_MS = 2000
 METRICS_LINE = re.compile(r"metrics served at (http://\S+)")
+CONSOLE_LINE = re.compile(r"console at (http://\S+)")
+AUDIT_GROUP = "demo-audit"  # a second group, reading the same topic until the end
 #: The lines of a scrape the demo shows at the end.
 SCRAPE_EXCERPT = re.compile(r"^(zkgroups_controller |zkgroups_rebalances_total\{group=\"%s\"|"
                             r"zkgroups_group_generation\{group=\"%s\"})" % (GROUP, GROUP))
@@ -98,8 +103,9 @@ class DataPlaneSetup:
         return env
 
     def coordinator_args(self) -> list:
-        """coordinatord mirrors Kafka's topics into ZooKeeper (it never reads the environment for that)."""
-        return ["--bootstrap-servers", self.bootstrap_servers] if self.on_kafka else []
+        """coordinatord mirrors Kafka's topics into ZooKeeper (it never reads the environment for that)
+        and its console reads lag from Kafka; on the embedded log, from its directory."""
+        return ["--bootstrap-servers", self.bootstrap_servers] if self.on_kafka else ["--data-dir", self.data_dir]
 
     def client_args(self) -> list:
         """groupctl's and pipeline's: Kafka comes from the environment; the log from --data-dir."""
@@ -128,33 +134,40 @@ class Processes:
     def coordinator(self, name: str) -> None:
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", self.connect, "--node-id", name,
-             "--session-timeout-ms", str(SESSION_MS), "--rebalance-timeout-ms", "5000", "--metrics-port", "0",
-             *self.plane.coordinator_args()],
+             "--session-timeout-ms", str(SESSION_MS), "--rebalance-timeout-ms", "5000", "--http-addr", "127.0.0.1:0",
+             "--lag-interval", "2", *self.plane.coordinator_args()],
             env=self.env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.workdir, f"{name}.log"), "w"))
 
     def metrics_url(self, name: str) -> str:
         """Where coordinator ``name`` serves its metrics (the line its log starts with)."""
+        return self._logged_url(name, METRICS_LINE, "metrics endpoint")
+
+    def console_url(self, name: str) -> str:
+        """Where coordinator ``name`` serves its console (logged once it is connected)."""
+        return self._logged_url(name, CONSOLE_LINE, "console")
+
+    def _logged_url(self, name: str, line: "re.Pattern", what: str) -> str:
         path = os.path.join(self.workdir, f"{name}.log")
         found = {}
 
         def served():
             with open(path) as f:
-                found["url"] = next((m.group(1) for m in map(METRICS_LINE.search, f) if m), None)
+                found["url"] = next((m.group(1) for m in map(line.search, f) if m), None)
             return found["url"]
-        wait_until(served, 20, f"{name}'s metrics endpoint")
+        wait_until(served, 20, f"{name}'s {what}")
         return found["url"]
 
-    def consumer(self, name: str, client, names) -> None:
+    def consumer(self, name: str, client, names, group: str = GROUP, idle_exit: bool = True) -> None:
         """Start consumer ``name`` and wait until it registered."""
-        consumer_id = new_consumer_id(GROUP)
+        consumer_id = new_consumer_id(group)
         names[consumer_id] = name
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "consumer.cli.groupctl", "--zk", self.connect, *self.plane.client_args(),
-             "consume", GROUP, TOPIC, "--idle-exit", "4", "--session-timeout-ms", str(SESSION_MS),
-             "--consumer-id", consumer_id],
+             "consume", group, TOPIC, *(["--idle-exit", "4"] if idle_exit else []), "--session-timeout-ms",
+             str(SESSION_MS), "--consumer-id", consumer_id],
             env=self.env, stdout=open(os.path.join(self.workdir, f"{name}.jsonl"), "w"),
             stderr=open(os.path.join(self.workdir, f"{name}.log"), "w"))
-        wait_until(lambda: consumer_id in members(client), 30, f"{name} to register")
+        wait_until(lambda: consumer_id in read.children(client, protocol.ids_path(group)), 30, f"{name} to register")
 
     def kill(self, name: str) -> None:
         self.procs[name].send_signal(signal.SIGKILL)
@@ -162,7 +175,7 @@ class Processes:
 
     def consumed(self):
         seen = Counter()
-        for name in self.procs:
+        for name in [n for n in self.procs if n.startswith("consumer-")]:
             path = os.path.join(self.workdir, f"{name}.jsonl")
             if os.path.exists(path):
                 with open(path) as f:
@@ -258,7 +271,10 @@ def run_pipeline(procs: Processes, workdir: str) -> None:
               help="End with the Spark pipeline over the same topic.")
 @click.option("--data-plane", type=click.Choice(["embedded", "kafka"]), default="embedded", show_default=True,
               help="Where the records are: the embedded log, or librdkafka's mock Kafka cluster.")
-def main(rate, keep, spark, data_plane):
+@click.option("--hold", is_flag=True,
+              help="At the end, keep the coordinators and the console running (until Ctrl-C) to look around.")
+@version_option
+def main(rate, keep, spark, data_plane, hold):
     """Run the zkgroups live demo."""
     import logging
     logging.basicConfig(level=logging.ERROR)
@@ -283,6 +299,9 @@ def main(rate, keep, spark, data_plane):
                 f"groups are spread over {read.shard_count(client) or '?'} shards on 3 nodes")
             metrics = {n: procs.metrics_url(n) for n in ("coord-1", "coord-2", "coord-3")}
             say("Prometheus metrics: " + ", ".join(f"{n} {url}" for n, url in metrics.items()))
+            consoles = {n: procs.console_url(n) for n in ("coord-1", "coord-2", "coord-3")}
+            say(f"console: {consoles['coord-1']} (read-only: groups, members, owners, lag, rebalance timeline; "
+                f"every node serves one: {', '.join(consoles[n] for n in ('coord-2', 'coord-3'))})")
             if plane.on_kafka:
                 wait_until(lambda: client.exists(protocol.topic_path(TOPIC)), 20, "the topic mirror")
                 say(f"the controller mirrored topic {TOPIC} from Kafka into {protocol.topic_path(TOPIC)} "
@@ -303,6 +322,8 @@ def main(rate, keep, spark, data_plane):
             producer.start()
             say(f"producer writing ~{rate} records/s")
 
+            procs.consumer("auditor", client, names, group=AUDIT_GROUP, idle_exit=False)
+            say(f"auditor started: group {AUDIT_GROUP} reads the topic too, until the end")
             for n in ("consumer-1", "consumer-2"):
                 procs.consumer(n, client, names)
                 say(f"{n} started")
@@ -324,7 +345,8 @@ def main(rate, keep, spark, data_plane):
                 lambda: (lambda led: led[0] not in ("", node) and led[2] and led)(group_shard_leader(client)),
                 30, "the group's new coordinator")
             say(f"group {GROUP} is coordinated by {now} now (shard epoch {epoch} -> {now_epoch}); "
-                "consumers kept fetching")
+                "consumers kept fetching; its rebalance timeline, kept in ZooKeeper, is on "
+                f"{consoles[now]}groups/{GROUP}")
             if also:
                 wait_until(lambda: client.exists(protocol.LEADER) and leader(client).epoch > controller.epoch, 30,
                            "a new controller")
@@ -356,6 +378,19 @@ def main(rate, keep, spark, data_plane):
                         click.echo(f"    {line}")
             if spark:
                 run_pipeline(procs, workdir)
+            survivor = next(n for n in consoles if n != node)
+            history = protocol.decode_timeline(client.get(protocol.timeline_path(GROUP))[0],
+                                               protocol.timeline_path(GROUP))
+            say(f"console: {consoles[survivor]} — group {GROUP}: {len(history)} rebalances in its timeline "
+                f"({', '.join(sorted({r for e in history for r in e.reasons}))}); group {AUDIT_GROUP} still "
+                "consuming")
+            if hold:
+                say("holding: the coordinators and the console keep running; Ctrl-C ends the demo")
+                try:
+                    while True:
+                        time.sleep(3600)
+                except KeyboardInterrupt:
+                    pass
         finally:
             stop_producing.set()
             if procs is not None:

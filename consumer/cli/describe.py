@@ -13,8 +13,8 @@
   ``assignment_strategy``, ``state``, ``members`` (how many), ``generation``, ``error`` (the
   group state's error: a failed rebalance, a member left out, ...).
 
-Rows are dicts with the field names of ``--output json``; the tables are rendered from the same
-rows, so both say the same. Missing values are None (``-`` in tables).
+Rows are dicts with the field names of ``--output json``, shaped by :mod:`coordinator.documents`
+(the console's API serves the same); the tables are rendered from the same rows, so all say the same. Missing values are None (``-`` in tables).
 
 The group's topics are those it is assigned, has committed offsets for, or its live members
 subscribe to (a pattern is matched against the data plane's topics); every partition of each
@@ -25,19 +25,18 @@ between may show a partition's new owner next to its previous committed offset.
 """
 from __future__ import annotations
 
-import datetime as dt
-from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Sequence, Set, Tuple
 
 import click
 from kazoo.exceptions import NoNodeError
 
 from consumer.cli.context import CliContext
 from consumer.records import TopicPartition
-from coordinator import protocol, read
+from coordinator import documents, protocol, read
 from coordinator.cli.common import print_table
+from coordinator.documents import GroupSnapshot
 from coordinator.errors import CorruptZnode, UnknownTopic
-from coordinator.protocol import GroupState, LeaderInfo, NodeInfo, Registration
+from coordinator.protocol import NodeInfo
 
 VIEWS = ("offsets", "members", "state")
 
@@ -50,24 +49,6 @@ MEMBERS_VERBOSE_COLUMNS = MEMBERS_COLUMNS + (("STRATEGIES", "strategies"), ("SUB
                                              ("ASSIGNMENT", "assignment"))
 STATE_COLUMNS = (("GROUP", "group"), ("COORDINATOR", "coordinator"), ("ASSIGNMENT-STRATEGY", "assignment_strategy"),
                  ("STATE", "state"), ("#MEMBERS", "members"), ("GENERATION", "generation"))
-
-
-@dataclass
-class GroupSnapshot:
-    """One group as read from ZooKeeper: its state, live members' registrations and the ids
-    of members whose registration is unreadable (id -> the problem)."""
-    group: str
-    state: GroupState
-    members: Dict[str, Registration]
-    unreadable: Dict[str, str] = field(default_factory=dict)
-
-    def owners(self) -> Dict[Tuple[str, int], str]:
-        """{(topic, partition): consumer id} of the group state's assignment."""
-        return {(topic, p): protocol.consumer_of_stream(stream)
-                for topic, parts in self.state.assignment.items() for p, stream in parts.items()}
-
-    def member_ids(self) -> List[str]:
-        return sorted({*self.members, *self.unreadable})
 
 
 def read_group(zk, group: str) -> GroupSnapshot:
@@ -116,45 +97,21 @@ def offset_topics(zk, group: str) -> Dict[str, Set[int]]:
 
 
 def group_partitions(zk, snapshot: GroupSnapshot, counts: Dict[str, int]) -> Dict[str, Set[int]]:
-    """{topic: partitions} of the group's topics: those it is assigned, has committed offsets
-    for, or its live members subscribe to; every partition of each (``counts``: the data
-    plane's partition counts), and any partition the assignment or an offsets znode names."""
-    found: Dict[str, Set[int]] = {t: set(parts) for t, parts in snapshot.state.assignment.items()}
-    for topic, parts in offset_topics(zk, snapshot.group).items():
-        found.setdefault(topic, set()).update(parts)
-    for registration in snapshot.members.values():
-        for topic in registration.topics(counts):
-            found.setdefault(topic, set())
-    for topic, parts in found.items():
-        parts.update(range(counts.get(topic, 0)))
-    return found
+    """{topic: partitions} of the group's topics (:func:`coordinator.documents.group_partitions`)."""
+    return documents.group_partitions(snapshot, offset_topics(zk, snapshot.group), counts)
 
 
 def offsets_rows(cli: CliContext, snapshot: GroupSnapshot, counts: Dict[str, int]) -> List[dict]:
     """The offsets view of one group (see the module docstring)."""
     partitions = group_partitions(cli.zk, snapshot, counts)
-    pairs = [(topic, p) for topic in sorted(partitions) for p in sorted(partitions[topic])]
+    pairs = documents.partition_pairs(partitions)
     problems: Dict[object, str] = {}
     committed = read.committed_offsets(cli.zk, snapshot.group, pairs, problems)
     ends: Dict[Tuple[str, int], int] = {}
-    for topic in sorted(partitions):
-        count = counts.get(topic)
-        known = [p for p in sorted(partitions[topic]) if count is None or p < count]
+    for topic, known in documents.partitions_to_read(partitions, counts).items():
         cli.warn_if_no_data(topic, known)
         ends.update(end_offsets(cli, topic, known))
-    owners = snapshot.owners()
-    rows = []
-    for pair in pairs:
-        topic, p = pair
-        current, end = committed[pair], ends.get(pair)
-        owner = owners.get(pair)
-        registration = snapshot.members.get(owner) if owner else None
-        rows.append({"group": snapshot.group, "topic": topic, "partition": p, "current_offset": current,
-                     "log_end_offset": end, "lag": None if current is None or end is None else end - current,
-                     "consumer_id": owner, "host": registration.host if registration else None,
-                     "client_id": registration.client_id if registration else None,
-                     "error": problems.get(pair)})
-    return rows
+    return documents.offsets_rows(snapshot, pairs, committed, problems, ends)
 
 
 def all_offsets_rows(cli: CliContext, snapshots: Sequence[GroupSnapshot]) -> List[dict]:
@@ -178,22 +135,7 @@ def end_offsets(cli: CliContext, topic: str, partitions) -> Dict[Tuple[str, int]
 
 # ---------------------------------------------------------------- members view
 
-def members_rows(snapshot: GroupSnapshot) -> List[dict]:
-    """The members view of one group (see the module docstring)."""
-    assigned: Dict[str, Dict[str, List[int]]] = {}
-    for (topic, p), owner in sorted(snapshot.owners().items()):
-        assigned.setdefault(owner, {}).setdefault(topic, []).append(p)
-    rows = []
-    for cid in snapshot.member_ids():
-        reg = snapshot.members.get(cid)
-        assignment = assigned.get(cid, {})
-        rows.append({"group": snapshot.group, "consumer_id": cid, "host": reg.host if reg else None,
-                     "client_id": reg.client_id if reg else None,
-                     "partitions": sum(len(parts) for parts in assignment.values()), "assignment": assignment,
-                     "strategies": list(reg.strategies) if reg else None, "pattern": reg.pattern if reg else None,
-                     "subscription": dict(reg.subscription) if reg else None,
-                     "error": snapshot.unreadable.get(cid)})
-    return rows
+members_rows = documents.members_rows
 
 
 def _assignment_cell(assignment: Dict[str, List[int]]) -> str:
@@ -212,35 +154,14 @@ def _subscription_cell(row: dict) -> str:
 
 # ---------------------------------------------------------------- state view
 
-def state_row(snapshot: GroupSnapshot, coordinator: Optional[str]) -> dict:
-    """The state view of one group (see the module docstring); ``coordinator``: the node
-    leading the group's shard."""
-    s = snapshot.state
-    return {"group": snapshot.group, "coordinator": coordinator,
-            "assignment_strategy": s.strategy or None, "state": s.state,
-            "members": len(snapshot.member_ids()), "generation": s.generation, "error": s.error or None}
-
-
-def leader_fields(info: Optional[LeaderInfo], verified: bool) -> Optional[dict]:
-    """The controller as ``groupctl coordinator --output json`` shows it."""
-    if info is None:
-        return None
-    since = dt.datetime.fromtimestamp(info.since / 1000).astimezone()
-    return {"node_id": info.node_id, "host": info.host, "pid": info.pid, "epoch": info.epoch,
-            "since": since.isoformat(timespec="seconds"), "since_ms": info.since, "verified_all_groups": verified}
+state_row = documents.state_row
+leader_fields = documents.leader_fields
 
 
 def shard_rows(zk, groups: Sequence[str]) -> List[dict]:
-    """One row per shard: the node leading it, its epoch, whether that node verified all its
-    groups, and the groups in it."""
+    """One row per shard (:func:`coordinator.documents.shard_rows`), read from ZooKeeper."""
     count = read.shard_count(zk)
-    if not count:  # no controller has run yet
-        return []
-    members: Dict[int, List[str]] = {s: [] for s in range(count)}
-    for g in groups:
-        members[protocol.shard_of(g, count)].append(g)
-    return [{"shard": s, "node": node or None, "epoch": epoch, "verified": verified, "groups": sorted(members[s])}
-            for s, (node, epoch, verified) in sorted(read.shard_leaders(zk, count).items())]
+    return documents.shard_rows(count, read.shard_leaders(zk, count) if count else {}, groups)
 
 
 def print_shards(rows: List[dict], nodes: Dict[str, NodeInfo], shown: int = 5) -> None:

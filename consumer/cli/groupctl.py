@@ -24,7 +24,7 @@ and ``add-partitions`` are Kafka's CreateTopics and CreatePartitions (bounded by
 ZooKeeper either way and read end offsets from the data plane.
 
 Read commands take ``--output json`` (:data:`coordinator.cli.common.OUTPUT_OPTION`): one JSON
-document on stdout with the field names the README lists, the same rows as the table.
+document on stdout with the field names of the docs' output reference, the same rows as the table.
 
 Adding commands: decorate a function with ``@main.command()`` (or ``@main.group()`` for a
 family like ``topics``) and take the shared context with ``@pass_cli``.
@@ -44,8 +44,9 @@ from consumer.producer import Producer
 from consumer.cli import acls, groups
 from consumer.cli.context import CliContext, global_options, pass_cli
 from consumer.records import TopicPartition
-from coordinator import protocol
-from coordinator.cli.common import OUTPUT_OPTION, CliError, CliGroup, CliUsageError, Limited, print_json, print_table
+from coordinator import documents, protocol
+from coordinator.cli.common import (OUTPUT_OPTION, CliError, CliGroup, CliUsageError, Limited, print_json, print_table,
+                                    version_option)
 from coordinator.errors import CorruptZnode, InvalidPartitions, TopicExists
 
 #: --generate shows a progress bar when stderr is a terminal, or for at least this many records.
@@ -59,6 +60,7 @@ _CHUNK = 10_000  # records between progress updates
 
 @click.group(cls=CliGroup)
 @global_options
+@version_option
 def main() -> None:
     """Administer zkgroups: topics and their data."""
 
@@ -105,8 +107,7 @@ def topics_create(cli: CliContext, name: str, partitions: int, replication_facto
 def topics_list(cli: CliContext, output: str) -> None:
     """List topics and their partition counts (on Kafka: from Kafka's metadata)."""
     if cli.on_kafka:
-        found = [{"topic": name, "partitions": count, "error": None}
-                 for name, count in sorted(cli.data_plane.partition_counts().items())]
+        found = [documents.topic_row(name, count) for name, count in sorted(cli.data_plane.partition_counts().items())]
     else:
         found = _registered_topics(cli.topics)
     if output == "json":
@@ -132,7 +133,7 @@ def _registered_topics(registry) -> List[dict]:
             except CorruptZnode as e:
                 click.echo(f"warning: {e}", err=True)
                 problem = e.problem
-        found.append({"topic": name, "partitions": counts.get(name), "error": problem})
+        found.append(documents.topic_row(name, counts.get(name), problem))
     return found
 
 
@@ -151,10 +152,9 @@ def topics_describe(cli: CliContext, name: str, output: str) -> None:
     earliest, latest = plane.earliest_offsets(tps), plane.latest_offsets(tps)
     leaders = plane.partition_leaders(name) if cli.on_kafka else {}
     log = None if cli.on_kafka else cli.log()
-    rows = [{"partition": tp.partition, "earliest": earliest[tp], "latest": latest[tp],
-             "records": latest[tp] - earliest[tp],
-             "bytes": None if log is None else log.size_bytes(name, tp.partition),
-             "leader": leaders.get(tp.partition, -1) if cli.on_kafka else None} for tp in tps]
+    rows = [documents.topic_partition_row(tp.partition, earliest[tp], latest[tp],
+                                          None if log is None else log.size_bytes(name, tp.partition),
+                                          leaders.get(tp.partition, -1) if cli.on_kafka else None) for tp in tps]
     if output == "json":
         print_json({"topic": name, "data_plane": plane.name, "partitions": rows})
         return

@@ -1,4 +1,4 @@
-"""groupctl commands about the coordinator and consumer groups.
+"""groupctl commands about the coordinator and consumer groups::
 
     groupctl coordinator [--output json]
     groupctl groups list [--output json]
@@ -13,7 +13,7 @@
 
 ``describe`` and ``reset-offsets`` follow Kafka's ``kafka-consumer-groups.sh`` (their views and
 planning live in :mod:`consumer.cli.describe` and :mod:`consumer.cli.reset`). Every read command
-takes ``--output json``: one JSON document on stdout, with the field names the README lists.
+takes ``--output json``: one JSON document on stdout, with the field names of the docs' output reference.
 
 On Kafka (``--bootstrap-servers``) committed offsets stay in ZooKeeper (``describe`` and
 ``reset-offsets`` read and write them there, compare-and-set as always); end offsets, lag and
@@ -30,7 +30,10 @@ Over many partitions, with stderr a terminal, it shows a progress bar while it r
 refused commit (the partition moved to another member) is one warning and consumption goes on;
 the new owner starts from the last commit that succeeded, so those records are delivered again
 (at-least-once). While ZooKeeper is unreachable (a server failing over) it waits: ``poll()``
-hands out nothing, and offsets not yet committed are committed once ZooKeeper is back. Any other
+hands out nothing, and offsets not yet committed are committed once ZooKeeper is back. So it
+does at its start: while it cannot connect it says so once per ``--zk-timeout`` and tries again
+(SIGTERM or SIGINT then ends it, exit 0), and a connection lost while it joins is waited out
+by the consumer itself. Any other
 error of ``poll()`` (e.g. a damaged log) ends it with one line and exit status 1, after it left
 the group cleanly. With ``--max-records`` and stderr a terminal (stdout not), it shows the
 records so far on stderr.
@@ -53,7 +56,7 @@ from typing import Dict, List, Optional, Tuple
 import click
 
 from coordinator import config as _config
-from coordinator import protocol, read
+from coordinator import documents, protocol, read
 from coordinator.assignors import STRATEGIES
 from consumer.cli import describe, reset
 from consumer.cli.exporter import exporter
@@ -101,8 +104,7 @@ def coordinator(cli: CliContext, output: str) -> None:
     shards = describe.shard_rows(zk, read.groups(zk))
     nodes = read.nodes(zk)
     if output == "json":
-        print_json({"leader": describe.leader_fields(info, verified), "contenders": contenders,
-                    "nodes": sorted(nodes), "shards": shards})
+        print_json(documents.coordinator_document(info, verified, contenders, nodes, shards))
         return
     if info is None:
         click.echo("leader: none")
@@ -134,10 +136,9 @@ def groups_list(cli: CliContext, output: str) -> None:
     for group in read.groups(cli.zk):
         try:
             s = read.group_state(cli.zk, group)
-            found.append({"group": group, "state": s.state, "generation": s.generation,
-                          "members": len(read.children(cli.zk, protocol.ids_path(group))), "error": None})
+            found.append(documents.list_row(group, s, len(read.children(cli.zk, protocol.ids_path(group)))))
         except CorruptZnode as e:
-            found.append({"group": group, "state": None, "generation": None, "members": None, "error": e.problem})
+            found.append(documents.list_row(group, None, None, e.problem))
     if output == "json":
         print_json({"groups": found})
         return
@@ -348,8 +349,8 @@ def _subtree(zk, path: str) -> List[str]:
 @click.option("--pattern", help="Follow every topic matching this regex (instead of TOPICS).")
 @click.option("--max-records", type=click.IntRange(min=1), help="Exit after this many records.")
 @click.option("--idle-exit", type=Seconds(max=None), metavar="SECONDS",
-              help="Exit after this long without a record (counted from the start, and again from each new "
-                   "assignment).")
+              help="Exit after this long without a record (counted from joining the group, and again from "
+                   "each new assignment).")
 @click.option("--from-beginning/--from-end", default=True, show_default=True,
               help="Where to start when the group has no committed offset.")
 @click.option("--session-timeout-ms", type=Limited(100, MAX_MS, "ZooKeeper's largest session timeout"),
@@ -384,10 +385,10 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
     """Consume as a member of GROUP; print records as JSON lines and commit as it goes.
 
     A refused commit is a warning and consumption goes on (records may be delivered again); an
-    unreachable ZooKeeper is waited for; any other error ends it (exit 1) after leaving the group.
+    unreachable ZooKeeper is waited for, at the start too; any other error ends it (exit 1)
+    after leaving the group.
     """
     from consumer.consumer import Consumer, ConsumerConfig
-    started = time.monotonic()
     if log_format is not None and log_format != cli.log_format:
         setup_logging(cli.verbose, log_format)
         cli.log_format = log_format
@@ -439,22 +440,33 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
     if checked.session_timeout_ms > MAX_MS:
         raise InvalidConfig(f"{config_file or 'options'}: session_timeout_ms must be at most {MAX_MS}")
     count = 0
-    stopping = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):  # leave the group cleanly: commit, release, deregister
-        signal.signal(sig, lambda *_: stopping.set())
+    stopping, joining = threading.Event(), threading.Event()
+    joining.set()
+
+    def stop(*_):  # leave the group cleanly: commit, release, deregister; or stop waiting to join
+        stopping.set()
+        if joining.is_set():
+            raise _StoppedWhileJoining()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
     committer = _Committer(group)
+    # Its own ZooKeeper session, so that --session-timeout-ms applies to this member.
+    c = _join(lambda: Consumer(group, list(topics) or None, pattern, zk=zk_connect, data_dir=data_dir,
+                               listener=committer, consumer_id=consumer_id, kafka=cli.kafka, **settings),
+              zk_connect, checked.connect_timeout_s, joining)
+    if c is None:
+        report(f"stopped while waiting for ZooKeeper at {zk_connect}; consumed 0 records", "zkgroups.groupctl",
+               group=group, records=0)
+        return
     progress = None
     if max_records and sys.stderr.isatty() and not sys.stdout.isatty():  # records so far, where a person looks
         progress = click.progressbar(length=max_records, label=f"consuming from group {group}", file=sys.stderr,
                                      show_pos=True)
-    # Its own ZooKeeper session, so that --session-timeout-ms applies to this member.
-    with Consumer(group, list(topics) or None, pattern, zk=zk_connect, data_dir=data_dir, listener=committer,
-                  consumer_id=consumer_id, kafka=cli.kafka, **settings) as c, \
-            (progress or contextlib.nullcontext()):
+    with c, (progress or contextlib.nullcontext()):
         committer.consumer = c
         if c.metrics is not None:
             report(f"metrics served at {c.metrics.server.url}", "zkgroups.groupctl", port=c.metrics.server.port)
-        last, generation = started, c.group_metadata().generation
+        last, generation = time.monotonic(), c.group_metadata().generation
         try:
             while (max_records is None or count < max_records) and not stopping.is_set():
                 batch = _poll(c, None if max_records is None else max_records - count)
@@ -481,6 +493,33 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
         finally:
             committer.commit()
     report(f"consumed {count} records", "zkgroups.groupctl", group=group, records=count)
+
+
+class _StoppedWhileJoining(KeyboardInterrupt):
+    """SIGTERM or SIGINT while ``consume`` waits for ZooKeeper to join its group (raised by the
+    signal handler, as SIGINT's KeyboardInterrupt is, since nothing else would end the wait)."""
+
+
+def _join(make, connect: str, interval: float, joining: threading.Event):
+    """``make()``, the consumer, waiting out a ZooKeeper it cannot connect to: each attempt is
+    bounded by its connect timeout (``interval``; a lost connection once connected the consumer
+    waits out itself), one warning each. None if stopped by a signal meanwhile."""
+    started, consumer = time.monotonic(), None
+    try:
+        while True:
+            attempt = time.monotonic()
+            try:
+                consumer = make()
+                joining.clear()
+                return consumer
+            except ZooKeeperUnavailable as e:
+                log.warning("ZooKeeper at %s not reachable yet (%s; %.0f s so far); waiting", connect, e,
+                            time.monotonic() - started, extra={"zk": connect, "reason": "ZooKeeper unreachable"})
+            time.sleep(max(0.0, interval - (time.monotonic() - attempt)))
+    except _StoppedWhileJoining:
+        if consumer is not None:  # the signal came just as it joined
+            consumer.close()
+        return None
 
 
 def _print(text: str) -> None:

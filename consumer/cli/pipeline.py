@@ -45,7 +45,7 @@ import click
 from coordinator import protocol
 from coordinator.acl import parse_auth
 from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, MAX_MS, ZK_CONNECT, CliCommand, CliError, CliUsageError,
-                                    Limited, Seconds)
+                                    Limited, Seconds, version_option)
 from coordinator.config import DEFAULT_CONNECT, DEFAULT_DATA_DIR, DEFAULT_SESSION_TIMEOUT_MS, ENV_DATA_DIR, ENV_ZK_CONNECT
 from coordinator.errors import InvalidConfig, UnknownTopic, ZkGroupsError
 from coordinator.metrics import check_port
@@ -138,6 +138,7 @@ def _fail(message: str, code: int = 1):
               help="Serve the run's Prometheus metrics at http://HOST:PORT/metrics while it runs (0: any free port).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--verbose", is_flag=True, help="Show Spark's own log on stderr (default: <out>/_spark.log).")
+@version_option
 def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, group, topic, out, workers, mode, duration,
          batch_size, master, trigger_interval, max_worker_deaths, death_window, confs, stop_file,
          session_timeout_ms, progress_interval, metrics_port, as_json, verbose):

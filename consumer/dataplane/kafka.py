@@ -479,7 +479,7 @@ class _KafkaPartition(_Partition):
 
 
 class KafkaFetcher(Fetcher):
-    """The fetcher's buffers and fair hand-out over a librdkafka consumer that only ``assign()``s.
+    """The fetcher's buffers and fair hand-out over a librdkafka consumer that only calls ``assign()``.
 
     Reading: one read at a time (the read slot, as for the log) takes what librdkafka has
     prefetched for any assigned partition (all that is queued, up to ``MAX_READ``); each partition's run joins that partition's
@@ -493,7 +493,7 @@ class KafkaFetcher(Fetcher):
     and not paused.
 
     One call at a time: every call on a confluent-kafka consumer waits while another thread is
-    inside its ``consume()``, so control calls take the read slot too (:meth:`_exclusive`), and a
+    inside its ``consume()``, so control calls take the read slot too (``_exclusive()``), and a
     read never blocks long: it waits for the first message only up to ``READ_WAIT_S`` (or less),
     then takes what else is already queued without waiting.
     """
@@ -661,8 +661,7 @@ class KafkaFetcher(Fetcher):
                     first = run[0].offset()
                 if first != st.fetch_offset and st.epoch > started_epoch:
                     continue  # re-positioned during this read: only a run that continues it counts
-                st.chunks.append(run)
-                st.count += len(run)
+                self._keep(st, [run], len(run))
                 st.fetch_offset = last = run[-1].offset() + 1
                 if st.highwater is None or last > st.highwater:
                     st.highwater = last

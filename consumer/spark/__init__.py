@@ -17,6 +17,8 @@ Modules:
 * :mod:`~consumer.spark.executor` — what runs in a Spark task: the worker (a group member),
   its loop and commits; what ``process`` gets (:class:`Batch`, :class:`WorkerContext`);
   :func:`read_committed`, the group's progress.
+* :mod:`~consumer.spark.deaths` — worker deaths counted when Spark reports them (its status
+  tracker) and the death budget (:class:`~consumer.spark.deaths.DeathBudget`, pure).
 * :mod:`~consumer.spark.batching` — where a partition's records are cut into batches (pure).
 * :mod:`~consumer.spark.sink` — the exactly-once Parquet sink (:class:`ParquetBatchWriter`;
   Hive-style ``topic=<t>/partition=<p>/`` files Spark reads with its Kafka-source schema),
@@ -59,7 +61,9 @@ Guarantees and limits
   worker never collides with its dead predecessor (whose partitions move once its
   ZooKeeper session ends). Each worker is its own one-task Spark job; a failed one is
   started again until more than ``max_worker_deaths`` task attempts failed within
-  ``death_window_s`` (attempts Spark retried inside a worker's job count when it ends).
+  ``death_window_s``. Each failed attempt counts when Spark reports it (within a fraction of
+  a second), also one Spark retries inside the worker's job (``spark.task.maxFailures`` > 1),
+  so the budget means the same on every master.
 * Stops (stream deadline, stop znode, stop file) pass a barrier: every worker processes and
   commits what it fetched before any leaves (:mod:`~consumer.spark.executor`).
 * A worker killed mid-batch loses nothing: its uncommitted batch is redone by the next owner.

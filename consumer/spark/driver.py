@@ -8,14 +8,17 @@ committed offsets into a :class:`JobSummary`. :meth:`GroupJob.request_stop` crea
 run's stop znode, which every worker watches.
 
 Worker deaths: each worker is its own Spark job (one task), submitted from its own driver
-thread. When a worker's job fails (its task failed ``spark.task.maxFailures`` times: a
-killed Python worker, an exception in ``process``), the driver resubmits it as a new member
-(``restart`` + 1 in its consumer id), so a long stream survives any number of deaths spread
-over its life. Only more than ``max_worker_deaths`` failed task attempts within
-``death_window_s`` end the job: the other workers are stopped (the stop barrier: they
-flush and commit) and the job fails with one :class:`SparkJobError` line naming the last
-worker's own error (the Python exception, or Spark's reason such as a crashed Python
-worker), not Py4J's wrapper text.
+thread. A death is a failed task attempt (a killed Python worker, an exception in
+``process``, a lost executor), counted when Spark reports it, whether Spark retries the task
+inside the job (``spark.task.maxFailures`` > 1) or the job fails
+(:mod:`consumer.spark.deaths`). When a worker's job fails (its task failed
+``spark.task.maxFailures`` times) the driver resubmits it as a new member (``restart`` + 1 in
+its consumer id), so a long stream survives any number of deaths spread over its life. Only
+more than ``max_worker_deaths`` failed task attempts within ``death_window_s`` end the job, at
+the death that makes them too many: the other workers are stopped (the stop barrier: they
+flush and commit) and the job fails with one :class:`SparkJobError` line naming that death's
+own error (the Python exception, or Spark's reason such as a crashed Python worker), not
+Py4J's wrapper text.
 
 Kafka's librdkafka properties (``kafka``: SASL passwords, keys) travel to the executors only
 inside the pickled :class:`~consumer.spark.executor.WorkerSpec`: never as Spark configuration
@@ -47,7 +50,9 @@ from consumer.dataplane import (DataPlane, bootstrap_servers_from, open_data_pla
                                 topic_partitions)
 from consumer.records import TopicPartition
 from consumer.spark.batching import BatchEnd
-from consumer.spark.executor import Batch, WorkerSpec, WorkerSummary, read_committed, task
+from consumer.spark.deaths import (DEATH_POLL_INTERVAL_S, DeathBudget, failed_attempts, settled_attempts,
+                                   spent_line)
+from consumer.spark.executor import Batch, WorkerSpec, WorkerSummary, read_committed, task, worker_consumer_id
 
 log = logging.getLogger("zkgroups.spark")
 progress_log = logging.getLogger("zkgroups.spark.progress")
@@ -357,7 +362,7 @@ class GroupJob:
                 flush_partial=self.flush_partial, poll_timeout_ms=self.poll_timeout_ms,
                 commit_interval_ms=self.commit_interval_ms, trigger_interval_s=self.trigger_interval_s,
                 consumer_config=self.consumer_config, log_options=self.log_options)
-            pool = _WorkerPool(self, sc, spec, f"zkgroups-{self.group_id}-{run_id}")
+            pool = _WorkerPool(self, sc, spec, f"zkgroups-{self.group_id}-{run_id}", client)
             reporter = _ProgressReporter(client, self.group_id, run_id, partitions, end_offsets,
                                          self.progress_interval_s)
             if self.metrics_port is not None:
@@ -473,7 +478,7 @@ class _ProgressReporter:
 
 @dataclass
 class RunProgress:
-    """What :meth:`_ProgressReporter.snapshot` read: records and batches processed by every
+    """What ``_ProgressReporter.snapshot()`` read: records and batches processed by every
     attempt (as of its last report), live workers, and the lag (None: a live worker did not
     know its own; ``lag_to_snapshot``: a drain's, records below the snapshot not committed)."""
     records: int
@@ -501,7 +506,7 @@ def serve_job_metrics(port: int, group_id: str, mode: str, run_id: str, reporter
     zkgroups_spark_task_failures_total          counter                    failed worker task attempts
     ==========================================  =======  ================  ===================================
 
-    Each scrape reads the progress znodes once (:meth:`_ProgressReporter.snapshot`); the
+    Each scrape reads the progress znodes once (``_ProgressReporter.snapshot()``); the
     restarts and failures are the driver's own counts.
     """
     registry = CollectorRegistry()
@@ -545,28 +550,47 @@ class _JobCollector:
 
 class _WorkerPool:
     """The driver's side of the workers: one Spark job per worker, each from its own thread,
-    resubmitted when it fails until the death budget is spent (see the module docstring).
+    resubmitted when it fails while the death budget holds (see the module docstring).
 
-    Threads: ``run`` starts one thread per worker and joins them; ``_lock`` guards the death
-    times, the counters and ``error``, which every worker thread updates.
+    Deaths are counted when Spark reports them (:mod:`consumer.spark.deaths`): a driver thread
+    reads every running worker job's failed task attempts every ``DEATH_POLL_INTERVAL_S``, and
+    a worker's thread reads its job's final count when the job ended; whichever reads an
+    attempt first counts it (``_counted``), once. The death that spends the budget requests the
+    stop at once (the other workers flush, commit and leave; the dying worker's retry, if Spark
+    starts one, does not join) and is the one the job's error names: by the Python error the
+    attempt recorded (``runs/<run>/errors``), else by Spark's reason its job failed with.
+
+    Threads: ``run`` starts one thread per worker and the death watch, and joins them; ``_lock``
+    guards the budget, the counters, ``_running``, ``_counted``, ``_causes`` and ``_spent_by``,
+    which all of them update. ``error`` is set by ``run`` after the others ended.
     """
 
-    def __init__(self, job: "GroupJob", sc, spec: WorkerSpec, job_group: str):
-        self.job, self.sc, self.spec, self.job_group = job, sc, spec, job_group
-        self.deaths: List[float] = []       # monotonic times of failed task attempts
-        self.failures = 0
+    def __init__(self, job: "GroupJob", sc, spec: WorkerSpec, job_group: str, client):
+        self.job, self.sc, self.spec, self.job_group, self.client = job, sc, spec, job_group, client
+        self.budget = DeathBudget(job.max_worker_deaths, job.death_window_s)
+        self.failures = 0                     # failed worker task attempts, counted
         self.restarts = 0
         self.error: Optional[str] = None
+        self._running: Dict[int, Tuple[int, str]] = {}      # worker index -> (restart, job group) of its job now
+        self._counted: Dict[str, int] = {}                  # job group -> its failed attempts counted
+        self._causes: Dict[Tuple[int, int], str] = {}       # (index, restart) -> its failed job's one line
+        self._spent_by: Optional[Tuple[int, int, int]] = None  # (index, restart, attempt) that spent the budget
+        self._watch_stop = threading.Event()
         self._lock = threading.Lock()
 
     def run(self) -> List[dict]:
         rows: List[Optional[dict]] = [None] * self.job.workers
         threads = [threading.Thread(target=self._worker, args=(i, rows), name=f"zkgroups-worker-{i}", daemon=True)
                    for i in range(self.job.workers)]
+        watch = threading.Thread(target=self._watch_deaths, name=f"zkgroups-deaths-{self.job_group}", daemon=True)
+        watch.start()
         for t in threads:
             t.start()
         for t in threads:
             t.join()
+        self._watch_stop.set()
+        watch.join()
+        self.error = self._error_line()
         return [r for r in rows if r is not None]
 
     def _worker(self, index: int, rows: List[Optional[dict]]) -> None:
@@ -576,36 +600,95 @@ class _WorkerPool:
         while True:
             group = f"{self.job_group}-w{index}-r{restart}"
             sc.setJobGroup(group, f"zkgroups group {self.job.group_id} ({self.job.mode}) worker {index}")
+            with self._lock:
+                self._running[index] = (restart, group)
+            cause = None
             try:
                 spec = replace(self.spec, restart=restart)
                 rows[index] = sc.parallelize([index], 1).mapPartitions(task(spec, index)).collect()[0]
-                with self._lock:
-                    self.failures += _task_failures(sc, group)  # attempts Spark itself retried
-                return
             except Exception as e:
                 cause = _one_line(e)
-                died = max(1, _task_failures(sc, group))
-                if not self._may_restart(died, cause):
-                    return
-                log.warning("worker %d died (%s); starting it again", index, cause)
-                restart += 1
             finally:
                 sc.setLocalProperty("spark.jobGroup.id", None)
                 sc.setLocalProperty("spark.job.description", None)
+            self._settle(index, restart, group, cause)
+            if cause is None or not self._may_restart():
+                return
+            log.warning("worker %d died (%s); starting it again", index, cause)
+            restart += 1
 
-    def _may_restart(self, died: int, cause: str) -> bool:
-        now = time.monotonic()
+    def _settle(self, index: int, restart: int, group: str, cause: Optional[str]) -> None:
+        """Count the ended job's attempts not counted yet (a failed job: at least one death,
+        as it may have failed before Spark ran a task)."""
+        try:
+            failed = settled_attempts(self.sc.statusTracker(), group).failed
+        except Exception as e:  # Spark going away: the job's own failure still counts
+            log.debug("worker %d: Spark's status tracker not readable: %s", index, e)
+            failed = 0
         with self._lock:
-            self.failures += died
-            self.deaths = [t for t in self.deaths if t > now - self.job.death_window_s] + [now] * died
-            if self.error is None and len(self.deaths) <= self.job.max_worker_deaths:
+            self._running.pop(index, None)
+            if cause is not None:
+                self._causes[(index, restart)] = cause
+                failed = max(failed, self._counted.get(group, 0), 1)
+        self._count(index, restart, group, failed)
+
+    def _watch_deaths(self) -> None:
+        """The death watch (its own thread): reads the running jobs' failed attempts."""
+        stages: Dict[str, List[int]] = {}   # job group -> its stage ids, once Spark recorded its job
+        while not self._watch_stop.wait(DEATH_POLL_INTERVAL_S):
+            with self._lock:
+                running = dict(self._running)
+            live = {group for _, group in running.values()}
+            stages = {group: ids for group, ids in stages.items() if group in live}
+            try:
+                tracker = self.sc.statusTracker()
+                for index, (restart, group) in running.items():
+                    self._count(index, restart, group, failed_attempts(tracker, group, stages).failed)
+            except Exception as e:  # Spark going away: each job's end is still counted by its thread
+                log.debug("Spark's status tracker not readable: %s", e)
+
+    def _count(self, index: int, restart: int, group: str, failed: int) -> None:
+        """``failed`` task attempts of worker ``index``'s job ``group`` so far: count the new ones now."""
+        with self._lock:
+            new = failed - self._counted.get(group, 0)
+            if new <= 0:
+                return
+            self._counted[group] = failed
+            self.failures += new
+            spent = self.budget.add(time.monotonic(), new)
+            if spent:
+                self._spent_by = (index, restart, failed - 1)  # attempts are numbered from 0
+        if spent:
+            log.warning("worker %d: %d failed task attempts within %g s (at most %d): stopping the job", index,
+                        self.budget.spent_with, self.budget.window_s, self.budget.limit)
+            self.job.request_stop()  # the others flush, commit and leave
+
+    def _may_restart(self) -> bool:
+        with self._lock:
+            if self.budget.within:
                 self.restarts += 1
                 return True
-            if self.error is None:
-                self.error = (f"{len(self.deaths)} failed worker task attempts within "
-                              f"{self.job.death_window_s:g} s (at most {self.job.max_worker_deaths}): {cause}")
-        self.job.request_stop()  # the others flush, commit and leave
         return False
+
+    def _error_line(self) -> Optional[str]:
+        """The job's one line if the budget was spent (:func:`~consumer.spark.deaths.spent_line`)."""
+        if self._spent_by is None:
+            return None
+        index, restart, attempt = self._spent_by
+        return spent_line(self.budget, index, attempt, self._recorded_error(index, restart, attempt),
+                          self._causes.get((index, restart), ""))
+
+    def _recorded_error(self, index: int, restart: int, attempt: int) -> str:
+        consumer_id = worker_consumer_id(self.spec.group_id, self.spec.app_id, self.spec.run_id, index, attempt,
+                                         restart)
+        try:
+            raw, _ = self.client.get(f"{protocol.spark_errors_path(self.spec.run_id)}/{consumer_id}")
+        except NoNodeError:
+            return ""
+        except KazooException as e:
+            log.warning("worker %d: its recorded error is not readable: %s", index, e)
+            return ""
+        return protocol.decode_spark_error(raw)
 
 
 def _job_bootstrap_servers(given: Optional[str], in_config: Optional[str]) -> str:
@@ -621,20 +704,6 @@ def _job_bootstrap_servers(given: Optional[str], in_config: Optional[str]) -> st
 def run_group_job(spark, group_id: str, topics: Sequence[str], process: Callable[[Batch], None], **options) -> JobSummary:
     """``GroupJob(spark, group_id, topics, process, **options).run()``."""
     return GroupJob(spark, group_id, topics, process, **options).run()
-
-
-def _task_failures(sc, job_group: str) -> int:
-    try:
-        tracker = sc.statusTracker()
-        total = 0
-        for job_id in tracker.getJobIdsForGroup(job_group):
-            info = tracker.getJobInfo(job_id)
-            for stage_id in (info.stageIds if info else ()):
-                stage = tracker.getStageInfo(stage_id)
-                total += stage.numFailedTasks if stage else 0
-        return total
-    except Exception:  # only for the summary
-        return 0
 
 
 def _one_line(e: BaseException) -> str:

@@ -43,6 +43,7 @@ import os
 import re
 import threading
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
@@ -64,6 +65,7 @@ BARRIER_TIMEOUT_S = 10.0      # beyond the session timeout: a dead worker's znod
 DRAIN_POLL_TIMEOUT_MS = 50    # drain: idle workers look at the group's progress this often
 STOP_FILE_CHECK_INTERVAL_S = 0.2
 PROGRESS_INTERVAL_S = 1.0     # a worker publishes its progress znode at most this often
+ERROR_RECORD_TIMEOUT_S = 2.0  # a failing worker waits at most this long to record its error
 
 
 # ---------------------------------------------------------------- what the user function gets
@@ -293,6 +295,9 @@ class _Worker:
                     failed = False
                 finally:
                     self._close(failed)
+        except Exception as e:
+            self._record_error(client, e)
+            raise
         finally:
             close_client(client)
         return asdict(WorkerSummary(
@@ -327,6 +332,19 @@ class _Worker:
             if not failed:
                 raise
             log.warning("worker %s: leaving the group after a failure: %s", self.ctx.consumer_id, e)
+
+    def _record_error(self, client, error: Exception) -> None:
+        """Leave this attempt's Python error for the driver, which cannot get it from Spark
+        while the worker's job goes on (Spark retries the task): one line, as Spark's own
+        report of a Python worker's failure ends. Only for that line: trouble is logged."""
+        from kazoo.handlers.threading import KazooTimeoutError
+
+        line = "".join(traceback.format_exception_only(type(error), error))
+        try:
+            client.create_async(f"{protocol.spark_errors_path(self.spec.run_id)}/{self.ctx.consumer_id}",
+                                protocol.encode_spark_error(line), makepath=True).get(timeout=ERROR_RECORD_TIMEOUT_S)
+        except (KazooException, KazooTimeoutError) as e:
+            log.debug("worker %s: error not recorded: %s", self.ctx.consumer_id, e)
 
     def _on_stop_node(self, data, stat):  # kazoo thread: only record
         if stat is not None:
@@ -492,9 +510,9 @@ class _Worker:
         try:
             self.consumer.commit(offsets)
         except CommitFailedError as e:
-            # The partitions moved on; their new owner redoes what we did not commit (at-least-once).
+            # Those partitions moved on; their new owner redoes what we did not commit (at-least-once).
             log.warning("worker %s: %s", self.ctx.consumer_id, e)
-            self.batches.forget(offsets)
+            self.batches.forget(e.partitions)
 
     # -------------------------------------------------------- rebalance callbacks (inside poll)
 

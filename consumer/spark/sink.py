@@ -124,7 +124,7 @@ def _schema():
 
 
 def records_table(tp, recs, headers: bool = True):
-    """One partition's contiguous records as an Arrow table of :func:`_schema` (Spark's Kafka
+    """One partition's contiguous records as an Arrow table of ``_schema()`` (Spark's Kafka
     source columns). Each column is taken from the records in C (:func:`~consumer.records.column`,
     one ``pa.array`` call); the offsets of a contiguous run are a range, the constant columns
     are repeated scalars, and a batch without keys or headers gets those columns built at once.
@@ -179,7 +179,7 @@ def columns_table(tp, chunks, headers: bool = True):
 
 
 def _table(tp, first: int, n: int, keys, values, timestamps, headers, with_headers: bool = True):
-    """The table of :func:`_schema` of ``n`` records of ``tp`` from offset ``first``: ``keys``
+    """The table of ``_schema()`` of ``n`` records of ``tp`` from offset ``first``: ``keys``
     and ``values`` as Arrow arrays, ``timestamps`` (ms) as an array or an iterable, ``headers``
     a sequence of (key, value) pairs per record, falsy for none (None: no record has any);
     ``with_headers=False``: a null headers column."""

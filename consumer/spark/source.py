@@ -1,5 +1,5 @@
 """The Spark data source ``zkgroups`` (pyspark's Python Data Source API): topics' records as a
-DataFrame, batch or streaming, in the shape of Spark's Kafka source.
+DataFrame, batch or streaming, in the shape of Spark's Kafka source::
 
     from consumer.spark.source import register
     register(spark)

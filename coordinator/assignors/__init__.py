@@ -53,8 +53,10 @@ __all__ = ["Ownership", "Assignor", "STRATEGIES", "DEFAULT_STRATEGY", "assign", 
 # assign(members, partitions, previous=None) -> Ownership
 Assignor = Callable[[Mapping[str, Mapping[str, int]], Mapping[str, int], Optional[Ownership]], Ownership]
 
+#: The strategy consumers list first unless configured otherwise.
 DEFAULT_STRATEGY = sticky_assignor.NAME
 
+#: Every strategy by name.
 STRATEGIES: Dict[str, Assignor] = {
     range_assignor.NAME: range_assignor.assign,
     roundrobin_assignor.NAME: roundrobin_assignor.assign,

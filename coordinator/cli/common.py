@@ -18,6 +18,7 @@ demo in :mod:`consumer.cli`, whose :mod:`consumer.cli.context` adds the shared o
   message and the fields the call passed with ``extra=``, :data:`LOG_FIELDS`). A logged
   exception's traceback only with -vv (nodes: always). :func:`report` writes a line that is
   always shown (a tool's summary) in the format in use.
+* :func:`version_option` is every tool's ``--version`` (the package version).
 
 A new tool: ``@click.command(cls=CliCommand)`` (or ``click.group(cls=CliGroup)``).
 """
@@ -36,16 +37,25 @@ from typing import Any, Dict, Iterable, Optional, Sequence
 import click
 from kazoo.exceptions import KazooException, NoAuthError
 
-from coordinator import config as _config
+from coordinator import __version__, config as _config
 from coordinator.errors import EXIT_RETRIABLE, InvalidConfig, ZkGroupsError
 from coordinator.zkclient import parse_connect
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ZK_TIMEOUT = 10.0
-MAX_WAIT_S = 3600.0  # upper bound of --zk-timeout and similar waits
+#: The upper bound of ``--zk-timeout`` and similar waits, in seconds.
+MAX_WAIT_S = 3600.0
 MAX_MS = 2**31 - 1   # upper bound of millisecond options: ZooKeeper's session timeout is an int32
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def version_option(command):
+    """``--version`` for every tool (``@version_option``): prints ``<command> <version>`` (the
+    zkgroups package version) and exits 0. A fresh option per command: click's remembers the
+    first program name it printed."""
+    return click.version_option(__version__, "--version", message="%(prog)s %(version)s",
+                                help="Show the zkgroups version and exit.")(command)
 
 
 # ---------------------------------------------------------------- errors as one line
@@ -165,6 +175,7 @@ class _ZkConnectType(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
+#: Option type of a ZooKeeper connect string: checked and normalized by :func:`~coordinator.zkclient.parse_connect`.
 ZK_CONNECT = _ZkConnectType()
 
 
@@ -389,9 +400,10 @@ def print_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
 
 
 OUTPUT_FORMATS = ("table", "json")
+#: ``--output table|json`` of every read command (the JSON documents: docs/reference/output.md).
 OUTPUT_OPTION = click.option(
     "--output", "-o", type=click.Choice(OUTPUT_FORMATS), default="table", show_default=True,
-    help="table for people; json: one JSON document on stdout, for scripts (field names in the README).")
+    help="table for people; json: one JSON document on stdout, for scripts (field names in the docs: reference/output).")
 
 
 def print_json(document: Any) -> None:

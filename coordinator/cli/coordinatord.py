@@ -21,10 +21,22 @@ lines are ``time LEVEL logger: message``; JSON lines are objects with ``time``, 
 ``logger``, ``message`` and the fields a log call passed (see
 :data:`coordinator.cli.common.LOG_FIELDS`). Neither shows librdkafka property values.
 
-Metrics: ``--metrics-port PORT`` (env ``ZKGROUPS_METRICS_PORT``, file ``metrics_port``; 0 picks
-a free port) serves the node's Prometheus metrics (:mod:`coordinator.metrics`) from before
-ZooKeeper is reached; the log line ``metrics served at URL`` says where. A port out of range or
-taken is one line and exit 1.
+HTTP: one server per node (:mod:`coordinator.http`) serves ``/metrics``, ``/healthz``,
+``/readyz`` and the console (:mod:`coordinator.console`), from before ZooKeeper is reached.
+``--http-addr HOST:PORT`` (env ``ZKGROUPS_HTTP_ADDR``, file ``http_addr``; ``:PORT`` is
+127.0.0.1) binds it there; ``--metrics-port PORT`` (env ``ZKGROUPS_METRICS_PORT``, file
+``metrics_port``) binds every interface as it always did, with the console answered to loopback
+peers only; give one of them. 0 picks a free port; the log lines ``metrics served at URL`` and
+``console at URL`` say where. ``--http-tls-cert``/``--http-tls-key`` serve HTTPS;
+``--http-allowed-host`` adds names the console answers to (a reverse proxy's). ``--no-console``
+serves metrics and probes only. The console's lag is read every ``--lag-interval`` seconds from
+the embedded log under ``--data-dir`` (env ``ZKGROUPS_DATA_DIR``), or from Kafka at
+``--lag-bootstrap-servers`` (default: ``--bootstrap-servers``; the ``kafka`` properties apply).
+An address out of range or taken, or TLS files that cannot be loaded, is one line and exit 1.
+
+This module is the coordinator's composition root: the one module of :mod:`coordinator` that
+imports :mod:`consumer` (its data plane, for the console's log ends), checked by
+tests/test_layering.py.
 
 SIGTERM/SIGINT: the leader abandons its current attempt, resigns (another node leads at
 once) and exits 0; a node still waiting for ZooKeeper exits 0 at once.
@@ -32,19 +44,26 @@ once) and exits 0; a node still waiting for ZooKeeper exits 0 at once.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
+from typing import Optional
 
 import click
 
 from coordinator import config as cfg
+from coordinator import documents
 from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, LOG_FORMAT_OPTION, MAX_MS, MAX_WAIT_S, ZK_CONNECT,
-                                    CliCommand, Seconds, setup_logging, take_connect)
+                                    CliCommand, Seconds, setup_logging, take_connect, version_option)
 from coordinator.coordinator import Coordinator, CoordinatorConfig
-from coordinator.config import MAX_SHARD_COUNT
+from coordinator.config import ENV_DATA_DIR, MAX_SHARD_COUNT, default_data_dir
+from coordinator.kafka import check_bootstrap_servers
 from coordinator.errors import InvalidConfig
 from coordinator.acl import ENV_ZK_AUTH
-from coordinator.metrics import CoordinatorMetrics, MetricsServer, check_port
+from coordinator.console.app import NodeConsole
+from coordinator.console.lag import DEFAULT_INTERVAL_S
+from coordinator.http import HttpSettings, NodeHttpServer, node_health, node_readiness
+from coordinator.metrics import CoordinatorMetrics, check_port
 from coordinator.mirror import check_mirror_config
 from coordinator.zkclient import wait_for_zookeeper
 
@@ -91,20 +110,43 @@ _DEFAULTS = CoordinatorConfig()  # the help shows the dataclass's defaults
               help=f"How often the mirror reads Kafka's topics [{_DEFAULTS.mirror_interval_ms}]; it also reads "
                    "them at once when a member names a topic not mirrored yet.")
 @click.option("--metrics-port", envvar="ZKGROUPS_METRICS_PORT", type=int, metavar="PORT",
-              help="Serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; the log says which).")
+              help="Serve Prometheus metrics at http://HOST:PORT/metrics on every interface (0: any free port; "
+                   "the log says which); the console on this port answers loopback peers only.")
+@click.option("--http-addr", envvar="ZKGROUPS_HTTP_ADDR", metavar="HOST:PORT",
+              help="Serve /metrics, /healthz, /readyz and the console here (:PORT is 127.0.0.1; another "
+                   "address shows the console to everyone who reaches it). Instead of --metrics-port.")
+@click.option("--http-allowed-host", "http_allowed_hosts", multiple=True, metavar="NAME",
+              help="A host name the console answers to besides the loopback's (a reverse proxy's); repeatable.")
+@click.option("--http-tls-cert", type=click.Path(dir_okay=False), metavar="FILE", help="Serve HTTPS: PEM certificate.")
+@click.option("--http-tls-key", type=click.Path(dir_okay=False), metavar="FILE", help="Serve HTTPS: PEM private key.")
+@click.option("--console/--no-console", "console", default=None,
+              help="Serve the read-only console (pages and /api/v1) beside the metrics [on].")
+@click.option("--lag-interval", type=Seconds(), metavar="SECONDS",
+              help=f"How often the console reads lag from the data plane [{DEFAULT_INTERVAL_S:g}].")
+@click.option("--data-dir", envvar=ENV_DATA_DIR, metavar="DIR",
+              help="The embedded log's directory, where the console reads log ends [./data].")
+@click.option("--lag-bootstrap-servers", metavar="HOST:PORT[,...]",
+              help="Kafka brokers the console reads log ends from (default: --bootstrap-servers; else the "
+                   "embedded log).")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @LOG_FORMAT_OPTION
 @click.option("--config", "config_file", type=click.Path(),
               help="TOML file with the options above ([coordinator] table or top level).")
-def main(zk, node_id, zk_timeout, wait_for_zk, metrics_port, log_level, log_format, config_file, kafka_config,
-         **options):
+@version_option
+def main(zk, node_id, zk_timeout, wait_for_zk, metrics_port, http_addr, http_allowed_hosts, http_tls_cert,
+         http_tls_key, console, lag_interval, data_dir, lag_bootstrap_servers, log_level, log_format, config_file,
+         kafka_config, **options):
     """Run a zkgroups coordinator node; with --bootstrap-servers, the leader also mirrors the
-    topics of a KRaft Kafka cluster into ZooKeeper."""
+    topics of a KRaft Kafka cluster into ZooKeeper. With --http-addr (or --metrics-port) it
+    serves its metrics, health probes and the read-only console."""
     setup_logging(log_format=log_format, level=logging.getLevelName(log_level.upper()), timestamps=True)
     source = config_file or "options"
     startup = {"zk": zk, "node_id": node_id, "zk_timeout": zk_timeout or DEFAULT_ZK_TIMEOUT, "wait_for_zk": wait_for_zk,
-               "metrics_port": metrics_port}
+               "metrics_port": metrics_port, "http_addr": http_addr,
+               "http_allowed_hosts": list(http_allowed_hosts) or None, "http_tls_cert": http_tls_cert,
+               "http_tls_key": http_tls_key, "console": console, "lag_interval": lag_interval, "data_dir": data_dir,
+               "lag_bootstrap_servers": lag_bootstrap_servers}
     values = {}
     if config_file:
         values = dict(cfg.load_toml(config_file, "coordinator"))
@@ -116,18 +158,26 @@ def main(zk, node_id, zk_timeout, wait_for_zk, metrics_port, log_level, log_form
     values.update({k: v for k, v in options.items() if v is not None})
     if kafka_config:
         values["kafka"] = cfg.check_kafka_properties(cfg.load_toml(kafka_config, "kafka"), kafka_config)
+    lag_kafka = {}
+    if startup["lag_bootstrap_servers"] and not values.get("bootstrap_servers") and "kafka" in values:
+        lag_kafka = cfg.check_kafka_properties(values.pop("kafka"), "kafka")  # for the lag reader alone
     config = cfg.build(CoordinatorConfig, values, source)
     for name, limit in LIMITS.items():
         if getattr(config, name) > limit:
             raise InvalidConfig(f"{source}: {name} must be at most {limit}, got {getattr(config, name)}")
     if config.bootstrap_servers:
         check_mirror_config(config.bootstrap_servers, config.kafka)
-    metrics, server = CoordinatorMetrics(), None
-    if startup["metrics_port"] is not None:  # before ZooKeeper: a port in use is one line at once
-        port = check_port(startup["metrics_port"], "--metrics-port" if metrics_port is not None
-                          else f"{source}: metrics_port")
-        server = MetricsServer(metrics.registry, port).start()
+    metrics = CoordinatorMetrics()
+    settings = _http_settings(startup, source, metrics_port is not None, http_addr is not None)
+    parts = {"node": None, "console": None}
+    server = ends = None
+    if settings is not None:  # before ZooKeeper: a port in use is one line at once
+        server = NodeHttpServer(settings, metrics.registry, lambda: node_health(parts["node"], parts["console"]),
+                                lambda: node_readiness(parts["node"], parts["console"]),
+                                app=_starting if startup["console"] is not False else None).start()
         log.info("metrics served at %s", server.url, extra={"port": server.port})
+        if startup["console"] is not False:
+            ends = _log_ends(startup, config, lag_kafka)
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -144,27 +194,127 @@ def main(zk, node_id, zk_timeout, wait_for_zk, metrics_port, log_level, log_form
         if not reachable:
             log.info("stopped while waiting for ZooKeeper")
             return
-        node = Coordinator(zk, startup["node_id"], config, metrics).start()
+        node = parts["node"] = Coordinator(zk, startup["node_id"], config, metrics).start()
     finally:
         kazoo_log.setLevel(logging.WARNING)
+    if server is not None and server.app is not None:
+        parts["console"] = NodeConsole(node, ends, startup["lag_interval"] or DEFAULT_INTERVAL_S).start()
+        server.app = parts["console"].app.route
+        log.info("console at %s (read-only; lag from %s)", server.console_url,
+                 ends.describe() if ends is not None else "nowhere", extra={"port": server.port})
     log.info("node %s started (zk %s)%s", node.node_id, zk,
              f"; while leading it mirrors the topics of Kafka at {config.bootstrap_servers} every "
              f"{config.mirror_interval_ms} ms" if config.bootstrap_servers else "",
              extra={"node": node.node_id, "zk": zk})
     while not stop.wait(0.5):
         pass
+    if parts["console"] is not None:
+        parts["console"].close()
     node.close()
     if server is not None:
         server.close()
+    if ends is not None:
+        ends.close()
+
+
+def _starting(path: str, query: str):
+    """The console's answer until the node has connected to ZooKeeper."""
+    from coordinator.http import Response
+    return Response.text("the node is still connecting to ZooKeeper; the console starts once it has", 503)
+
+
+def _http_settings(startup: dict, source: str, port_given: bool, addr_given: bool) -> Optional[HttpSettings]:
+    """Where to serve HTTP: --http-addr, or --metrics-port (never both), else nowhere."""
+    port, addr = startup["metrics_port"], startup["http_addr"]
+    if port is not None and addr is not None:
+        raise InvalidConfig(f"{source}: give --http-addr or --metrics-port (metrics_port), not both: "
+                            "the node serves one port")
+    tls = {"tls_cert": startup["http_tls_cert"], "tls_key": startup["http_tls_key"]}
+    if bool(tls["tls_cert"]) != bool(tls["tls_key"]):
+        raise InvalidConfig(f"{source}: HTTPS needs both --http-tls-cert and --http-tls-key")
+    hosts = tuple(startup["http_allowed_hosts"] or ())
+    if addr is not None:
+        return HttpSettings.for_http_addr(addr, hosts, source="--http-addr" if addr_given else f"{source}: http_addr",
+                                          **tls)
+    if port is not None:
+        return HttpSettings.for_metrics_port(check_port(port, "--metrics-port" if port_given
+                                                        else f"{source}: metrics_port"), hosts, **tls)
+    if any(tls.values()) or hosts:
+        raise InvalidConfig(f"{source}: the HTTP options need --http-addr (or --metrics-port)")
+    return None
+
+
+def _log_ends(startup: dict, config: CoordinatorConfig, lag_kafka: dict):
+    """Where the console reads log ends: Kafka (--lag-bootstrap-servers, else the mirror's
+    --bootstrap-servers), else the embedded log under --data-dir."""
+    servers = startup["lag_bootstrap_servers"] or config.bootstrap_servers
+    if servers:
+        servers = check_bootstrap_servers(servers)
+    data_dir = startup["data_dir"] or default_data_dir()
+    if not servers and not os.path.isdir(data_dir):
+        log.warning("the console reads log ends from the embedded log under %s, which does not exist here: give "
+                    "--data-dir (or --lag-bootstrap-servers for Kafka), or lag will be wrong", data_dir)
+    return DataPlaneEnds.open(servers, config.kafka or lag_kafka, data_dir)
+
+
+class DataPlaneEnds:
+    """The console's :class:`~coordinator.console.lag.LogEnds` over a :mod:`consumer.dataplane`
+    (what ``groupctl groups describe`` and ``topics describe`` read)."""
+
+    def __init__(self, plane):
+        self.plane, self.name = plane, plane.name
+
+    @classmethod
+    def open(cls, bootstrap_servers: str, kafka: dict, data_dir: str) -> "DataPlaneEnds":
+        from consumer.dataplane import open_data_plane
+        return cls(open_data_plane(data_dir=data_dir, bootstrap_servers=bootstrap_servers, kafka=kafka))
+
+    def describe(self) -> str:
+        return self.plane.describe()
+
+    def partition_counts(self):
+        return self.plane.partition_counts()
+
+    def latest(self, topic: str, partitions):
+        from consumer.records import TopicPartition
+        if not self.plane.has_data(topic):  # no directory of it here (another --data-dir?): unknown, not 0
+            return {}
+        got = self.plane.latest_offsets([TopicPartition(topic, p) for p in partitions])
+        return {tp.partition: offset for tp, offset in got.items()}
+
+    def details(self, topic: str, partitions):
+        from consumer.records import TopicPartition
+        tps = [TopicPartition(topic, p) for p in partitions]
+        earliest, latest = self.plane.earliest_offsets(tps), self.plane.latest_offsets(tps)
+        kafka = self.name == "kafka"
+        leaders = self.plane.partition_leaders(topic) if kafka else {}
+        return [documents.topic_partition_row(tp.partition, earliest[tp], latest[tp],
+                                              None if kafka else self.plane.log.size_bytes(topic, tp.partition),
+                                              leaders.get(tp.partition, -1) if kafka else None) for tp in tps]
+
+    def close(self) -> None:
+        self.plane.close()
 
 
 def _startup_from_file(values: dict, source: str) -> dict:
-    """Take the startup keys (zk, node_id, zk_timeout, wait_for_zk, metrics_port) out of the file's values,
-    checked; None for those it does not set."""
+    """Take the startup keys (zk, node_id, zk_timeout, wait_for_zk, metrics_port and the HTTP and
+    console keys) out of the file's values, checked; None for those it does not set."""
     found = {"zk": take_connect(values, source), "node_id": cfg.take(values, "node_id", str, source),
              "zk_timeout": cfg.take(values, "zk_timeout", float, source),
              "wait_for_zk": cfg.take(values, "wait_for_zk", bool, source),
-             "metrics_port": cfg.take(values, "metrics_port", int, source)}
+             "metrics_port": cfg.take(values, "metrics_port", int, source),
+             "http_addr": cfg.take(values, "http_addr", str, source),
+             "http_allowed_hosts": cfg.take(values, "http_allowed_hosts", list, source),
+             "http_tls_cert": cfg.take(values, "http_tls_cert", str, source),
+             "http_tls_key": cfg.take(values, "http_tls_key", str, source),
+             "console": cfg.take(values, "console", bool, source),
+             "lag_interval": cfg.take(values, "lag_interval", float, source),
+             "data_dir": cfg.take(values, "data_dir", str, source),
+             "lag_bootstrap_servers": cfg.take(values, "lag_bootstrap_servers", str, source)}
+    if found["http_allowed_hosts"] is not None and not all(isinstance(h, str) for h in found["http_allowed_hosts"]):
+        raise InvalidConfig(f"{source}: http_allowed_hosts must be a list of host names")
+    if found["lag_interval"] is not None and not 0 < found["lag_interval"] <= MAX_WAIT_S:
+        raise InvalidConfig(f"{source}: lag_interval must be > 0 and at most {MAX_WAIT_S:g} seconds")
     if found["zk_timeout"] is not None and not 0 < found["zk_timeout"] <= MAX_WAIT_S:
         raise InvalidConfig(f"{source}: zk_timeout must be > 0 and at most {MAX_WAIT_S:g} seconds")
     return found

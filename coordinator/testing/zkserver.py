@@ -2,7 +2,8 @@
 
 :func:`provide_zookeeper` picks, in order: ``ZK_CONNECT`` (an external server, used as is);
 a local install (``ZOOKEEPER_HOME``, else Debian's ``zookeeper`` package) started as a child
-process on a free loopback port; else testcontainers, where a Docker engine answers.
+process on a free loopback port; else testcontainers, where a Docker engine answers
+(:func:`start_container`; the image from ``ZKGROUPS_ZK_IMAGE``, else ``zookeeper:3.8``).
 
 :class:`Ensemble` runs 1 or 3 local servers and can stop, SIGKILL and restart single
 servers, which the fault tests need; by default on free loopback ports, or each server on an
@@ -70,12 +71,12 @@ def local_classpath() -> Optional[str]:
     return None
 
 
-def die_with_parent():
+def die_with_parent(sig: int = signal.SIGKILL):
     """``preexec_fn`` for children that must not outlive their parent: PR_SET_PDEATHSIG sends
-    the child SIGKILL when the process that started it dies; a session of its own keeps a
-    terminal's Ctrl-C from reaching it directly."""
+    the child ``sig`` (SIGKILL unless given) when the process that started it dies; a session
+    of its own keeps a terminal's Ctrl-C from reaching it directly."""
     with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGKILL)
+        ctypes.CDLL("libc.so.6").prctl(1, int(sig))
     os.setsid()
 
 
@@ -250,6 +251,13 @@ class ProvidedZooKeeper:
         self.close()
 
 
+#: The image of the testcontainers path: the official ``zookeeper`` image unless this variable
+#: names another with the same environment, such as the one ``docker/zookeeper`` builds from
+#: Debian's packages (``zkgroups/zookeeper:3.8``) where no registry can be reached.
+ENV_ZK_IMAGE = "ZKGROUPS_ZK_IMAGE"
+DEFAULT_ZK_IMAGE = "zookeeper:3.8"
+
+
 def _docker_answers() -> bool:
     try:
         import docker  # testcontainers' dependency
@@ -257,6 +265,38 @@ def _docker_answers() -> bool:
         return True
     except Exception:
         return False
+
+
+def start_container(image: Optional[str] = None, tick_ms: int = 200, timeout: float = 60.0) -> ProvidedZooKeeper:
+    """One ZooKeeper server in a container, started through testcontainers on the engine that
+    ``DOCKER_HOST`` (or the default socket) names; ready once ``srvr`` reports a mode.
+
+    The reaper container (Ryuk) comes from Docker Hub; where it cannot be pulled, set
+    ``TESTCONTAINERS_RYUK_DISABLED=true``: :meth:`ProvidedZooKeeper.close` removes the container
+    either way, and a run killed before that leaves one labelled ``org.testcontainers=true``.
+    """
+    from testcontainers.core.container import DockerContainer
+    image = image or os.environ.get(ENV_ZK_IMAGE) or DEFAULT_ZK_IMAGE
+    container = DockerContainer(image).with_exposed_ports(2181).with_env(
+        "ZOO_TICK_TIME", str(tick_ms)).with_env("ZOO_4LW_COMMANDS_WHITELIST", "*")
+    container.start()
+    provided = ProvidedZooKeeper("", container=container)
+    try:
+        host, port = container.get_container_host_ip(), int(container.get_exposed_port(2181))
+        provided.connect = f"{host}:{port}"
+        deadline = time.monotonic() + timeout
+        while "Mode:" not in four_letter(host, port, "srvr"):
+            container.get_wrapped_container().reload()
+            if container.get_wrapped_container().status != "running":
+                tail = container.get_wrapped_container().logs(tail=3).decode(errors="replace").strip()
+                raise RuntimeError(f"ZooKeeper container of {image} exited: {tail}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"ZooKeeper container of {image} did not serve within {timeout:.0f}s")
+            time.sleep(0.1)
+    except BaseException:
+        provided.close()
+        raise
+    return provided
 
 
 def provide_zookeeper(tick_ms: int = 200, fsync: bool = True, jvm: Sequence[str] = TEST_JVM) -> ProvidedZooKeeper:
@@ -267,13 +307,5 @@ def provide_zookeeper(tick_ms: int = 200, fsync: bool = True, jvm: Sequence[str]
         ensemble = Ensemble(1, tick_ms=tick_ms, fsync=fsync, jvm=jvm).start()
         return ProvidedZooKeeper(ensemble.connect, ensemble)
     if _docker_answers():
-        from testcontainers.core.container import DockerContainer
-        from testcontainers.core.waiting_utils import wait_for_logs
-        container = DockerContainer("zookeeper:3.8").with_exposed_ports(2181).with_env(
-            "ZOO_TICK_TIME", str(tick_ms)).with_env("ZOO_4LW_COMMANDS_WHITELIST", "*")
-        container.start()
-        wait_for_logs(container, "binding to port", timeout=60)
-        connect = f"{container.get_container_host_ip()}:{container.get_exposed_port(2181)}"
-        return ProvidedZooKeeper(connect, container=container)
+        return start_container(tick_ms=tick_ms)
     raise ZooKeeperNotFound(INSTALL_HINT)
-

@@ -11,11 +11,13 @@ the wire what :class:`consumer.member.GroupMember` does for its group's coordina
   round trip when the channel was empty at its last listing: the next commands are numbered
   after the last one seen), and decides what applies with the member's own pure
   :func:`consumer.commands.decide`;
-* releases what moves away (one transaction: the offsets token checked, the owner node
-  deleted, the applied commands deleted) and claims what is new (its owners directory listed
-  and the offsets znodes read in one round trip, then one transaction: ephemeral owner nodes
-  created, offsets znodes rewritten compare-and-set at the versions just read, the applied
-  commands deleted — the ack), as the member does.
+* releases what moves away (owner nodes deleted, each with its offsets token checked) and
+  claims what is new (its owners and offsets directories listed and the offsets znodes its
+  last listing showed read, in one round trip; those listed now but not read, in a second;
+  then ephemeral owner nodes created and offsets znodes rewritten compare-and-set at the
+  versions just read, or created where there were none), each in transactions of at most
+  :data:`~consumer.member.CLAIM_PARTITIONS` partitions, one after the other, the applied
+  commands deleted with the last (the ack), as the member does.
 
 Members are handled in batches: one worker thread per client takes every member whose channel
 fired and runs each step for the whole batch as pipelined asynchronous calls, so a batch costs
@@ -38,7 +40,7 @@ from typing import Dict, List, Optional, Tuple
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from consumer import commands as channel
-from consumer.member import decode_commands
+from consumer.member import CLAIM_PARTITIONS, decode_commands, partition_numbers
 from coordinator import protocol
 from coordinator.errors import CorruptZnode
 from coordinator.protocol import Registration
@@ -54,7 +56,7 @@ class LightMember:
     """One member's protocol state (touched only by its client's worker thread)."""
 
     __slots__ = ("group", "consumer_id", "client", "wake", "applied", "owned", "tokens", "rebalances", "left",
-                 "last_command", "channel_empty")
+                 "last_command", "channel_empty", "offsets_listed")
 
     def __init__(self, group: str, consumer_id: str, client, wake):
         self.group, self.consumer_id, self.client = group, consumer_id, client
@@ -66,6 +68,7 @@ class LightMember:
         self.left = False
         self.last_command = -1        # the number of the last command seen (it made its channel: none yet)
         self.channel_empty = False    # whether its last listing found the channel empty
+        self.offsets_listed: Dict[str, set] = {}   # topic -> partitions with offsets znodes, as last listed
 
 
 class _Worker:
@@ -221,76 +224,111 @@ def _apply(client, plans) -> List[LightMember]:
             moves.append((m, d, revoked, acks + start, {}, []))
         else:
             moves.append((m, d, set(), [], added, acks + start))
-    releases = []
-    for m, d, revoked, release_acks, _, _ in moves:
-        if revoked:
-            t = client.transaction()
-            for tp in revoked:
-                if tp in m.tokens:
-                    t.check(protocol.offsets_path(m.group, *tp), m.tokens[tp])
-                t.delete(protocol.owners_path(m.group, *tp))
-            for path in release_acks:
-                t.delete(path)
-            releases.append((m, revoked, t.commit_async()))
-    wait_in_order([a for *_, a in releases])
-    for m, revoked, a in releases:
-        a.get()  # a refused release (a token taken over) leaves the node to its new owner
+    releases = [(m, revoked, _release_parts(client, m, revoked, release_acks))
+                for m, d, revoked, release_acks, _, _ in moves if revoked]
+    for r in range(max((len(parts) for *_, parts in releases), default=0)):  # each member's parts in turn
+        sent = [parts[r].commit_async() for *_, parts in releases if r < len(parts)]
+        wait_in_order(sent)
+        for a in sent:
+            a.get()  # a refused release (a token taken over) leaves the node to its new owner
+    for m, revoked, _ in releases:
         for tp in revoked:
             m.owned.pop(tp, None)
             m.tokens.pop(tp, None)
-    # As the member: its owners directories listed, then the offsets znodes read, in one round trip.
-    reads = [(m, d, added, claim_acks,
-              [client.get_children_async(protocol.owners_path(m.group, t)) for t in sorted({t for t, _ in added})],
-              [(tp, client.get_async(protocol.offsets_path(m.group, *tp))) for tp in added])
-             for m, d, _, _, added, claim_acks in moves]
-    wait_in_order([a for *_, listings, gets in reads for a in listings + [a for _, a in gets]])
-    claims, refused = [], []
+    # As the member: its owners and offsets directories listed and the offsets znodes it knows
+    # of read, in one round trip; the ones listed now but not read, in a second.
+    reads = []
+    for m, d, _, _, added, claim_acks in moves:
+        topics = sorted({t for t, _ in added})
+        listings = [(t, client.get_children_async(protocol.owners_path(m.group, t)),
+                     client.get_children_async(protocol.offsets_path(m.group, t))) for t in topics]
+        gets = {tp: client.get_async(protocol.offsets_path(m.group, *tp))
+                for tp in added if tp[1] in m.offsets_listed.get(tp[0], ())}
+        reads.append((m, d, added, claim_acks, listings, gets))
+    wait_in_order([a for *_, listings, gets in reads for a in [x for _, o, f in listings for x in (o, f)]
+                   + list(gets.values())])
+    looked = []
     for m, d, added, claim_acks, listings, gets in reads:
-        held = {(t, int(p)) for t, a in zip(sorted({t for t, _ in added}), listings) for p in _children(a)}
+        held = {(t, p) for t, owners, _ in listings for p in partition_numbers(_children(owners))}
+        for t, _, offsets in listings:
+            m.offsets_listed[t] = partition_numbers(_children(offsets))
+        for tp in added:
+            if tp not in gets and tp[1] in m.offsets_listed[tp[0]]:
+                gets[tp] = client.get_async(protocol.offsets_path(m.group, *tp))
+        looked.append((m, d, added, claim_acks, held, gets))
+    wait_in_order([a for *_, gets in looked for a in gets.values()])
+    # As the member: CLAIM_PARTITIONS a transaction, each member's parts one after the other
+    # (the members' parts of one round pipelined), the acks with the last part.
+    claims, refused = [], []
+    for m, d, added, claim_acks, held, gets in looked:
         if held & set(added):
             refused.append(m)  # its previous owner has not released it yet
             continue
-        t = client.transaction()
-        versions = {}
-        for tp, stream in added.items():
-            t.create(protocol.owners_path(m.group, *tp), stream.encode(), ephemeral=True)
-        for tp, a in gets:
-            try:
-                raw, stat = a.get()
-                t.set_data(protocol.offsets_path(m.group, *tp), raw, version=stat.version)
-                versions[tp] = stat.version + 1
-            except NoNodeError:
-                t.create(protocol.offsets_path(m.group, *tp), protocol.NO_OFFSET)
-                versions[tp] = 0
-        for path in claim_acks:
-            t.delete(path)
-        claims.append((m, d, added, versions, t.commit_async() if t.operations else None))
-    wait_in_order([a for *_, a in claims if a is not None])
-    for m, d, added, versions, a in claims:
-        if a is not None and any(isinstance(r, Exception) for r in a.get()):
-            refused.append(m)  # an owner node still held, or an offset written meanwhile
-            continue
-        m.owned.update(added)
-        m.tokens.update(versions)
-        _applied(m, d)
+        order = list(added)
+        parts = [order[i:i + CLAIM_PARTITIONS] for i in range(0, len(order), CLAIM_PARTITIONS)] or [[]]
+        claims.append((m, d, added, gets, claim_acks, parts))
+    for r in range(max((len(parts) for *_, parts in claims), default=0)):
+        sent = []
+        for m, d, added, gets, claim_acks, parts in claims:
+            if r >= len(parts) or m in refused:
+                continue
+            t, versions = client.transaction(), {}
+            for tp in parts[r]:
+                t.create(protocol.owners_path(m.group, *tp), added[tp].encode(), ephemeral=True)
+            for tp in parts[r]:
+                stored = _stored(gets.get(tp))
+                if stored is None:
+                    t.create(protocol.offsets_path(m.group, *tp), protocol.NO_OFFSET)
+                    versions[tp] = 0
+                else:
+                    t.set_data(protocol.offsets_path(m.group, *tp), stored[0], version=stored[1].version)
+                    versions[tp] = stored[1].version + 1
+            final = r == len(parts) - 1
+            for path in claim_acks if final else ():
+                t.delete(path)
+            sent.append((m, d, {tp: added[tp] for tp in parts[r]}, versions, final,
+                         t.commit_async() if t.operations else None))
+        wait_in_order([a for *_, a in sent if a is not None])
+        for m, d, part, versions, final, a in sent:
+            if a is not None and any(isinstance(x, Exception) for x in a.get()):
+                refused.append(m)  # an owner node still held, or an offset written meanwhile
+                continue
+            m.owned.update(part)
+            m.tokens.update(versions)
+            for topic, p in part:
+                m.offsets_listed.setdefault(topic, set()).add(p)
+            if final:
+                _applied(m, d)
     return refused
 
 
+def _release_parts(client, m: LightMember, partitions, deletes: List[str]):
+    """The transactions of a release, as a member writes them: its owner nodes deleted, each
+    with a check of its token, CLAIM_PARTITIONS a transaction; ``deletes`` with the last."""
+    order = list(partitions)
+    chunks = [order[i:i + CLAIM_PARTITIONS] for i in range(0, len(order), CLAIM_PARTITIONS)] or [[]]
+    parts = []
+    for k, chunk in enumerate(chunks):
+        t = client.transaction()
+        for tp in chunk:
+            if tp in m.tokens:
+                t.check(protocol.offsets_path(m.group, *tp), m.tokens[tp])
+            t.delete(protocol.owners_path(m.group, *tp))
+        for path in deletes if k == len(chunks) - 1 else ():
+            t.delete(path)
+        parts.append(t)
+    return parts
+
+
 def _leave(client, m: LightMember) -> None:
-    """Leave as a member does: one transaction releasing its owner nodes (each with its token
-    checked), deleting the commands left in its channel and its registration; it handles
-    nothing after that."""
+    """Leave as a member does: its owner nodes released (each with its token checked), the
+    commands left in its channel and its registration deleted with the last of those
+    transactions; it handles nothing after that."""
     m.left = True
     base = protocol.channel_path(m.group, m.consumer_id)
-    t = client.transaction()
-    for c in sorted(client.get_children(base)):
-        t.delete(f"{base}/{c}")
-    for tp in m.owned:
-        if tp in m.tokens:
-            t.check(protocol.offsets_path(m.group, *tp), m.tokens[tp])
-        t.delete(protocol.owners_path(m.group, *tp))
-    t.delete(protocol.ids_path(m.group, m.consumer_id))
-    t.commit_async().get()
+    commands = [f"{base}/{c}" for c in sorted(client.get_children(base))]
+    for t in _release_parts(client, m, m.owned, commands + [protocol.ids_path(m.group, m.consumer_id)]):
+        t.commit_async().get()
     m.owned.clear()
     m.tokens.clear()
 
@@ -305,6 +343,17 @@ def _children(pending) -> List[str]:
         return pending.get()
     except NoNodeError:
         return []
+
+
+def _stored(pending):
+    """(data, stat) of an offsets znode read, or None where it was not read (none was listed)
+    or is gone."""
+    if pending is None:
+        return None
+    try:
+        return pending.get()
+    except NoNodeError:
+        return None
 
 
 def _quietly(pending) -> None:
