@@ -444,7 +444,8 @@ class Consumer:
         self._last_poll = time.monotonic()
         self._in_poll = True
         try:
-            if self._set_state(ConsumerState.ACTIVE, expect={ConsumerState.EVICTED}):
+            if self._state is ConsumerState.EVICTED and self._set_state(ConsumerState.ACTIVE,
+                                                                         expect={ConsumerState.EVICTED}):
                 log.info("consumer %s rejoins group %s", self.consumer_id, self.group_id)
                 self._member.rejoin()
             while True:

@@ -149,6 +149,16 @@ class _Partition:
 
     def take(self, n: int) -> List[ConsumerRecord]:
         """Remove and return up to ``n`` (>= 1) buffered records; no per-record work."""
+        out = self._take_items(n)
+        self.position = out[-1].offset + 1
+        return out
+
+    def chunk_of(self, records: List[ConsumerRecord]) -> list:
+        """What ``records`` (handed out by :meth:`take`) were as a buffered chunk."""
+        return records
+
+    def _take_items(self, n: int) -> list:
+        """Remove and return up to ``n`` (>= 1) buffered items, in order, from the chunks."""
         chunks = self.chunks
         head = chunks[0]
         i = self.idx
@@ -176,7 +186,6 @@ class _Partition:
                     self.idx = need
                     need = 0
         self.count -= len(out)
-        self.position = out[-1].offset + 1
         return out
 
     def take_columns(self, n: int) -> List[Columns]:
@@ -211,6 +220,9 @@ class Fetcher:
     works without ``start()`` too (it then reads only when starved). All public methods are
     thread-safe; ``poll()`` is meant to be called from one thread at a time.
     """
+
+    #: The per-partition state (a data plane's fetcher may buffer its own form of records).
+    _partition_type = _Partition
 
     def __init__(self, log, max_poll_records: int = 500,
                  max_partition_fetch_bytes: int = 1 << 20,
@@ -303,7 +315,7 @@ class Fetcher:
                 self._epoch += 1
                 st = self._parts.get(tp)
                 if st is None:
-                    st = self._parts[tp] = _Partition(tp, int(offset), self._epoch)
+                    st = self._parts[tp] = self._partition_type(tp, int(offset), self._epoch)
                     st.paused = paused
                     self._order.append(tp)
                 else:
@@ -528,7 +540,7 @@ class Fetcher:
                 if st.idx:  # the head chunk was partly taken: keep only its untaken part
                     st.chunks[0] = _rest(st.chunks[0], st.idx)
                     st.idx = 0
-                st.chunks.extendleft(reversed(items) if columns else (items,))
+                st.chunks.extendleft(reversed(items) if columns else (st.chunk_of(items),))
                 st.count += end - first
                 st.position = first
                 self._drainable = True

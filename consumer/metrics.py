@@ -32,7 +32,6 @@ group's), and counts from before the consumer was created.
 from __future__ import annotations
 
 import time
-from operator import itemgetter
 from typing import Callable, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -40,10 +39,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from coordinator.errors import ZkGroupsError
 from coordinator.metrics import MetricsServer
+from consumer.records import column
 
 POLL_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 COMMIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 10.0)
-_KEY, _VALUE = itemgetter(4), itemgetter(5)
 
 
 class ConsumerMetrics:
@@ -90,8 +89,8 @@ class ConsumerMetrics:
             count = size = 0
             for records in batch.values():
                 count += len(records)
-                size += sum(map(len, map(_VALUE, records)))
-                size += sum(map(len, filter(None, map(_KEY, records))))  # C-level: no frame per record
+                size += sum(map(len, column(records, "value")))
+                size += sum(map(len, filter(None, column(records, "key"))))  # C-level: no frame per record
             self.records.inc(count)
             self.bytes.inc(size)
         return batch

@@ -1,4 +1,5 @@
-"""The producer: records to topics on either data plane; every ``send`` returns a future.
+"""The producer: records to topics on either data plane; ``send`` returns a future per record,
+or nothing with ``futures=False``.
 
 ``Producer(zk, data_dir=...)`` writes the embedded log (topics registered in ZooKeeper);
 ``Producer(bootstrap_servers=..., kafka={...})`` writes Kafka through a librdkafka producer
@@ -28,6 +29,11 @@ Guarantees (both data planes)
 * After :meth:`Producer.flush` returns, every record sent before it is written and its future
   resolved. A failed write is raised once by the next ``send``, ``flush`` or ``close``
   (besides failing its futures).
+* ``futures=False``: ``send`` returns None and the producer keeps no result per record, for
+  applications that only need to know that everything sent was written: ``flush`` and
+  ``close`` still return only once it is, and a failed write is still raised once by the next
+  ``send``, ``flush`` or ``close``. On Kafka librdkafka then reports failed deliveries only
+  (``delivery.report.only.error``), so a record that is delivered costs no Python code at all.
 
 The embedded log
 ----------------
@@ -317,8 +323,10 @@ class Producer:
     (``auto_create_partitions`` and ``metadata_max_age_ms`` are accepted and unused).
 
     ``send(topic, value, key=None, partition=None, timestamp=None, headers=None)`` returns a
-    :class:`FutureRecordMetadata`; ``flush(timeout=None)``, ``close(timeout=None)``; a context
-    manager. Thread-safe: any thread may send, flush or close.
+    :class:`FutureRecordMetadata`, or None with ``futures=False`` (either data plane: no result
+    per record; failures are raised once by the next ``send``, ``flush`` or ``close``);
+    ``flush(timeout=None)``, ``close(timeout=None)``; a context manager. Thread-safe: any
+    thread may send, flush or close.
 
     States: OPEN ──close()──▶ CLOSED (a second ``close`` does nothing). Once ``close`` has
     returned, every future of the producer is resolved and ``send`` raises IllegalStateError.
@@ -333,9 +341,10 @@ class Producer:
 
     def send(self, topic: str, value: bytes, key: Optional[bytes] = None, partition: Optional[int] = None,
              timestamp: Optional[int] = None,
-             headers: Optional[Sequence[Tuple[str, bytes]]] = None) -> FutureRecordMetadata:
-        """Queue one record; its future resolves once it is written. Raises UnknownTopic,
-        InvalidPartitions, TypeError at once, and a failure of an earlier write once."""
+             headers: Optional[Sequence[Tuple[str, bytes]]] = None) -> Optional[FutureRecordMetadata]:
+        """Queue one record; its future (None with ``futures=False``) resolves once it is
+        written. Raises UnknownTopic, InvalidPartitions, TypeError at once, and a failure of an
+        earlier write once."""
         raise NotImplementedError
 
     def flush(self, timeout: Optional[float] = None) -> None:
@@ -367,7 +376,8 @@ class _LogProducer(Producer):
     def __init__(self, zk=None, data_dir: Optional[str] = None, *, bootstrap_servers: Optional[str] = None,
                  kafka=None, linger_ms: Optional[int] = None, batch_size: Optional[int] = None,
                  auto_create_topics: bool = False, auto_create_partitions: int = 1,
-                 metadata_max_age_ms: int = 5000, log: Optional[Log] = None, zk_auth=None, **log_options):
+                 metadata_max_age_ms: int = 5000, log: Optional[Log] = None, zk_auth=None, futures: bool = True,
+                 **log_options):
         linger_ms = 5 if linger_ms is None else linger_ms
         batch_size = 16384 if batch_size is None else batch_size
         _whole_numbers(linger_ms=(linger_ms, 0), batch_size=(batch_size, 1),
@@ -392,6 +402,7 @@ class _LogProducer(Producer):
         self.auto_create_topics = auto_create_topics
         self.auto_create_partitions = auto_create_partitions
         self.metadata_max_age = metadata_max_age_ms / 1000.0
+        self._futures = bool(futures)
         self._topics: Dict[str, _TopicInfo] = {}
         self._buffers: Dict[Tuple[str, int], _Batch] = {}
         self._lock = threading.Lock()
@@ -443,7 +454,7 @@ class _LogProducer(Producer):
             if not self._has_pending:  # notify only when the producer goes from idle to busy
                 self._has_pending = True
                 self._wake.notify()
-        future = _LogFuture(batch, index, timestamp)
+        future = _LogFuture(batch, index, timestamp) if self._futures else None
         if index + 1 >= self.batch_size or self._thread is None:
             self._write(tp)
         return future
@@ -544,7 +555,8 @@ class _KafkaProducer(Producer):
                  kafka=None, linger_ms: Optional[int] = None, batch_size: Optional[int] = None,
                  auto_create_topics: bool = False, auto_create_partitions: int = 1,
                  metadata_max_age_ms: int = 5000, max_block_ms: int = 60_000, request_timeout_ms: int = 10_000,
-                 log: Optional[Log] = None, zk_auth=None, **log_options):  # zk_auth: unused, Kafka needs no ZooKeeper
+                 log: Optional[Log] = None, zk_auth=None, futures: bool = True,
+                 **log_options):  # zk_auth: unused, Kafka needs no ZooKeeper
         from consumer.dataplane.kafka import KafkaDataPlane
         from coordinator.kafka import confluent_kafka
         if log_options:
@@ -558,6 +570,12 @@ class _KafkaProducer(Producer):
             overrides["linger.ms"] = linger_ms
         if batch_size is not None:
             overrides["batch.num.messages"] = batch_size
+        self._futures = bool(futures)
+        # With futures every record's report resolves its future; without, librdkafka reports
+        # failures only, to one callback that keeps the first to be raised.
+        overrides["delivery.report.only.error"] = not self._futures
+        if not self._futures:
+            overrides["on_delivery"] = self._delivery_failed
         self._kp = self._plane.new_producer(overrides)
         self._produce = self._kp.produce
         self._KafkaException = confluent_kafka().KafkaException
@@ -598,7 +616,7 @@ class _KafkaProducer(Producer):
             raise TypeError(f"timestamp must be an int (milliseconds), got {type(timestamp).__name__}")
         if headers:
             headers = list(_checked_headers(headers))
-        future = self._new_future()
+        future = self._new_future() if self._futures else None
         try:
             self._produce(topic, value, key, partition, future, None, timestamp, headers or None)
         except BufferError:
@@ -685,7 +703,8 @@ class _KafkaProducer(Producer):
         return DeliveryFailed(topic, partition, reason, retriable=err is not None and err.retriable())
 
     def _delivery_failed(self, err, message) -> DeliveryFailed:
-        """Called from a delivery report: the failure for its future, remembered to be raised once."""
+        """Called from a delivery report (of a failure, without futures): the failure for its
+        future, remembered to be raised once."""
         if err.name() in ("_PURGE_QUEUE", "_PURGE_INFLIGHT"):
             reason = "the producer was closed before it was delivered"
         else:

@@ -1,10 +1,17 @@
-"""Value types shared by the data planes, the producer and the consumer, and how records are built."""
+"""Value types shared by the data planes, the producer and the consumer, and how records are built.
+
+One record type, two implementations: :class:`ConsumerRecord` (a named tuple of its seven
+values: the embedded log, tools, anything built by hand) and :class:`KafkaRecord` (a
+``ConsumerRecord`` read from Kafka that holds librdkafka's ``Message`` and reads each field
+from it when the field is asked for).
+"""
 from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
-
-from typing import NamedTuple, Optional, Tuple
+from itertools import repeat
+from operator import attrgetter, itemgetter
+from typing import NamedTuple, Optional, Sequence, Tuple
 
 
 class TopicPartition(NamedTuple):
@@ -16,7 +23,8 @@ class TopicPartition(NamedTuple):
 
 
 class ConsumerRecord(NamedTuple):
-    """One record as read from the log (field names as in kafka-python)."""
+    """One record as read from a data plane (field names as in kafka-python). Records read
+    from Kafka are KafkaRecords: ConsumerRecords whose fields are read when asked for."""
     topic: str
     partition: int
     offset: int
@@ -24,6 +32,179 @@ class ConsumerRecord(NamedTuple):
     key: Optional[bytes]
     value: bytes
     headers: Tuple[Tuple[str, bytes], ...] = ()
+
+
+#: ConsumerRecord's own descriptor of its item 0: it reads the tuple's storage, not
+#: ``__getitem__``. A KafkaRecord keeps librdkafka's Message there (see KafkaRecord).
+_ITEM_0 = ConsumerRecord.__dict__["topic"]
+
+
+class KafkaRecord(ConsumerRecord):
+    """A :class:`ConsumerRecord` read from Kafka: ``isinstance(r, ConsumerRecord)`` holds and
+    it behaves as one wherever a reader touches it — the seven attributes, unpacking and
+    iteration, indexing and slicing, ``len``, equality and ordering with any ConsumerRecord or
+    tuple of the same values, ``hash``, ``repr`` (``ConsumerRecord(...)``), ``_asdict``,
+    ``_replace``. Pickling or copying one gives a plain ConsumerRecord (so do ``_replace``
+    and :meth:`materialize`): records shipped to Spark tasks or other processes carry their
+    values, not librdkafka's objects.
+
+    Why: it holds librdkafka's ``Message`` and reads a field from it when the field is asked
+    for, so a record costs what its reader reads: building one is a single C-level step per
+    record, where building the seven values would be five calls into librdkafka's objects (and
+    a tuple for the timestamp) for every record, read or not. A field read costs a little
+    more than a ConsumerRecord's (a Python call); one that reads every field of every record
+    does better with unpacking (``for topic, partition, offset, *_ in records``), which reads
+    them all at once.
+
+    How: the tuple's one item is the Message; everything that reads the items as values goes
+    through :meth:`materialize`. Code in C that reads a tuple's storage directly, not through
+    iteration or indexing (pandas' ``DataFrame(records)``, ``"%s" % record``), sees the
+    Message there: give it ``tuple(record)`` or ``record.materialize()``.
+    """
+
+    __slots__ = ()
+
+    _message = _ITEM_0
+
+    @property
+    def topic(self) -> str:  # type: ignore[override]
+        return self._message.topic()
+
+    @property
+    def partition(self) -> int:  # type: ignore[override]
+        return self._message.partition()
+
+    @property
+    def offset(self) -> int:  # type: ignore[override]
+        return self._message.offset()
+
+    @property
+    def timestamp(self) -> int:  # type: ignore[override]
+        return self._message.timestamp()[1]
+
+    @property
+    def key(self) -> Optional[bytes]:  # type: ignore[override]
+        return self._message.key()
+
+    @property
+    def value(self) -> bytes:  # type: ignore[override]
+        return self._message.value()
+
+    @property
+    def headers(self) -> Tuple[Tuple[str, bytes], ...]:  # type: ignore[override]
+        headers = self._message.headers()
+        return tuple(headers) if headers else ()
+
+    def materialize(self) -> ConsumerRecord:
+        """This record as a plain ConsumerRecord (its values read from the Message now)."""
+        m = self._message
+        headers = m.headers()
+        return tuple.__new__(ConsumerRecord, (m.topic(), m.partition(), m.offset(), m.timestamp()[1], m.key(),
+                                              m.value(), tuple(headers) if headers else ()))
+
+    # Everything a tuple does with its items, done on the values.
+
+    def __iter__(self):
+        return iter(self.materialize())
+
+    def __getitem__(self, index):
+        return self.materialize()[index]
+
+    def __len__(self) -> int:
+        return 7
+
+    def __contains__(self, item) -> bool:
+        return item in self.materialize()
+
+    def count(self, value) -> int:
+        return self.materialize().count(value)
+
+    def index(self, value, *bounds) -> int:
+        return self.materialize().index(value, *bounds)
+
+    def __eq__(self, other) -> bool:
+        return self.materialize() == other
+
+    def __ne__(self, other) -> bool:
+        return self.materialize() != other
+
+    def __lt__(self, other) -> bool:
+        return self.materialize() < other
+
+    def __le__(self, other) -> bool:
+        return self.materialize() <= other
+
+    def __gt__(self, other) -> bool:
+        return self.materialize() > other
+
+    def __ge__(self, other) -> bool:
+        return self.materialize() >= other
+
+    def __hash__(self) -> int:
+        return hash(self.materialize())
+
+    def __add__(self, other):
+        return self.materialize() + other
+
+    def __radd__(self, other):
+        return other + self.materialize()
+
+    def __mul__(self, n):
+        return self.materialize() * n
+
+    __rmul__ = __mul__
+
+    def __repr__(self) -> str:
+        return repr(self.materialize())
+
+    def __reduce__(self):
+        return ConsumerRecord, tuple(self.materialize())
+
+    def __getnewargs__(self):
+        return tuple(self.materialize())
+
+    def _replace(self, **changes) -> ConsumerRecord:
+        return self.materialize()._replace(**changes)
+
+    @classmethod
+    def _make(cls, iterable) -> ConsumerRecord:  # type: ignore[override]
+        return ConsumerRecord._make(iterable)
+
+
+def kafka_records(messages: Sequence) -> list:
+    """KafkaRecords of librdkafka ``messages`` (none of them an error event): one C-level step
+    per record, no Python frame."""
+    return list(map(tuple.__new__, repeat(KafkaRecord), zip(messages)))
+
+
+def kafka_messages(records: Sequence[KafkaRecord]) -> list:
+    """The librdkafka Messages ``records`` hold (what :func:`kafka_records` made them of)."""
+    return list(map(_ITEM_0.__get__, records))
+
+
+_FIELD_INDEX = {name: i for i, name in enumerate(ConsumerRecord._fields)}
+
+
+def column(records: Sequence[ConsumerRecord], field: str) -> list:
+    """``[getattr(r, field) for r in records]`` with no Python frame per record where the
+    records are all of one implementation (as ``poll()`` hands them out, per partition): a
+    ConsumerRecord's item, or the field read from each KafkaRecord's Message. ``headers`` are
+    the exception: from KafkaRecords a falsy value stands for no headers and a list of pairs
+    for some (librdkafka's form)."""
+    if not records:
+        return []
+    first = records[0]
+    if type(first) is KafkaRecord:
+        read = getattr(type(first._message), field)
+        try:
+            values = map(read, map(_ITEM_0.__get__, records))
+            return list(map(_SECOND, values) if field == "timestamp" else values)
+        except TypeError:  # not only KafkaRecords: item 0 of another record is not a Message
+            pass
+    return list(map(itemgetter(_FIELD_INDEX[field]) if type(first) is ConsumerRecord else attrgetter(field), records))
+
+
+_SECOND = itemgetter(1)
 
 
 class RecordMetadata(NamedTuple):

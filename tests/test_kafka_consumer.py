@@ -8,6 +8,7 @@ confluent-kafka producer placing keys as Java clients do.
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from collections import Counter
 
 import pytest
 
-from consumer import Consumer, TopicPartition
+from consumer import Consumer, ConsumerRecord, TopicPartition
 from coordinator import protocol, read
 from coordinator.errors import CommitFailedError
 from coordinator.topics import TopicRegistry
@@ -85,6 +86,9 @@ def test_everything_once_committed_in_zookeeper_and_copied_to_kafka(cluster, zk,
     got = consume(c, 2000)
     assert len(got) == 2000 and len({(r.partition, r.offset) for r in got}) == 2000
     assert all(r.key == b"k" + r.value[1:] for r in got)
+    assert all(isinstance(r, ConsumerRecord) for r in got)
+    shipped = pickle.loads(pickle.dumps(got))  # as to a Spark task: plain ConsumerRecords of the same values
+    assert shipped == got and {type(r) for r in shipped} == {ConsumerRecord}
     c.commit()
     tps = [TopicPartition(topic, p) for p in range(4)]
     ends = c.end_offsets(tps)

@@ -213,14 +213,23 @@ def test_close_never_hangs_whatever_the_linger_thread_is_doing(zk):
     assert len(log.records) == 200
 
 
-def test_a_failed_write_is_reported(zk, data_dir):
+@pytest.mark.parametrize("futures", [True, False])
+def test_a_failed_write_is_reported(zk, data_dir, futures):
     TopicRegistry(zk).create("t", 1)
     log = Log(data_dir)
-    producer = Producer(zk, log=log, linger_ms=60_000)
-    producer.send("t", b"v")
+    producer = Producer(zk, log=log, linger_ms=60_000, futures=futures)
+    assert (producer.send("t", b"v") is None) is not futures
     log.close()
     with pytest.raises(IllegalStateError, match="log is closed"):
         producer.flush()
+
+
+def test_without_futures_records_land_as_with_them(zk, data_dir):
+    TopicRegistry(zk).create("t", 2)
+    with Producer(zk, data_dir, batch_size=7, futures=False) as producer:
+        assert {producer.send("t", b"v%d" % i, partition=i % 2) for i in range(30)} == {None}
+    with Log(data_dir) as log:
+        assert [r.value for r in log.fetch("t", 0, 0, max_records=100)] == [b"v%d" % i for i in range(0, 30, 2)]
 
 
 # ---------------------------------------------------------------- futures

@@ -4,10 +4,11 @@ Checked: every future tells the partition and offset its record has in Kafka (re
 plain confluent-kafka consumer); keys land where Kafka's Java partitioner puts them
 (``consumer.hashing.partition_for_key``); a future is resolved by ``get()`` alone, and callbacks
 run without ``flush`` (the idle thread); a record Kafka refuses fails its future, its errback
-and, once, ``flush``; records still pending when the producer is closed with a timeout fail
-their futures; unknown topics and partitions are refused at ``send``; the data plane follows
-``KAFKA_BOOTSTRAP_SERVERS`` as ``open_data_plane`` does; a configuration librdkafka refuses is
-one line that does not show the value.
+and, once, ``flush`` (without futures: ``flush`` or the next ``send``, once); records still
+pending when the producer is closed with a timeout fail their futures (without futures,
+``close`` raises once); unknown topics and partitions are refused at ``send``; the data plane
+follows ``KAFKA_BOOTSTRAP_SERVERS`` as ``open_data_plane`` does; a configuration librdkafka
+refuses is one line that does not show the value.
 
 The mock reports a LogAppendTime of 1234 for every record, so ``RecordMetadata.timestamp`` is
 1234 here (real brokers report the record's CreateTime unless the topic uses LogAppendTime).
@@ -98,16 +99,69 @@ def test_a_record_kafka_refuses_fails_its_future_its_errback_and_flush_once(kafk
         assert producer.send(topic, b"fine", partition=0).get(10).partition == 0  # the producer goes on
 
 
-def test_records_pending_at_close_fail_their_futures(kafka_topic_name):
+def test_without_futures_a_refused_record_is_raised_once_and_the_rest_is_written(kafka_cluster, kafka_topic_name):
+    """``futures=False``: no result per record (librdkafka reports failures only); a failed
+    delivery is raised once, and flush still returns only once the rest is written."""
+    topic = kafka_topic_name
+    kafka_cluster.create_topic(topic, 2)
+    with Producer(bootstrap_servers=kafka_cluster.bootstrap_servers, futures=False) as producer:
+        assert producer.send(topic, b"warm", partition=0) is None
+        producer.flush()
+        kafka_cluster.push_partition_errors(topic, 0, ApiKey.PRODUCE, [INVALID_RECORD])
+        producer.send(topic, b"refused", partition=0)
+        for i in range(500):
+            producer.send(topic, b"v%d" % i, partition=1)
+        with pytest.raises(DeliveryFailed, match=f"for {topic}-0 was not delivered: .*failed to validate record"):
+            producer.flush()
+        producer.flush()  # raised once
+        producer.send(topic, b"after", partition=0)
+    stored = read_back(kafka_cluster, topic, 2, 502)
+    assert sorted(v for _, v in stored.values()) == sorted([b"warm", b"after"] + [b"v%d" % i for i in range(500)])
+
+
+def test_without_futures_a_failed_delivery_is_raised_once_by_the_next_send(kafka_cluster, kafka_topic_name):
+    """The failure reaches the producer with nobody flushing (the idle thread serves reports):
+    the next send raises it, without sending its record; the sends after it go on."""
+    topic = kafka_topic_name
+    kafka_cluster.create_topic(topic, 2)
+    with Producer(bootstrap_servers=kafka_cluster.bootstrap_servers, futures=False) as producer:
+        producer.send(topic, b"warm", partition=0)
+        producer.flush()
+        kafka_cluster.push_partition_errors(topic, 0, ApiKey.PRODUCE, [INVALID_RECORD])
+        producer.send(topic, b"refused", partition=0)
+        sent, raised = [], []
+
+        def send_until_raised():
+            value = b"s%d" % len(sent)
+            try:
+                producer.send(topic, value, partition=1)
+            except DeliveryFailed as e:
+                raised.append(e)
+                return True
+            sent.append(value)
+            return False
+        wait_for(send_until_raised, timeout=20, interval=0.01, message="a send raising the failed delivery")
+        assert f"for {topic}-0 was not delivered" in str(raised[0])
+        producer.send(topic, b"after", partition=1)  # raised once
+        producer.flush()
+    stored = read_back(kafka_cluster, topic, 2, len(sent) + 2)
+    assert sorted(v for _, v in stored.values()) == sorted([b"warm", b"after"] + sent)
+
+
+@pytest.mark.parametrize("futures", [True, False])
+def test_records_pending_at_close_fail_their_futures(kafka_topic_name, futures):
+    """A broker down: close() with a timeout raises once that records were not delivered, with
+    futures or without (each future failing too)."""
     with MockKafkaCluster(brokers=1) as cluster:
         cluster.create_topic(kafka_topic_name, 1)
-        producer = Producer(bootstrap_servers=cluster.bootstrap_servers)
-        producer.send(kafka_topic_name, b"before").get(10)
+        producer = Producer(bootstrap_servers=cluster.bootstrap_servers, futures=futures)
+        producer.send(kafka_topic_name, b"before")
+        producer.flush(10)
         cluster.broker_down(ALL_BROKERS)
         pending = [producer.send(kafka_topic_name, b"pending-%d" % i) for i in range(5)]
         with pytest.raises(DeliveryFailed, match="closed before it was delivered"):
             producer.close(timeout=0.5)
-        assert all(isinstance(f.exception(0), DeliveryFailed) for f in pending)
+        assert all(isinstance(f.exception(0), DeliveryFailed) for f in pending) if futures else pending == [None] * 5
         with pytest.raises(IllegalStateError):
             producer.send(kafka_topic_name, b"after")
         producer.close()  # idempotent

@@ -103,6 +103,7 @@ class BatchSizes:
     ({"zk": "h:2181", "topics": "t", "zkAuth": "user:pw123"}, "zkAuth takes only @/path/to/file"),
     ({"zk": "h:2181", "topics": "t", "zkAuth": "@/nonexistent/file"}, "option zkAuth"),
     ({"zk": "h:2181", "topics": "t", "dataDir": "/d", "bootstrapServers": "b:9092"}, "give one"),
+    ({"zk": "h:2181", "topics": "t", "includeHeaders": "yes"}, "option includeHeaders must be true or false"),
 ])
 def test_bad_options_are_one_line_naming_the_option(options, message):
     with pytest.raises(ValueError) as e:
@@ -115,6 +116,7 @@ def test_bad_options_are_one_line_naming_the_option(options, message):
 def test_options_and_their_defaults():
     o = SourceOptions({"ZK": "h:2181", "topic": "b,a,b", "maxoffsetspertrigger": "10"})
     assert (o.topics, o.pattern, o.group, o.starting, o.max_records) == (["a", "b"], None, None, "earliest", 10)
+    assert not o.include_headers and SourceOptions({"zk": "h", "topics": "a", "INCLUDEHEADERS": "True"}).include_headers
     o = SourceOptions({"zk": "h:2181", "pattern": "a.*", "group": "g"})
     assert (o.topics, o.pattern, o.starting, o.max_records) == ([], "a.*", "group", None)
     o = SourceOptions({"zk": "h:2181", "topics": "a", "startingOffsets": '{"a": {"0": 5, "1": -1}}'})
@@ -129,6 +131,34 @@ def test_spread_is_proportional_to_backlog_and_adds_up_to_the_limit():
     for limit in range(1, 40):
         shares = spread(limit, {a: 7, b: 13, c: 19})
         assert sum(shares.values()) == limit and shares[a] <= 7 and shares[b] <= 13
+
+
+def test_a_trigger_looks_at_zookeeper_and_the_data_plane_once():
+    """latestOffset's look serves its trigger's reportLatestOffset; the first trigger reuses
+    the look of initialOffset (and prepareForTriggerAvailableNow); every trigger looks afresh."""
+    tp = TopicPartition("t", 0)
+    looks = []
+
+    class Look:
+        partitions, committed = [tp], {}
+
+        def __init__(self):
+            looks.append(self)
+            self.earliest, self.latest = {tp: 0}, {tp: 10 * len(looks)}
+
+        def starting(self, starting):
+            return {tp: 0}
+
+    reader = StreamReader(SourceOptions({"zk": "h:2181", "topics": "t"}))
+    reader._snapshot = lambda committed=False: Look()
+    start = reader.initialOffset()
+    reader.prepareForTriggerAvailableNow()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert len(looks) == 1 and end == reader.reportLatestOffset() == {"t": {"0": 10}}
+    for trigger in (2, 3):
+        assert reader.latestOffset(end, reader.getDefaultReadLimit()) == {"t": {"0": 10}}  # availableNow's end
+        assert reader.reportLatestOffset() == {"t": {"0": 10 * trigger}} and len(looks) == trigger
+    assert reader.reportLatestOffset() == {"t": {"0": 40}}  # not after a latestOffset: a look of its own
 
 
 @pytest.mark.zk
@@ -152,7 +182,7 @@ def test_batch_read_of_several_topics_has_every_record_once_in_kafkas_schema(spa
     helpers.fill(data_dir, "src-b", [50, 60], zk=zk)
     with Log(data_dir) as lg:  # a record with headers, Kafka style
         lg.append("src-b", 1, [(b"hk", b"src-b-1-60", 1_700_000_000_123, (("h1", b"v1"), ("h2", b"")))])
-    df = source(spark, zk_connect, data_dir, topics="src-a,src-b")
+    df = source(spark, zk_connect, data_dir, topics="src-a,src-b", includeHeaders="true")
     assert df.schema.simpleString() == KAFKA_SCHEMA
     rows = df.collect()
     assert positions(rows) == everything(**{"src-a": [120, 80, 0], "src-b": [50, 61]})
@@ -162,8 +192,10 @@ def test_batch_read_of_several_topics_has_every_record_once_in_kafkas_schema(spa
     assert last.key == b"hk" and last.timestampType == 0
     assert df.selectExpr("max(unix_millis(timestamp))").first()[0] == 1_700_000_000_123
     assert [r for r in rows if r.topic == "src-a" and r.offset == 7][0].key == b"k7"
-    # a pattern over the registered topics reads the same
-    assert positions(source(spark, zk_connect, data_dir, pattern="src-[ab]").collect()) == positions(rows)
+    # a pattern over the registered topics reads the same; without includeHeaders the headers are null
+    plain = source(spark, zk_connect, data_dir, pattern="src-[ab]")
+    assert plain.schema.simpleString() == KAFKA_SCHEMA
+    assert positions(plain.collect()) == positions(rows) and plain.where("headers is not null").count() == 0
     assert source(spark, zk_connect, data_dir, pattern="nothing.*").count() == 0
 
 
@@ -356,10 +388,14 @@ def test_batch_read_on_kafka(spark, zk_connect, kafka_cluster, kafka_topic_name)
             producer.produce(kafka_topic_name, f"v{p}-{o}".encode(), b"k", partition=p,
                              headers=[("h", b"x")] if o == 0 else None)
     assert producer.flush(20) == 0
-    df = (spark.read.format("zkgroups").option("zk", zk_connect).option("topics", kafka_topic_name)
-          .option("bootstrapServers", kafka_cluster.bootstrap_servers).load())
-    rows = df.collect()
+    def df(**options):
+        reader = (spark.read.format("zkgroups").option("zk", zk_connect).option("topics", kafka_topic_name)
+                  .option("bootstrapServers", kafka_cluster.bootstrap_servers))
+        return reader.options(**options).load()
+    rows = df(includeHeaders="true").collect()
     assert positions(rows) == everything(**{kafka_topic_name: [30, 30]})
     assert all(r.value == f"v{r.partition}-{r.offset}".encode() for r in rows)
     assert {(r.partition, tuple((h.key, h.value) for h in r.headers)) for r in rows if r.offset == 0} == \
         {(0, (("h", b"x"),)), (1, (("h", b"x"),))}
+    assert [r.headers for r in rows if r.offset == 1] == [[], []]
+    assert {r.headers for r in df().collect()} == {None}  # without includeHeaders

@@ -234,11 +234,12 @@ def produce(cli: CliContext, topic: str, source: Optional[BinaryIO], key: Option
             ((fixed_key, line) for line in lines)
 
     started = time.perf_counter()
+    # No result per record: a failed write is raised once, by a later send or the close.
     if cli.on_kafka:
         producer = Producer(bootstrap_servers=cli.bootstrap_servers, kafka=cli.kafka,
-                            request_timeout_ms=int(cli.zk_timeout * 1000))
+                            request_timeout_ms=int(cli.zk_timeout * 1000), futures=False)
     else:
-        producer = Producer(cli.zk, log=cli.log(fsync=fsync))
+        producer = Producer(cli.zk, log=cli.log(fsync=fsync), futures=False)
     with producer:
         if generate is not None and (sys.stderr.isatty() or generate >= PROGRESS_MIN_RECORDS):
             count = _send_with_progress(producer, topic, partition, records, generate)

@@ -228,8 +228,7 @@ def _preflight(zk: str, zk_timeout: float, data_dir: str, bootstrap_servers: str
     there (in ZooKeeper's registry for the embedded log, on Kafka — answering within
     ``zk_timeout`` — for Kafka)."""
     from coordinator.zkclient import close_client, start_client
-    from consumer.dataplane import open_data_plane
-    from consumer.spark.driver import topic_partitions
+    from consumer.dataplane import open_data_plane, topic_partitions
 
     if not bootstrap_servers and not os.path.isdir(data_dir):
         raise ZkGroupsError(f"data directory {data_dir} does not exist")

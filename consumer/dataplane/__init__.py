@@ -16,7 +16,8 @@ with fair ``max_poll_records`` hand-out (:class:`consumer.fetcher.Fetcher`'s int
 and, for Kafka, a copy of a group's committed offsets where Kafka's own tools read them.
 
 Which one: :func:`open_data_plane` — Kafka when bootstrap servers are given (argument, config,
-or ``KAFKA_BOOTSTRAP_SERVERS``), else the embedded log under ``data_dir``.
+or ``KAFKA_BOOTSTRAP_SERVERS``), else the embedded log under ``data_dir``. A topic's partition
+count: :func:`topic_partitions` (ZooKeeper's registry for the embedded log, Kafka's metadata).
 """
 from __future__ import annotations
 
@@ -118,3 +119,24 @@ def open_data_plane(*, data_dir: Optional[str] = None, bootstrap_servers: Option
     from consumer.dataplane.embedded import EmbeddedDataPlane
     from coordinator.config import default_data_dir
     return EmbeddedDataPlane(data_dir or default_data_dir(), zk=zk, **(log_options or {}))
+
+
+def topic_partitions(plane: DataPlane, client, topics: Sequence[str]) -> Dict[str, int]:
+    """{topic: partition count}: the topic registry in ZooKeeper (``client``) for the embedded
+    log, Kafka's metadata on Kafka (whose topics the coordinator learns from a Kafka in
+    ZooKeeper mode or its topic mirror). Raises UnknownTopic for a topic that is not there."""
+    if plane.name != "kafka":
+        return registered_partitions(client, topics)
+    counts = plane.partition_counts(topics)
+    for t in topics:
+        if t not in counts:
+            from coordinator.errors import UnknownTopic
+            raise UnknownTopic(t)
+    return counts
+
+
+def registered_partitions(client, topics: Sequence[str]) -> Dict[str, int]:
+    """{topic: partition count} from ZooKeeper's topic registry (UnknownTopic if one is not there)."""
+    from coordinator.topics import TopicRegistry
+    registry = TopicRegistry(client)
+    return {t: registry.partitions(t) for t in topics}

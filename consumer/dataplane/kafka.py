@@ -42,13 +42,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from itertools import groupby, repeat
-from operator import itemgetter
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+from bisect import bisect_left
+from itertools import accumulate
+from operator import add
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 from consumer.dataplane import DataPlane, Record
-from consumer.fetcher import Fetcher
-from consumer.records import ConsumerRecord, TopicPartition, records_built
+from consumer.fetcher import Fetcher, _Partition
+from consumer.records import ConsumerRecord, TopicPartition, column, kafka_messages, kafka_records
 from coordinator.errors import (FetchFailed, InvalidConfig, OffsetOutOfRange, TopicExists, UnknownTopic,
                                 ZkGroupsError)
 from coordinator.kafka import (DEFAULT_TIMEOUT_S, KafkaUnavailable, check_bootstrap_servers, confluent_kafka,
@@ -219,16 +220,20 @@ class KafkaDataPlane(DataPlane):
             try:
                 while len(out) < max_records and time.monotonic() < deadline:
                     messages = reader.consume(num_messages=min(max_records - len(out), 10_000), timeout=0.2)
-                    for records, error in _runs(messages):
+                    for run, error in _runs(messages, tp.topic):
                         if error is not None:
                             raise _partition_error(tp, offset, error)
-                        for r in records:
-                            if r.offset < offset:
-                                continue
-                            out.append(r)
-                            size += len(r.value or b"") + len(r.key or b"")
-                            if len(out) >= max_records or (size >= max_bytes and out):
-                                return out
+                        records = kafka_records(run)
+                        if records[0].offset < offset:
+                            records = [r for r in records if r.offset >= offset]
+                        records = records[:max_records - len(out)]
+                        # Up to and with the record that reaches max_bytes (at least one).
+                        ends = list(accumulate(_sizes(records), initial=size))
+                        full = bisect_left(ends, max_bytes, 1)
+                        out += records[:full]
+                        size = ends[min(full, len(records))]
+                        if len(out) >= max_records or full <= len(records):
+                            return out
                     if out and out[-1].offset + 1 >= high:
                         return out
             finally:
@@ -392,15 +397,11 @@ def error_text(e: BaseException) -> str:
 
 # ---------------------------------------------------------------- records from librdkafka messages
 
-_TIMESTAMP = itemgetter(1)
-_KEY = itemgetter(0)
-
-
 def _runs(messages, topic: Optional[str] = None):
-    """Split one ``consume()`` result into runs of one partition, in order: (records, None) for
-    a run of records, (None, error message) for an error event. No Python frame per record:
-    every field is read by C-level ``map`` over the Message methods. ``topic``: the one topic
-    every message belongs to, when the reader knows it (saves a call per record)."""
+    """Split one ``consume()`` result into runs of one partition, in order: (messages, None) for
+    a run of records, (None, message) for an error event. Per message only its error and
+    partition (and topic, unless ``topic`` names the one topic every message belongs to) are
+    read, by C-level ``map``: no Python frame per message."""
     if not messages:
         return
     Message = confluent_kafka().Message
@@ -413,21 +414,45 @@ def _runs(messages, topic: Optional[str] = None):
                 start = i + 1
         yield from _runs(messages[start:], topic)
         return
-    keys = map(Message.partition, messages) if topic else zip(map(Message.topic, messages),
-                                                               map(Message.partition, messages))
+    keys = list(map(Message.partition, messages) if topic else zip(map(Message.topic, messages),
+                                                                    map(Message.partition, messages)))
     start = 0
-    for key, group in groupby(keys):
-        n = len(list(group))
-        run = messages[start:start + n] if n < len(messages) else messages
-        start += n
-        run_topic, partition = (topic, key) if topic else key
-        headers = repeat(())
-        if any(map(Message.headers, run)):
-            headers = [tuple(h) if h else () for h in map(Message.headers, run)]
-        yield list(map(tuple.__new__, repeat(ConsumerRecord), zip(
-            repeat(run_topic), repeat(partition), map(Message.offset, run),
-            map(_TIMESTAMP, map(Message.timestamp, run)), map(Message.key, run), map(Message.value, run),
-            headers))), None
+    for end in run_ends(keys):
+        yield (messages[start:end] if end - start < len(messages) else messages), None
+        start = end
+
+
+def run_ends(values: list) -> Iterator[int]:
+    """Where each run of equal neighbours in ``values`` ends (exclusive), in order. A run is
+    found by probing 1, 2, 4, ... places ahead and halving back, then checked whole with one
+    C-level ``count``: a few Python steps per run, none per value (librdkafka hands out a
+    partition's messages in runs of up to a fetch response)."""
+    i, n = 0, len(values)
+    while i < n:
+        v = values[i]
+        step = 1
+        while i + step < n and values[i + step] == v:
+            step *= 2
+        lo, hi = i + step // 2, min(i + step, n)  # values[lo] == v; the run ends in (lo, hi]
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if values[mid] == v:
+                lo = mid
+            else:
+                hi = mid
+        if values[i:hi].count(v) != hi - i:  # a probe skipped another value: go one by one
+            hi = next(k for k in range(i + 1, hi) if values[k] != v)
+        yield hi
+        i = hi
+
+
+def _sizes(records: Sequence[ConsumerRecord]):
+    """Each record's key and value bytes."""
+    sizes = map(len, column(records, "value"))
+    keys = column(records, "key")
+    if keys.count(None) == len(keys):
+        return sizes
+    return map(add, sizes, [len(k) if k else 0 for k in keys])
 
 
 def _partition_error(tp: TopicPartition, offset: int, message) -> ZkGroupsError:
@@ -436,6 +461,22 @@ def _partition_error(tp: TopicPartition, offset: int, message) -> ZkGroupsError:
 
 
 # ---------------------------------------------------------------- the fetcher
+
+class _KafkaPartition(_Partition):
+    """A partition's state in the KafkaFetcher: its chunks are runs of librdkafka's Messages,
+    made into KafkaRecords as they are handed out (records live from ``poll()`` on, not while
+    buffered: fewer objects for the cyclic GC to go over)."""
+
+    __slots__ = ()
+
+    def take(self, n: int) -> list:
+        messages = self._take_items(n)
+        self.position = messages[-1].offset() + 1
+        return kafka_records(messages)
+
+    def chunk_of(self, records: list) -> list:
+        return kafka_messages(records)
+
 
 class KafkaFetcher(Fetcher):
     """The fetcher's buffers and fair hand-out over a librdkafka consumer that only calls ``assign()``.
@@ -456,6 +497,8 @@ class KafkaFetcher(Fetcher):
     read never blocks long: it waits for the first message only up to ``READ_WAIT_S`` (or less),
     then takes what else is already queued without waiting.
     """
+
+    _partition_type = _KafkaPartition
 
     def __init__(self, consumer, plane: KafkaDataPlane, max_poll_records: int = 500,
                  max_partition_fetch_bytes: int = 1 << 20, fetch_max_bytes: int = 50 << 20,
@@ -593,8 +636,7 @@ class KafkaFetcher(Fetcher):
                 if len(queued) < READ_CHUNK:
                     break
             topics = self._topics
-            with records_built():
-                runs = list(_runs(messages, next(iter(topics)) if len(topics) == 1 else None))
+            runs = list(_runs(messages, next(iter(topics)) if len(topics) == 1 else None))
         except Exception as e:
             with self._lock:
                 self._release_slot()
@@ -603,23 +645,24 @@ class KafkaFetcher(Fetcher):
         failures = []
         with self._lock:
             self._release_slot()
-            for records, message in runs:
+            for run, message in runs:
                 if message is not None:
                     failures.append(message)
                     continue
-                st = self._parts.get(TopicPartition(records[0].topic, records[0].partition))
+                head = run[0]
+                st = self._parts.get(TopicPartition(head.topic(), head.partition()))
                 if st is None or st.error is not None:
                     continue  # revoked (or parked) since: librdkafka's late delivery
-                first = records[0].offset
+                first = head.offset()
                 if first < st.fetch_offset:
-                    records = [r for r in records if r.offset >= st.fetch_offset]
-                    if not records:
+                    run = [m for m in run if m.offset() >= st.fetch_offset]
+                    if not run:
                         continue
-                    first = records[0].offset
+                    first = run[0].offset()
                 if first != st.fetch_offset and st.epoch > started_epoch:
                     continue  # re-positioned during this read: only a run that continues it counts
-                self._keep(st, [records], len(records))
-                st.fetch_offset = last = records[-1].offset + 1
+                self._keep(st, [run], len(run))
+                st.fetch_offset = last = run[-1].offset() + 1
                 if st.highwater is None or last > st.highwater:
                     st.highwater = last
         for message in failures:

@@ -85,18 +85,34 @@ Guarantees and limits
   snapshot); a worker that keeps running while cut off from ZooKeeper (a zombie) may still
   finish the batch it had started after its partitions moved (at-least-once, as always).
 
-Nothing here imports pyspark (or pyarrow) until a job runs, so ``import consumer.spark`` is
-cheap.
+Nothing here imports pyspark (or pyarrow) until a job runs, and the names below are imported
+on first use: ``import consumer.spark.source`` (what Spark's Python planner and workers import
+for the data source) loads the source alone, not the group-job modules.
 """
-from consumer.spark.batching import BatchCutter
-from consumer.spark.driver import (MODES, WORKER_DEFAULTS, GroupJob, JobSummary, SparkJobError, check_spark_conf,
-                                   local_session, run_group_job)
-from consumer.spark.executor import Batch, WorkerContext, WorkerSummary, read_committed
-from consumer.spark.sink import (KAFKA_SCHEMA_DDL, OutputReport, ParquetBatchWriter, PipelineResult, count_keys,
-                                 read_records, run_pipeline, scan_output)
+from importlib import import_module
+from typing import TYPE_CHECKING
 
-__all__ = [
-    "KAFKA_SCHEMA_DDL", "MODES", "WORKER_DEFAULTS", "Batch", "BatchCutter", "GroupJob", "JobSummary", "OutputReport",
-    "ParquetBatchWriter", "PipelineResult", "SparkJobError", "WorkerContext", "WorkerSummary", "check_spark_conf",
-    "count_keys", "local_session", "read_committed", "read_records", "run_group_job", "run_pipeline", "scan_output",
-]
+if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
+    from consumer.spark.batching import BatchCutter
+    from consumer.spark.driver import (MODES, WORKER_DEFAULTS, GroupJob, JobSummary, SparkJobError,
+                                       check_spark_conf, local_session, run_group_job)
+    from consumer.spark.executor import Batch, WorkerContext, WorkerSummary, read_committed
+    from consumer.spark.sink import (KAFKA_SCHEMA_DDL, OutputReport, ParquetBatchWriter, PipelineResult,
+                                     count_keys, read_records, run_pipeline, scan_output)
+
+_EXPORTS = {
+    **dict.fromkeys(["BatchCutter"], "consumer.spark.batching"),
+    **dict.fromkeys(["MODES", "WORKER_DEFAULTS", "GroupJob", "JobSummary", "SparkJobError", "check_spark_conf",
+                     "local_session", "run_group_job"], "consumer.spark.driver"),
+    **dict.fromkeys(["Batch", "WorkerContext", "WorkerSummary", "read_committed"], "consumer.spark.executor"),
+    **dict.fromkeys(["KAFKA_SCHEMA_DDL", "OutputReport", "ParquetBatchWriter", "PipelineResult", "count_keys",
+                     "read_records", "run_pipeline", "scan_output"], "consumer.spark.sink"),
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'consumer.spark' has no attribute {name!r}")

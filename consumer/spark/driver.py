@@ -42,12 +42,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from coordinator import protocol
 from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS, default_data_dir
-from coordinator.errors import InvalidConfig, UnknownTopic, ZkGroupsError
+from coordinator.errors import InvalidConfig, ZkGroupsError
 from coordinator.kafka import check_bootstrap_servers
 from coordinator.metrics import MetricsServer, check_port
-from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
-from consumer.dataplane import DataPlane, bootstrap_servers_from, open_data_plane
+from consumer.dataplane import (DataPlane, bootstrap_servers_from, open_data_plane, registered_partitions,
+                                topic_partitions)
 from consumer.records import TopicPartition
 from consumer.spark.batching import BatchEnd
 from consumer.spark.deaths import (DEATH_POLL_INTERVAL_S, DeathBudget, failed_attempts, settled_attempts,
@@ -600,25 +600,6 @@ class _WorkerPool:
             log.warning("worker %d: its recorded error is not readable: %s", index, e)
             return ""
         return protocol.decode_spark_error(raw)
-
-
-def topic_partitions(plane: DataPlane, client, topics: Sequence[str]) -> Dict[str, int]:
-    """{topic: partition count}: the topic registry in ZooKeeper for the embedded log, Kafka's
-    metadata on Kafka (whose topics the coordinator learns from a Kafka in ZooKeeper mode or
-    its topic mirror). Raises UnknownTopic for a topic that is not there."""
-    if plane.name != "kafka":
-        return registered_partitions(client, topics)
-    counts = plane.partition_counts(topics)
-    for t in topics:
-        if t not in counts:
-            raise UnknownTopic(t)
-    return counts
-
-
-def registered_partitions(client, topics: Sequence[str]) -> Dict[str, int]:
-    """{topic: partition count} from ZooKeeper's topic registry (UnknownTopic if one is not there)."""
-    registry = TopicRegistry(client)
-    return {t: registry.partitions(t) for t in topics}
 
 
 def _job_bootstrap_servers(given: Optional[str], in_config: Optional[str]) -> str:

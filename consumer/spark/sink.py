@@ -44,7 +44,8 @@ cut at offsets, and a drain ends when the records reach the snapshot.
 Speed: on the embedded log the workers poll columns (``Consumer.poll_columns``): a batch
 arrives as the log's :class:`~consumer.log.Columns` and its stored bytes and offsets become
 Arrow buffers, so a record is read once and never becomes a Python object; on Kafka the
-columns are taken from the records in C (``map(itemgetter)``, no per-record Python code). Parquet's
+columns are taken from the records in C (:func:`consumer.records.column`: from librdkafka's
+messages, no per-record Python code). Parquet's
 dictionary encoding and statistics are kept to the columns where they pay. pyarrow and
 pyspark are imported only when a batch is written or the keys are counted.
 """
@@ -58,10 +59,10 @@ import uuid
 from array import array
 from dataclasses import dataclass, field
 from itertools import chain, repeat
-from operator import itemgetter
 from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from coordinator.errors import ZkGroupsError
+from consumer.records import column
 from consumer.spark.driver import GroupJob, JobSummary
 
 log = logging.getLogger("zkgroups.pipeline")
@@ -122,30 +123,29 @@ def _schema():
     ])
 
 
-_KEY, _TIMESTAMP, _VALUE, _HEADERS = itemgetter(4), itemgetter(3), itemgetter(5), itemgetter(6)
-
-
-def records_table(tp, recs):
+def records_table(tp, recs, headers: bool = True):
     """One partition's contiguous records as an Arrow table of ``_schema()`` (Spark's Kafka
-    source columns). Each column is taken from the records in C (``map(itemgetter)``, one
-    ``pa.array`` call); the offsets of a contiguous run are a range, the constant columns are
-    repeated scalars, and a batch without keys or headers gets those columns built at once."""
+    source columns). Each column is taken from the records in C (:func:`~consumer.records.column`,
+    one ``pa.array`` call); the offsets of a contiguous run are a range, the constant columns
+    are repeated scalars, and a batch without keys or headers gets those columns built at once.
+    ``headers=False``: the headers column is null (not read)."""
     import pyarrow as pa
 
     n = len(recs)
-    keys = list(map(_KEY, recs))
-    headers = list(map(_HEADERS, recs))
+    keys = column(recs, "key")
+    found = column(recs, "headers") if headers else None
     return _table(tp, recs[0].offset, n,
                   pa.nulls(n, pa.binary()) if keys.count(None) == n else pa.array(keys, pa.binary()),
-                  pa.array(list(map(_VALUE, recs)), pa.binary()), map(_TIMESTAMP, recs),
-                  headers if any(headers) else None)
+                  pa.array(column(recs, "value"), pa.binary()), column(recs, "timestamp"),
+                  found if found and any(found) else None, headers)
 
 
-def columns_table(tp, chunks):
+def columns_table(tp, chunks, headers: bool = True):
     """The same table as :func:`records_table`, from the embedded log's :class:`Columns` of a
     contiguous run (``Log.fetch_columns``, ``Consumer.poll_columns``): keys and values made
     from the stored bytes by Arrow, a chunk per stored batch, the other columns once for the
-    whole run; in C, with no Python object per record (headers aside)."""
+    whole run; in C, with no Python object per record (headers aside; ``headers=False``: the
+    headers column is null)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -171,23 +171,26 @@ def columns_table(tp, chunks):
             keys.append(pa.Array.from_buffers(pa.binary(), n, [validity, key_offsets.buffers()[1],
                                                                pa.py_buffer(memoryview(c.buf)[first:last])]))
         timestamps += c.timestamps
-    headers = None
-    if any(c.headers is not None and any(c.headers) for c in chunks):
-        headers = list(chain.from_iterable(repeat((), c.count) if c.headers is None else c.headers for c in chunks))
+    found = None
+    if headers and any(c.headers is not None and any(c.headers) for c in chunks):
+        found = list(chain.from_iterable(repeat((), c.count) if c.headers is None else c.headers for c in chunks))
     return _table(tp, chunks[0].base if chunks else 0, len(timestamps), pa.chunked_array(keys, pa.binary()),
-                  pa.chunked_array(values, pa.binary()), timestamps, headers)
+                  pa.chunked_array(values, pa.binary()), timestamps, found, headers)
 
 
-def _table(tp, first: int, n: int, keys, values, timestamps, headers):
+def _table(tp, first: int, n: int, keys, values, timestamps, headers, with_headers: bool = True):
     """The table of ``_schema()`` of ``n`` records of ``tp`` from offset ``first``: ``keys``
     and ``values`` as Arrow arrays, ``timestamps`` (ms) as an array or an iterable, ``headers``
-    a tuple per record (None: no record has any)."""
+    a sequence of (key, value) pairs per record, falsy for none (None: no record has any);
+    ``with_headers=False``: a null headers column."""
     import pyarrow as pa
 
     schema = _schema()
     header_type = schema.field("headers").type
-    if headers is not None:
-        header_col = pa.array([[{"key": k, "value": v} for k, v in h] for h in headers], header_type)
+    if not with_headers:
+        header_col = pa.nulls(n, header_type)
+    elif headers is not None:
+        header_col = pa.array([[{"key": k, "value": v} for k, v in h or ()] for h in headers], header_type)
     else:
         header_col = pa.ListArray.from_arrays(_fixed_width(pa.int32(), "i", bytes(4 * (n + 1)), n + 1),
                                               pa.array([], header_type.value_type))

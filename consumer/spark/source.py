@@ -33,11 +33,24 @@ Options (names are case-insensitive, as all Spark options; anything else is refu
 ``maxRecordsPerTrigger`` (or Spark's Kafka name ``maxOffsetsPerTrigger``)
     At most this many records per micro-batch, spread over the partitions in proportion to
     their backlog (largest remainder: the shares add up to exactly the limit).
+``includeHeaders``
+    ``true``: the ``headers`` column holds each record's headers; otherwise (the default, as
+    Spark's Kafka source) they are not read and the column is null.
 
 Columns (:data:`SCHEMA`, Spark's Kafka source): ``key`` binary, ``value`` binary, ``topic``
 string, ``partition`` int, ``offset`` long, ``timestamp`` timestamp, ``timestampType`` int,
-``headers`` array<struct<key string, value binary>>. One Spark partition per topic partition
-and batch; ``read()`` yields Arrow record batches built column by column.
+``headers`` array<struct<key string, value binary>> (null without ``includeHeaders``; Spark's
+Kafka source leaves the column out then, this one keeps one schema). One Spark partition per
+topic partition and batch; ``read()`` yields Arrow record batches built column by column.
+
+What a query costs besides its records
+--------------------------------------
+Spark plans a Python data source in Python processes of its own (a streaming query keeps one
+for the query's life): importing this module there loads only what the source needs (the
+package ``consumer.spark`` imports its group-job modules on first use). A stream's trigger
+asks for the latest offsets twice (``latestOffset``, then ``reportLatestOffset`` for its
+progress report): one look at ZooKeeper and the data plane serves both, and the first trigger
+reuses the look ``initialOffset`` (and ``prepareForTriggerAvailableNow``) took.
 
 Guaranteed
 ----------
@@ -103,7 +116,7 @@ STARTING = ("earliest", "latest", "group")
 #: Every option, by the lower-case name Spark hands over, with its documented spelling.
 OPTIONS = {name.lower(): name for name in (
     "zk", "zkAuth", "topics", "topic", "pattern", "group", "dataDir", "bootstrapServers", "startingOffsets",
-    "maxRecordsPerTrigger", "maxOffsetsPerTrigger")}
+    "maxRecordsPerTrigger", "maxOffsetsPerTrigger", "includeHeaders")}
 
 #: Offsets as Spark keeps them: {topic: {"partition": offset}}.
 Offsets = Dict[str, Dict[str, int]]
@@ -141,6 +154,7 @@ class SourceOptions:
             raise ValueError("options dataDir and bootstrapServers: give one (the embedded log or Kafka)")
         self.starting = _starting(given.get("startingoffsets"), self.group)
         self.max_records = _max_records(given)
+        self.include_headers = _boolean(given, "includeHeaders")
 
     def plane(self, client=None):
         from consumer.dataplane import open_data_plane
@@ -215,6 +229,13 @@ def _starting(value: Optional[str], group: Optional[str]):
     return out
 
 
+def _boolean(given: Dict[str, str], option: str) -> bool:
+    raw = str(given.get(option.lower(), "false")).strip().lower()
+    if raw not in ("true", "false"):
+        raise ValueError(f"option {option} must be true or false, not {given[option.lower()]!r}")
+    return raw == "true"
+
+
 def _max_records(given: Dict[str, str]) -> Optional[int]:
     values = {}
     for option in ("maxRecordsPerTrigger", "maxOffsetsPerTrigger"):
@@ -266,7 +287,7 @@ class Snapshot:
 
     def __init__(self, options: SourceOptions, client=None, plane=None, committed: bool = False):
         from coordinator.zkclient import close_client, start_client
-        from consumer.spark.driver import topic_partitions
+        from consumer.dataplane import topic_partitions
         from consumer.spark.executor import read_committed
 
         own_client = client is None
@@ -356,10 +377,10 @@ def read_range(options: SourceOptions, r: Range) -> Iterator:
                 recs = plane.fetch(tp, offset, max_records=want, max_bytes=FETCH_BYTES)
                 if recs and recs[-1].offset >= r.end:
                     recs = [rec for rec in recs if rec.offset < r.end]
-                table = records_table(tp, recs) if recs else None
+                table = records_table(tp, recs, options.include_headers) if recs else None
                 next_offset = recs[-1].offset + 1 if recs else offset
             else:
-                table = columns_table(tp, parts) if parts else None
+                table = columns_table(tp, parts, options.include_headers) if parts else None
                 next_offset = parts[-1].base + parts[-1].count if parts else offset
             if next_offset <= offset:
                 raise RuntimeError(f"{tp}: no records at offset {offset} (below {r.end})")
@@ -395,10 +416,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Optional[Dict[TopicPartition, int]] = None   # Trigger.AvailableNow's end
         self._committed: Optional[Offsets] = None                    # what this query last committed
         self._refused: Dict[TopicPartition, str] = {}
+        # Looks taken by one call for the next (see the module docstring): initialOffset's or
+        # prepareForTriggerAvailableNow's for the first latestOffset, latestOffset's for the
+        # reportLatestOffset of its trigger. Each is used once; a trigger always looks afresh.
+        self._for_latest: Optional[Snapshot] = None
+        self._for_report: Optional[Snapshot] = None
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        state.update(_client=None, _plane=None)
+        state.update(_client=None, _plane=None, _for_latest=None, _for_report=None)
         return state
 
     def _zk(self):
@@ -413,7 +439,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return Snapshot(self.options, self._client, self._plane, committed)
 
     def initialOffset(self):
-        snap = self._snapshot(committed=True)
+        snap = self._for_latest = self._snapshot(committed=True)
         self._initial = nested(snap.starting(self.options.starting))
         return self._initial
 
@@ -421,12 +447,14 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable() if self.options.max_records is None else ReadMaxRows(self.options.max_records)
 
     def prepareForTriggerAvailableNow(self):
-        self._target = self._snapshot().latest
+        snap = self._for_latest = self._for_latest or self._snapshot()
+        self._target = snap.latest
 
     def latestOffset(self, start, limit):
         if start != self._initial:
             self._commit(start)  # completed: Spark asks for more only once the batch before is done
-        snap, started = self._snapshot(), flat(start)
+        snap, self._for_latest = self._for_latest or self._snapshot(), None
+        self._for_report, started = snap, flat(start)
         begin = {tp: started.get(tp, snap.earliest[tp]) for tp in snap.partitions}
         available = {tp: max(begin[tp], snap.latest[tp] if self._target is None else
                              min(snap.latest[tp], self._target.get(tp, begin[tp]))) for tp in snap.partitions}
@@ -436,7 +464,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return nested({**started, **available})
 
     def reportLatestOffset(self):
-        return nested(self._snapshot().latest)
+        snap, self._for_report = self._for_report or self._snapshot(), None
+        return nested(snap.latest)
 
     def partitions(self, start, end):
         return ranges(flat(start), flat(end))

@@ -16,9 +16,11 @@ processed (the group's includes joining the group and the coordinator's rebalanc
 alternate for ``--rounds`` rounds; the best of each is reported. A warm-up job runs first so
 neither pays for starting Python workers. Then the ``zkgroups`` data source on the same log in
 the same session (:mod:`tests.benchmarks.bench_spark_source`: a batch read and an availableNow
-stream into the ``noop`` sink, target >= 0.7 of the direct read).
+stream into the ``noop`` sink against the direct read, Spark alone reading ready Arrow batches,
+and the fixed cost of a query against Spark's own); ``--source-only`` skips the group job and
+the pipeline (at 20,000,000 records they take most of the run).
 
-    bin/bench spark [--records N] [--partitions P] [--workers W] [--master M] [--rounds R]
+    bin/bench spark [--records N] [--partitions P] [--workers W] [--master M] [--rounds R] [--source-only]
 """
 from __future__ import annotations
 
@@ -115,6 +117,7 @@ def main(argv=None) -> None:
     ap.add_argument("--workers", type=int, default=2, help="group members (Spark tasks)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="the pipeline's records per file")
+    ap.add_argument("--source-only", action="store_true", help="only the zkgroups data source against the direct read")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("kazoo").setLevel(logging.ERROR)
@@ -129,6 +132,13 @@ def main(argv=None) -> None:
                 spark = local_session(args.master, "zkgroups-bench-spark", log_level="ERROR")
             try:
                 sc = spark.sparkContext
+                if args.source_only:
+                    from tests.benchmarks.bench_spark_source import measure  # it imports this module
+                    print_table(measure(spark, connect, data_dir, args.records, args.partitions, args.rounds),
+                                title=f"bench spark: the zkgroups data source (consumer.spark.source), "
+                                      f"{args.records:,} x {args.size} B, {args.partitions} partitions, {sc.master}, "
+                                      f"{os.cpu_count()} CPUs")
+                    return
                 direct(spark, data_dir, args.partitions)  # warm-up: Python workers, imports, page cache
                 best_direct, best_group, best_pipeline, summaries = None, None, None, []
                 for r in range(args.rounds):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import tempfile
 import time
@@ -60,6 +61,29 @@ def scratch_dir(prefix: str = "zkgroups-bench-", keep: Optional[str] = None) -> 
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds used so far by process ``pid`` and its descendants, live or already waited
+    for (Linux ``/proc``): steadier than wall time on a busy machine."""
+    parents, times = {}, {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = sum(int(v) for v in fields[11:15]) / tick  # utime, stime, cutime, cstime
+    tree, grew = {pid}, True
+    while grew:
+        more = {p for p, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(times.get(p, 0.0) for p in tree)
 
 
 class Timer:
