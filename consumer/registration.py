@@ -17,16 +17,15 @@ Threads: the thread that starts the member, then the member thread; one at a tim
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Callable, Optional
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError
 
 from coordinator import protocol
 from coordinator.errors import CorruptZnode, FencedInstanceIdError
 from coordinator.protocol import Registration
-from coordinator.zkclient import TransactionFailed, commit
+from coordinator.zkclient import REPLACE, WAIT, Holder, TransactionFailed, commit, create_ephemeral
 
 log = logging.getLogger("zkgroups.member")
 
@@ -42,39 +41,30 @@ class Registrar:
         self.registered_session: Optional[int] = None  # the session the registration was last created in
 
     def register(self, session: int, create_channel: bool = False) -> None:
-        """Make the registration ``session``'s: create it (with ``create_channel``, the command
-        channel too, in the same transaction, so a member is never listed without one), find it
-        ours already (a create whose answer was lost), replace our own dead session's
-        (KAFKA-1387), or, static, wait for another session's to end
-        (FencedInstanceIdError if it does not)."""
+        """Make the registration ``session``'s (:func:`~coordinator.zkclient.create_ephemeral`):
+        create it (with ``create_channel``, the command channel too, in the same transaction,
+        so a member is never listed without one), find it ours already (a create whose answer
+        was lost), replace our own dead session's (KAFKA-1387), or, static, wait for another
+        session's to end (FencedInstanceIdError if it does not)."""
         path = protocol.ids_path(self.group, self.consumer_id)
         data = self.registration.encode()
         static = bool(self.registration.group_instance_id)
-        while True:
-            try:
-                if create_channel:
-                    if self._create_with_channel(path, data):
-                        break
-                    create_channel = False  # the channel appeared meanwhile: register alone
-                    continue
-                self.client.create(path, data, ephemeral=True)
-                break
-            except NodeExistsError:
-                try:
-                    raw, stat = self.client.get(path)
-                except NoNodeError:
-                    continue  # it just went: create again
-            if stat.ephemeralOwner == session:
-                break  # ours already (a create whose answer was lost)
-            if static and stat.ephemeralOwner != self.registered_session:
-                if self._wait_for_holder(path, raw, stat.ephemeralOwner):
-                    continue
-            # Our own registration, still held by our dead session (KAFKA-1387): replace it.
+        waits = {}  # holder's session -> the deadline of our wait for it to end
+
+        def create() -> None:
+            nonlocal create_channel
+            if create_channel and self._create_with_channel(path, data):
+                return
+            create_channel = False  # the channel appeared meanwhile: register alone
+            self.client.create(path, data, ephemeral=True)
+
+        def when_held(holder: Holder) -> str:
+            if static and holder.session != self.registered_session:
+                return self._wait_for_holder(holder, waits)
             log.info("member %s: replacing registration left by an expired session", self.consumer_id)
-            try:
-                self.client.delete(path, version=stat.version)
-            except NoNodeError:
-                pass
+            return REPLACE
+
+        create_ephemeral(self.client, path, data, when_held, create=create)
         self.registered_session = session
 
     def _create_with_channel(self, path: str, data: bytes) -> bool:
@@ -92,26 +82,22 @@ class Registrar:
                 return False
             raise e.error from None
 
-    def _wait_for_holder(self, path: str, raw: bytes, holder: int) -> bool:
-        """Another session holds this static member's registration: wait for it to end (True),
-        at most twice the holder's session timeout; FencedInstanceIdError if it does not."""
+    def _wait_for_holder(self, holder: Holder, waits) -> str:
+        """Another session holds this static member's registration: wait for it to end, at
+        most twice the holder's session timeout from when it was first seen holding it;
+        FencedInstanceIdError if it does not."""
         try:
-            held = Registration.decode(raw, path)
+            held = Registration.decode(holder.data, protocol.ids_path(self.group, self.consumer_id))
             timeout_s, host = (held.session_timeout_ms / 1000.0) or self._timeout_s, held.host
         except CorruptZnode:
             timeout_s, host = self._timeout_s, "?"
-        deadline = time.monotonic() + 2 * timeout_s
-        log.info("member %s: instance id %s is registered by session 0x%x (host %s); waiting up to %.1f s for it "
-                 "to end", self.consumer_id, self.registration.group_instance_id, holder, host, 2 * timeout_s)
-        gone = threading.Event()
-        while True:
-            gone.clear()
-            stat = self.client.exists(path, watch=lambda _event: gone.set())  # kazoo thread: record only
-            if stat is None or stat.ephemeralOwner != holder:
-                return True
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._stopped():
-                raise FencedInstanceIdError(
-                    f"group instance id {self.registration.group_instance_id!r} of group {self.group} is in use "
-                    f"by another live consumer (host {host}, ZooKeeper session 0x{holder:x}); this one is fenced")
-            gone.wait(min(remaining, 0.5))
+        if holder.session not in waits:
+            waits[holder.session] = time.monotonic() + 2 * timeout_s
+            log.info("member %s: instance id %s is registered by session 0x%x (host %s); waiting up to %.1f s for it "
+                     "to end", self.consumer_id, self.registration.group_instance_id, holder.session, host,
+                     2 * timeout_s)
+        if time.monotonic() >= waits[holder.session] or self._stopped():
+            raise FencedInstanceIdError(
+                f"group instance id {self.registration.group_instance_id!r} of group {self.group} is in use "
+                f"by another live consumer (host {host}, ZooKeeper session 0x{holder.session:x}); this one is fenced")
+        return WAIT
