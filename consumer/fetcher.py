@@ -94,7 +94,7 @@ from consumer.log.batch import Columns
 from consumer.records import ConsumerRecord, TopicPartition
 from coordinator.errors import IllegalStateError, InvalidConfig, OffsetOutOfRange
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("zkgroups.fetcher")
 
 #: Smallest number of records asked of the log per fetch (keeps per-call overhead low).
 MIN_FETCH_CHUNK = 500

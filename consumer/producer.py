@@ -85,7 +85,7 @@ from coordinator.errors import IllegalStateError, InvalidConfig, InvalidPartitio
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("zkgroups.producer")
 
 #: Kafka: ``send`` serves librdkafka's delivery reports once per this many records.
 SERVE_EVERY = 1000

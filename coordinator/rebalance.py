@@ -42,7 +42,7 @@ from coordinator.verify import (Fingerprint, fingerprint, owners_as_assigned, re
 from coordinator.zkclient import (MAX_REQUEST_BYTES, TransactionFailed, children_and_pzxid, transaction_bytes,
                                   wait_in_order)
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("zkgroups.rebalance")
 
 #: While waiting for acks: how often every pending command is looked at again (watches do the
 #: work; this only covers a watch lost to a reconnect).

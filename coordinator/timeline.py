@@ -35,7 +35,7 @@ from coordinator.fencing import Deposed, Fence, fenced, fenced_commit
 from coordinator.rebalance import Outcome
 from coordinator.zkclient import TransactionFailed, wait_in_order
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("zkgroups.timeline")
 
 JOIN, LEAVE, TOPIC_GREW, TOPIC_ADDED = "join", "leave", "topic grew", "topic added"
 STATIC_AWAY, STATIC_BACK, STATIC_EXPIRED = "static member away", "static member back", "static member's grace ended"

@@ -40,7 +40,7 @@ from coordinator.config import DEFAULT_CONNECT, DEFAULT_SESSION_TIMEOUT_MS
 from coordinator import acl, protocol
 from coordinator.errors import AuthFailed, InvalidConfig, ZkGroupsError, ZooKeeperUnavailable
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("zkgroups.zookeeper")
 
 
 

@@ -592,7 +592,7 @@ def test_a_failed_fetch_is_reported_once_and_parks_the_partition(flog, make_fetc
     flog.append(T, 0, 1000)
     flog.append(T, 1, 10)
     flog.damage(T, 0, 300, 400, error)
-    caplog.set_level(logging.INFO, logger="consumer.fetcher")
+    caplog.set_level(logging.INFO, logger="zkgroups.fetcher")
     reported = []
     f = make_fetcher(on_error=lambda tp, exc: reported.append((tp, exc)))
     f.assign({P0: 0, P1: 0})
@@ -606,7 +606,7 @@ def test_a_failed_fetch_is_reported_once_and_parks_the_partition(flog, make_fetc
     flog.append(T, 1, 5)
     assert [r.offset for r in poll_until(f, 5)[0][P1]] == list(range(10, 15))
     assert len(reported) == 1 and f.position(P0) == 300
-    lines = [r for r in caplog.records if r.name == "consumer.fetcher"]  # INFO: on_error's owner reports it
+    lines = [r for r in caplog.records if r.name == "zkgroups.fetcher"]  # INFO: on_error's owner reports it
     assert len(lines) == 1 and lines[0].levelno == logging.INFO and lines[0].exc_info is None
     assert "\n" not in lines[0].getMessage()
     assert "events-0" in lines[0].getMessage() and "offset 300" in lines[0].getMessage()
@@ -668,7 +668,7 @@ def test_a_failed_fetch_without_on_error_is_logged_once(flog, make_fetcher, capl
     for _ in range(5):
         assert f.poll(timeout=0) == {}
     assert flog.fetches[(T, 0)] == 2
-    lines = [r.getMessage() for r in caplog.records if r.name == "consumer.fetcher"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "zkgroups.fetcher"]
     assert len(lines) == 1 and "LogCorrupted" in lines[0] and "offset 300" in lines[0]
 
 

@@ -213,7 +213,7 @@ def test_torn_tail_is_cut_once_and_appends_continue(data_dir, tmp_path, caplog, 
     assert os.path.getsize(path) == good_size + len(junk)
 
     # The first writer cuts the tail (one warning) and appends right after the last good batch.
-    caplog.set_level(logging.WARNING, logger="consumer.log")
+    caplog.set_level(logging.WARNING, logger="zkgroups.log")
     with Log(data_dir) as writer:
         assert writer.append(T, 0, records(60, 10)) == 60
         assert writer.append(T, 0, records(70, 10)) == 70
@@ -235,7 +235,7 @@ def test_corrupt_last_batch_is_cut_by_the_writer(data_dir, caplog):
         f.write(bytes([byte[0] ^ 0xFF]))
     with Log(data_dir) as reader:
         assert [r.offset for r in read_all(reader)] == list(range(10))
-    caplog.set_level(logging.WARNING, logger="consumer.log")
+    caplog.set_level(logging.WARNING, logger="zkgroups.log")
     with Log(data_dir) as writer:
         assert writer.append(T, 0, records(10, 1)) == 10
     assert sum("torn or corrupt" in r.getMessage() for r in caplog.records) == 1

@@ -223,7 +223,7 @@ def test_damage_loses_only_the_damaged_records_and_names_it_once(data_dir, tmp_p
         assert reader.latest_offset(T, 0) == TOTAL
 
     # The first writer: one warning at most, and the next offset after everything readable.
-    caplog.set_level(logging.WARNING, logger="consumer.log")
+    caplog.set_level(logging.WARNING, logger="zkgroups.log")
     with Log(data_dir, segment_bytes=SEGMENT_BYTES) as writer:
         assert writer.append(T, 0, records(TOTAL)) == TOTAL
         assert writer.append(T, 0, records(TOTAL + BATCH)) == TOTAL + BATCH

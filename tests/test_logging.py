@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 import signal
 import subprocess
 import sys
@@ -46,6 +48,24 @@ class NodeName:
 
     def __str__(self):
         return "n1"
+
+
+def test_every_logger_of_ours_is_under_zkgroups():
+    """One prefix to configure: each module's logger is named ``zkgroups.<part>`` (only the
+    third-party loggers it configures, kazoo's and py4j's, are named otherwise)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    named, outside = 0, []
+    for package in ("coordinator", "consumer"):
+        for folder, _dirs, files in os.walk(os.path.join(root, package)):
+            for name in (f for f in files if f.endswith(".py")):
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8") as f:
+                    for line, text in enumerate(f, 1):
+                        for call in re.findall(r"getLogger\(([^)]*)\)", text):
+                            named += 1
+                            if call and not re.fullmatch(r'"(zkgroups(\.[a-z_.]+)?|kazoo(\.client)?|py4j)"', call):
+                                outside.append(f"{os.path.relpath(path, root)}:{line}: getLogger({call})")
+    assert named > 20 and outside == []
 
 
 def test_a_json_line_has_time_level_logger_message_and_every_extra_field():

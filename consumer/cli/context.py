@@ -40,7 +40,7 @@ from coordinator.topics import TopicRegistry
 from coordinator.acl import ENV_ZK_AUTH, parse_auth
 from coordinator.zkclient import close_client, start_client
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("zkgroups.cli")
 
 
 class CliContext:

@@ -69,7 +69,7 @@ from coordinator.errors import (IllegalStateError, InvalidConfig, InvalidPartiti
                                 OffsetOutOfRange)
 from coordinator.protocol import validate_name
 
-log = logging.getLogger("consumer.log")  # the package's name, which logging configurations use
+log = logging.getLogger("zkgroups.log")
 
 LOCK_FILE = "writer.lock"
 FSYNC_POLICIES = ("batch", "interval", "never")

@@ -41,7 +41,7 @@ from coordinator import __version__, config as _config
 from coordinator.errors import EXIT_RETRIABLE, InvalidConfig, ZkGroupsError
 from coordinator.zkclient import parse_connect
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("zkgroups.cli")
 
 DEFAULT_ZK_TIMEOUT = 10.0
 #: The upper bound of ``--zk-timeout`` and similar waits, in seconds.

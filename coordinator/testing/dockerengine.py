@@ -28,7 +28,7 @@ from typing import Dict, List, Optional
 
 from coordinator.testing.zkserver import die_with_parent
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("zkgroups.testing.docker")
 
 DEFAULT_SOCKET = "/var/run/docker.sock"
 #: Where a started engine lives: socket, exec root and pid file (tmpfs), and its data root and

@@ -26,7 +26,7 @@ import tempfile
 import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("zkgroups.testing.zookeeper")
 
 DEBIAN_CLASSPATH = ["/etc/zookeeper/conf", "/usr/share/java/zookeeper.jar"]
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
