@@ -16,8 +16,8 @@ retries: Failed, tried again later). Any state may precede any of these: a node 
 group over starts from whatever its predecessor left, a superseded generation leaves
 Rebalancing behind, and a Failed group is tried again.
 
-All are pure functions of what was read, tested from fixtures (``tests/test_rebalance_stages.py``,
-``tests/test_rebalance_steps.py``); :mod:`coordinator.rebalance` does the reading and writing
+All are pure functions of what was read, tested from fixtures (``tests/unit/test_rebalance_stages.py``,
+``tests/unit/test_rebalance_steps.py``); :mod:`coordinator.rebalance` does the reading and writing
 around them.
 """
 from __future__ import annotations

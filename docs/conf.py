@@ -1,7 +1,7 @@
 """Sphinx configuration of the zkgroups documentation.
 
 Built offline and strictly: ``sphinx-build -W --keep-going -n docs docs/_build/html``
-(``tests/test_docs.py`` runs exactly that). No intersphinx and no link checks: every
+(``tests/project/test_docs.py`` runs exactly that). No intersphinx and no link checks: every
 cross-reference must resolve inside this site, and ``nitpick_ignore_regex`` below names the
 only targets that cannot (types of the standard library and of third-party packages).
 """

@@ -84,8 +84,8 @@ def data_dir(tmp_path):
 
 @pytest.fixture
 def cluster(zk_connect):
-    """Coordinators and members in this test's chroot (tests/groups.py), closed at the end."""
-    from tests.groups import Cluster
+    """Coordinators and members in this test's chroot (tests/support/groups.py), closed at the end."""
+    from tests.support.groups import Cluster
     c = Cluster(zk_connect)
     yield c
     c.close()

@@ -36,7 +36,7 @@ An address out of range or taken, or TLS files that cannot be loaded, is one lin
 
 This module is the coordinator's composition root: the one module of :mod:`coordinator` that
 imports :mod:`consumer` (its data plane, for the console's log ends), checked by
-tests/test_layering.py.
+tests/project/test_layering.py.
 
 SIGTERM/SIGINT: the leader abandons its current attempt, resigns (another node leads at
 once) and exits 0; a node still waiting for ZooKeeper exits 0 at once.

@@ -8,7 +8,7 @@
   flag, environment variable, default and meaning, read from its config dataclass (keys,
   defaults, the comment beside each field) and its click command (flags, environment
   variables, help): a key or an option added to either appears without editing the docs.
-* ``zkgroups-bad-input``: the table of bad command lines that ``tests/test_cli_bad_input.py``
+* ``zkgroups-bad-input``: the table of bad command lines that ``tests/cli/test_cli_bad_input.py``
   runs, with the text each error line must contain.
 
 And two adjustments that keep the docstrings as they are written:
@@ -198,12 +198,12 @@ class ConfigDirective(SphinxDirective):
 
 
 class BadInputDirective(ConfigDirective):
-    """``.. zkgroups-bad-input::``: the cases of tests/test_cli_bad_input.py."""
+    """``.. zkgroups-bad-input::``: the cases of tests/cli/test_cli_bad_input.py."""
 
     option_spec = {}
 
     def run(self):
-        from tests.test_cli_bad_input import CASES
+        from tests.cli.test_cli_bad_input import CASES
         rows = [(_literal(tool), _literal(args), _literal(match)) for tool, args, match in CASES]
         return self._parse(_rst_table(("tool", "arguments", "the error line contains"), rows, "10 50 40"))
 

@@ -1,0 +1,1 @@
+"""The coordinator node against a real ZooKeeper: election, rebalances, shards, ACLs, topics, the mirror, scale."""

@@ -1,0 +1,1 @@
+"""The project as a whole: the import layering, the docs site and README examples, installation, the container run."""

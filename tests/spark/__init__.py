@@ -1,0 +1,1 @@
+"""Consumer groups on Spark: the sink, the data source and streams (needs pyspark and a Java runtime)."""
