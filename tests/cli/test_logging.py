@@ -53,7 +53,7 @@ class NodeName:
 def test_every_logger_of_ours_is_under_zkgroups():
     """One prefix to configure: each module's logger is named ``zkgroups.<part>`` (only the
     third-party loggers it configures, kazoo's and py4j's, are named otherwise)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     named, outside = 0, []
     for package in ("coordinator", "consumer"):
         for folder, _dirs, files in os.walk(os.path.join(root, package)):
