@@ -1,12 +1,14 @@
 """zkgroups' client side: group members, the Consumer API, the producer, the data plane,
 Spark, and the client-side tools.
 
-Modules, from the bottom up:
+Modules, from the bottom up (each imports only those above it; ``tests/project/test_layering.py``
+checks the order):
 
 * :mod:`~consumer.records` — value types (``TopicPartition``, ``ConsumerRecord``, ...).
 * :mod:`~consumer.hashing` — Kafka's murmur2 key partitioner.
 * :mod:`~consumer.log` — the embedded, durable, partitioned log (the default data plane).
 * :mod:`~consumer.fetcher` — prefetching and fair ``max_poll_records`` hand-out.
+* :mod:`~consumer.dataplane` — where records live, behind one interface: the embedded log or Kafka.
 * :mod:`~consumer.commands` — which channel commands a member applies (pure).
 * :mod:`~consumer.channel` — reading a member's command channel.
 * :mod:`~consumer.registration` — a member's registration and static membership.
@@ -17,8 +19,9 @@ Modules, from the bottom up:
 * :mod:`~consumer.claims` — how a member claims and releases partitions.
 * :mod:`~consumer.member` — the member's state machine: registration, commands, claims and
   releases.
-* :mod:`~consumer.consumer` — the kafka-python-style ``Consumer``.
 * :mod:`~consumer.streams` — the streams of a ``{topic: n}`` subscription.
+* :mod:`~consumer.metrics` — a consumer's Prometheus metrics (opt-in).
+* :mod:`~consumer.consumer` — the kafka-python-style ``Consumer``.
 * :mod:`~consumer.producer` — the ``Producer``.
 * :mod:`~consumer.spark` — consumer groups inside Spark ``foreachPartition`` workers.
 * :mod:`~consumer.cli` — ``groupctl``, ``pipeline`` and the live demo.

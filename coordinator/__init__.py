@@ -53,7 +53,7 @@ Modules, from the bottom up (each imports only those above it):
 The import rule: ``coordinator`` never imports ``consumer`` (the client side builds on this
 package, never the other way round), but for ``coordinatord`` (:mod:`coordinator.cli.coordinatord`,
 the composition root), which gives the console a reader of the data plane's log ends; and no
-runtime module imports ``tests`` (``tests/project/test_layering.py`` checks both).
+runtime module imports ``tests`` (``tests/project/test_layering.py`` checks both, and the order above).
 """
 
 #: The version of the zkgroups distribution (setup.cfg reads it from here; every tool's --version prints it).

@@ -1,9 +1,11 @@
-"""The import rule the package docstrings state: ``coordinator`` never imports ``consumer`` (but
-in its one composition root, ``coordinatord``, for the console's log ends), and no runtime module
-imports ``tests``. Read from the source (every import statement, at any
+"""The import rules the package docstrings state: ``coordinator`` never imports ``consumer`` (but
+in its one composition root, ``coordinatord``, for the console's log ends), no runtime module
+imports ``tests``, no import cycle, and each package's module map lists every module bottom up
+in an order its imports keep. Read from the source (every import statement, at any
 depth), not from what happens to be loaded."""
 import ast
 import os
+import re
 
 import pytest
 
@@ -96,3 +98,50 @@ def test_no_import_cycles():
     for name in sorted(graph):
         visit(name, [])
     assert not cycles, f"import cycles: {[' -> '.join(c) for c in cycles]}"
+
+
+def module_map(package):
+    """The top-level modules and subpackages the package docstring lists, bottom up."""
+    with open(os.path.join(ROOT, package, "__init__.py")) as f:
+        doc = ast.get_docstring(ast.parse(f.read()))
+    return [name for name in re.findall(rf":mod:`~?{package}\.(\w+)`", doc.split("Modules, from the bottom up")[1])]
+
+
+def top_level(package):
+    names = set()
+    for entry in os.listdir(os.path.join(ROOT, package)):
+        if entry.endswith(".py") and entry != "__init__.py":
+            names.add(entry[:-3])
+        elif os.path.isfile(os.path.join(ROOT, package, entry, "__init__.py")):
+            names.add(entry)
+    return names
+
+
+@pytest.mark.parametrize("package", ["coordinator", "consumer"])
+def test_the_module_map_lists_every_module_in_an_order_the_imports_keep(package):
+    """The package docstring's map names every module and subpackage once, bottom up, and no
+    module imports one listed above it in the map (below means: may be imported). A module of
+    a subpackage counts as its subpackage; imports for annotations only do not count."""
+    order = module_map(package)
+    assert sorted(order) == sorted(top_level(package)), "the map and the tree differ"
+    rank = {name: i for i, name in enumerate(order)}
+    upward = []
+    for path in modules(package):
+        parts = os.path.relpath(path, package).split(os.sep)
+        here = parts[0][:-3] if len(parts) == 1 else parts[0]
+        if here == "__init__":
+            continue
+        with open(os.path.join(ROOT, path)) as f:
+            tree = ast.parse(f.read(), path)
+        type_only = {id(n) for block in ast.walk(tree) if _is_type_checking_block(block) for n in ast.walk(block)}
+        for node in ast.walk(tree):
+            if id(node) in type_only or not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] + [f"{node.module}.{a.name}" for a in node.names] if node.level == 0 and node.module \
+                else []
+            for name in names:
+                target = name.split(".")[1] if name.startswith(package + ".") else None
+                if target in rank and target != here and rank[target] > rank[here]:
+                    upward.append(f"{path} imports {package}.{target}")
+    assert upward == []
