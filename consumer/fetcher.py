@@ -46,7 +46,8 @@ Implements seed 004 (KIP-41, ``max.poll.records``):
 Thread-safety and guarantees
 ----------------------------
 All state is guarded by one lock (with two condition variables: one the prefetch thread waits
-on, one ``poll()`` waits on). The log is read *outside* the lock. Every partition state carries
+on, one ``poll()`` waits on). The log is read *outside* the lock. Every partition state (a
+:class:`~consumer.partition_buffer.PartitionBuffer`, which also holds its buffered records) carries
 an epoch that is bumped by ``seek``/``assign`` and the state object is dropped by ``revoke``;
 a fetch whose partition changed while it was in flight is discarded when it completes. The
 ``on_error`` callback runs in whichever thread did the read (the prefetch thread or a
@@ -87,10 +88,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from typing import Callable, Dict, Iterable, List, Optional, Set
 
 from consumer.log.batch import Columns
+from consumer.partition_buffer import PartitionBuffer, rest_of
 from consumer.records import ConsumerRecord, TopicPartition
 from coordinator.errors import IllegalStateError, InvalidConfig, OffsetOutOfRange
 
@@ -109,110 +110,6 @@ IDLE_SWEEPS = 8
 IDLE_CHECKS_PER_S = 1000
 
 
-class _Partition:
-    """Mutable per-partition state; only touched under the fetcher's lock."""
-
-    __slots__ = ("tp", "position", "fetch_offset", "chunks", "idx", "count", "epoch",
-                 "paused", "error", "unreported", "next_fetch", "highwater")
-
-    def __init__(self, tp: TopicPartition, offset: int, epoch: int):
-        self.tp = tp
-        self.position = offset        # next offset poll() returns
-        self.fetch_offset = offset    # next offset to ask the log for
-        self.chunks: deque = deque()  # lists of records, or Columns; chunks[0][idx:] is next in line
-        self.idx = 0
-        self.count = 0                # buffered records
-        self.epoch = epoch
-        self.paused = False
-        self.error: Optional[BaseException] = None  # a fetch failed: parked until seek/assign
-        self.unreported: Optional[int] = None  # offset of a parked error waiting for the buffer to drain
-        self.next_fetch = 0.0         # monotonic time before which we do not fetch
-        self.highwater: Optional[int] = None
-
-    def reset(self, offset: int, epoch: int) -> None:
-        self.position = self.fetch_offset = offset
-        self.chunks.clear()
-        self.idx = self.count = 0
-        self.epoch = epoch
-        self.error = self.unreported = None
-        self.next_fetch = 0.0
-
-    def refetch(self, epoch: int) -> None:
-        """Drop the buffer and read again from the position. A parked error stays parked
-        unless records read before it are dropped (read again, they lead to it again)."""
-        if self.count:
-            self.error = self.unreported = None
-        self.fetch_offset = self.position
-        self.chunks.clear()
-        self.idx = self.count = 0
-        self.epoch = epoch
-
-    def take(self, n: int) -> List[ConsumerRecord]:
-        """Remove and return up to ``n`` (>= 1) buffered records; no per-record work."""
-        out = self._take_items(n)
-        self.position = out[-1].offset + 1
-        return out
-
-    def chunk_of(self, records: List[ConsumerRecord]) -> list:
-        """What ``records`` (handed out by :meth:`take`) were as a buffered chunk."""
-        return records
-
-    def _take_items(self, n: int) -> list:
-        """Remove and return up to ``n`` (>= 1) buffered items, in order, from the chunks."""
-        chunks = self.chunks
-        head = chunks[0]
-        i = self.idx
-        avail = len(head) - i
-        if avail > n:
-            out = head[i:i + n]
-            self.idx = i + n
-        else:
-            out = head[i:] if i else head
-            chunks.popleft()
-            self.idx = 0
-            need = n - avail
-            copied = bool(i)
-            while need and chunks:
-                head = chunks[0]
-                if not copied:        # never mutate a list the log handed us
-                    out = list(out)
-                    copied = True
-                if len(head) <= need:
-                    out.extend(head)
-                    chunks.popleft()
-                    need -= len(head)
-                else:
-                    out.extend(head[:need])
-                    self.idx = need
-                    need = 0
-        self.count -= len(out)
-        return out
-
-    def take_columns(self, n: int) -> List[Columns]:
-        """Remove and return up to ``n`` (>= 1) buffered records held as Columns."""
-        chunks, out, left = self.chunks, [], n
-        while left and chunks:
-            head, i = chunks[0], self.idx
-            avail = head.count - i
-            if avail > left:
-                out.append(head.slice(i, i + left))
-                self.idx = i + left
-                left = 0
-                break
-            out.append(head.slice(i, head.count) if i else head)
-            chunks.popleft()
-            self.idx = 0
-            left -= avail
-        self.count -= n - left
-        self.position = out[-1].end
-        return out
-
-
-def _rest(chunk, i: int):
-    """What is left of a buffered chunk (a list of records or Columns) from its ``i``-th record."""
-    return chunk.slice(i, chunk.count) if isinstance(chunk, Columns) else chunk[i:]
-
-
 class Fetcher:
     """Prefetches records from a ``Log`` and hands them out fairly, ``max_records`` at a time.
 
@@ -222,7 +119,7 @@ class Fetcher:
     """
 
     #: The per-partition state (a data plane's fetcher may buffer its own form of records).
-    _partition_type = _Partition
+    _partition_type = PartitionBuffer
 
     def __init__(self, log, max_poll_records: int = 500,
                  max_partition_fetch_bytes: int = 1 << 20,
@@ -247,7 +144,7 @@ class Fetcher:
         self._lock = threading.Lock()
         self._fetch_cv = threading.Condition(self._lock)  # the prefetch thread waits here
         self._data_cv = threading.Condition(self._lock)   # poll() waits here
-        self._parts: Dict[TopicPartition, _Partition] = {}
+        self._parts: Dict[TopicPartition, PartitionBuffer] = {}
         self._order: List[TopicPartition] = []  # assignment order, for both rotations
         self._poll_next = 0                     # index in _order where the next poll starts
         self._fetch_next = 0                    # index in _order where the next fetch looks
@@ -538,7 +435,7 @@ class Fetcher:
                 if st.position != end:
                     continue
                 if st.idx:  # the head chunk was partly taken: keep only its untaken part
-                    st.chunks[0] = _rest(st.chunks[0], st.idx)
+                    st.chunks[0] = rest_of(st.chunks[0], st.idx)
                     st.idx = 0
                 st.chunks.extendleft(reversed(items) if columns else (st.chunk_of(items),))
                 st.count += end - first
@@ -658,7 +555,7 @@ class Fetcher:
             wait = max(wait, self._idle_wait / IDLE_SWEEPS)
         return None, wait
 
-    def _current(self, st: _Partition, epoch: int) -> bool:
+    def _current(self, st: PartitionBuffer, epoch: int) -> bool:
         return self._parts.get(st.tp) is st and st.epoch == epoch
 
     def _fetch(self, job, wait: Optional[float] = None) -> None:
@@ -712,7 +609,7 @@ class Fetcher:
                 return
         self._report(tp, offset, exc)
 
-    def _park(self, st: _Partition, offset: int, exc: BaseException) -> bool:
+    def _park(self, st: PartitionBuffer, offset: int, exc: BaseException) -> bool:
         """Under the lock: a fetch of ``st`` at ``offset`` failed. It is not fetched again until
         seek/assign; True if the error is to be reported now, False if records read before it
         are still buffered (the poll() that hands out the last of them reports it)."""
@@ -724,7 +621,7 @@ class Fetcher:
             return False
         return True
 
-    def _keep(self, st: _Partition, chunks: list, count: int) -> None:
+    def _keep(self, st: PartitionBuffer, chunks: list, count: int) -> None:
         """Under the lock: buffer the ``count`` records a read of ``st`` brought (in ``chunks``)."""
         st.chunks.extend(chunks)
         st.count += count
@@ -761,7 +658,7 @@ class Fetcher:
         if self._closed:
             raise IllegalStateError("fetcher is closed")
 
-    def _state(self, tp: TopicPartition) -> _Partition:
+    def _state(self, tp: TopicPartition) -> PartitionBuffer:
         st = self._parts.get(TopicPartition(*tp))
         if st is None:
             raise IllegalStateError(f"partition {TopicPartition(*tp)} is not assigned")
