@@ -85,6 +85,7 @@ ZooKeeper.
 """
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import time
@@ -94,6 +95,7 @@ from consumer.log.batch import Columns
 from consumer.partition_buffer import PartitionBuffer, rest_of
 from consumer.records import ConsumerRecord, TopicPartition
 from coordinator.errors import IllegalStateError, InvalidConfig, OffsetOutOfRange
+from coordinator.lifecycle import Lifecycle
 
 log = logging.getLogger(__name__)
 
@@ -110,13 +112,38 @@ IDLE_SWEEPS = 8
 IDLE_CHECKS_PER_S = 1000
 
 
-class Fetcher:
+class FetcherState(enum.Enum):
+    NEW = "new"            # poll() works (reading only when starved); no prefetch thread yet
+    RUNNING = "running"    # the prefetch thread reads ahead
+    CLOSED = "closed"      # buffers dropped, the thread gone; poll() raises IllegalStateError
+
+
+_CLOSED = FetcherState.CLOSED  # read on every poll(): one global, no enum class attribute
+
+
+class Fetcher(Lifecycle[FetcherState]):
     """Prefetches records from a ``Log`` and hands them out fairly, ``max_records`` at a time.
 
-    Lifecycle: ``start()`` once (starts the prefetch thread), ``close()`` once. ``poll()``
-    works without ``start()`` too (it then reads only when starved). All public methods are
-    thread-safe; ``poll()`` is meant to be called from one thread at a time.
+    States (:class:`FetcherState`), changed through ``_set_state``::
+
+        NEW --start()--> RUNNING --close()--> CLOSED
+        NEW --close()--> CLOSED
+
+    ``start()`` starts the prefetch thread once (a second call does nothing; after ``close()``
+    it raises IllegalStateError); ``close()`` does its work once. ``poll()`` works without
+    ``start()`` too (it then reads only when starved).
+
+    Threads: all public methods are thread-safe; ``poll()`` is meant to be called from one
+    thread at a time. ``_lock`` guards the partitions and buffers (see the module docstring);
+    a state move may happen while it is held, never the other way round (``_lock`` before
+    ``_state_lock``). Readers under ``_lock`` see ``CLOSED`` once ``close()`` has taken it.
     """
+
+    TRANSITIONS = {
+        FetcherState.NEW: {FetcherState.RUNNING, FetcherState.CLOSED},
+        FetcherState.RUNNING: {FetcherState.CLOSED},
+        FetcherState.CLOSED: set(),
+    }
 
     #: The per-partition state (a data plane's fetcher may buffer its own form of records).
     _partition_type = PartitionBuffer
@@ -133,6 +160,7 @@ class Fetcher:
                 raise InvalidConfig(f"{name} must be a positive integer, not {value!r}")
         if fetch_max_wait_ms < 0:
             raise InvalidConfig(f"fetch_max_wait_ms must be >= 0, not {fetch_max_wait_ms!r}")
+        super().__init__(FetcherState.NEW)
         self._log = log
         self.max_poll_records = max_poll_records
         # One log call reads one partition, so both byte limits bound the same call.
@@ -159,7 +187,6 @@ class Fetcher:
         self._away_s = float("inf")
         self._returned_at: Optional[float] = None
         self._wakeup = False
-        self._closed = False
         self._columns = False                   # buffers hold Columns (poll_columns), not records
         # False only once a drain found nothing buffered for unpaused partitions; set again
         # whenever records arrive or partitions resume. While it is False, poll() and the
@@ -171,18 +198,18 @@ class Fetcher:
 
     def start(self) -> None:
         with self._lock:
-            if self._closed:
-                raise IllegalStateError("fetcher is closed")
-            if self._thread is not None:
-                return
+            if not self._set_state(FetcherState.RUNNING, expect={FetcherState.NEW}):
+                self._check_open()
+                return  # started before: start-once
             self._thread = threading.Thread(target=self._run, name="zkgroups-fetcher",
                                             daemon=True)
             self._thread.start()
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the prefetch thread, drop all buffers; a blocked ``poll()`` returns ``{}``."""
+        if not self._set_state(FetcherState.CLOSED):
+            return  # closed before: close-once
         with self._lock:
-            self._closed = True
             self._parts.clear()
             self._order.clear()
             self._fetch_cv.notify_all()
@@ -245,7 +272,7 @@ class Fetcher:
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """Drop ``tp``'s buffer and fetch from ``offset`` next; clears a reported error."""
         with self._lock:
-            st = self._state(tp)
+            st = self._assigned_partition(tp)
             self._epoch += 1
             st.reset(int(offset), self._epoch)
             self._fetch_cv.notify_all()
@@ -253,14 +280,14 @@ class Fetcher:
     def position(self, tp: TopicPartition) -> int:
         """Offset of the next record ``poll()`` would return for ``tp``."""
         with self._lock:
-            return self._state(tp).position
+            return self._assigned_partition(tp).position
 
     def highwater(self, tp: TopicPartition) -> Optional[int]:
         """The partition's latest offset (next to be written) as last seen, without I/O: exact
         after a read that reached the end, otherwise at least the offset after the last record
         read. None before the first read. ``end_offsets`` asks the log."""
         with self._lock:
-            return self._state(tp).highwater
+            return self._assigned_partition(tp).highwater
 
     def end_offsets(self, tps: Iterable[TopicPartition]) -> Dict[TopicPartition, int]:
         """Latest offsets asked of the log now (also refreshes ``highwater``)."""
@@ -367,7 +394,7 @@ class Fetcher:
         lock = self._lock
         lock.acquire()
         try:
-            if self._closed:
+            if self._state is _CLOSED:
                 raise IllegalStateError("fetcher is closed")
             if self._returned_at is not None:
                 self._away_s = time.monotonic() - self._returned_at
@@ -377,7 +404,7 @@ class Fetcher:
                 if self._wakeup:
                     self._wakeup = False
                     return {}
-                if self._closed:
+                if self._state is _CLOSED:
                     return {}
                 result = self._drain(n, columns, drained)
                 if result:
@@ -503,7 +530,7 @@ class Fetcher:
             except Exception:  # a bug here must not kill consumption
                 log.exception("fetcher: unexpected error in the prefetch loop; backing off")
                 with self._lock:
-                    if self._closed:
+                    if self._state is _CLOSED:
                         return
                     self._fetch_cv.wait(ERROR_BACKOFF_S)
 
@@ -511,7 +538,7 @@ class Fetcher:
         """Wait until the read slot is free, fewer than max_poll_records records are retained
         for unpaused partitions and some partition is due; None when closed."""
         with self._lock:
-            while not self._closed:
+            while self._state is not _CLOSED:
                 wait = None
                 if not self._busy:
                     retained = 0
@@ -655,10 +682,10 @@ class Fetcher:
     # ------------------------------------------------------------------ helpers
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._state is _CLOSED:
             raise IllegalStateError("fetcher is closed")
 
-    def _state(self, tp: TopicPartition) -> PartitionBuffer:
+    def _assigned_partition(self, tp: TopicPartition) -> PartitionBuffer:
         st = self._parts.get(TopicPartition(*tp))
         if st is None:
             raise IllegalStateError(f"partition {TopicPartition(*tp)} is not assigned")

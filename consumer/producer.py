@@ -72,6 +72,7 @@ first read: keep futures only as long as they are needed.
 """
 from __future__ import annotations
 
+import enum
 import logging
 import random
 import threading
@@ -85,6 +86,7 @@ from consumer.futures import DeliveryFailed, FutureRecordMetadata, _Batch, _Kafk
 from consumer.hashing import partition_for_key
 from consumer.log import Log
 from coordinator.errors import IllegalStateError, InvalidConfig, InvalidPartitions, UnknownTopic, ZkGroupsError
+from coordinator.lifecycle import Lifecycle
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 
@@ -106,7 +108,15 @@ class _TopicInfo:
         self.next = random.randrange(partitions)  # spread producers that start together
 
 
-class Producer:
+class ProducerState(enum.Enum):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+_CLOSED = ProducerState.CLOSED  # read on every send(): one global, no enum class attribute
+
+
+class Producer(Lifecycle[ProducerState]):
     """Send records to topics of the embedded log or of Kafka (see the module docstring).
 
     ``Producer(zk, data_dir=..., linger_ms=5, batch_size=16384, auto_create_topics=False,
@@ -128,9 +138,12 @@ class Producer:
     ``flush(timeout=None)``, ``close(timeout=None)``; a context manager. Thread-safe: any
     thread may send, flush or close.
 
-    States: OPEN ──close()──▶ CLOSED (a second ``close`` does nothing). Once ``close`` has
+    States (:class:`ProducerState`), changed through ``_set_state``: OPEN ──close()──▶ CLOSED
+    (by compare-and-set: a second or concurrent ``close`` does nothing). Once ``close`` has
     returned, every future of the producer is resolved and ``send`` raises IllegalStateError.
     """
+
+    TRANSITIONS = {ProducerState.OPEN: {ProducerState.CLOSED}, ProducerState.CLOSED: set()}
 
     def __new__(cls, zk: Union[None, str, KazooClient] = None, data_dir: Optional[str] = None, *,
                 bootstrap_servers: Optional[str] = None, log: Optional[Log] = None, **options: Any) -> "Producer":
@@ -170,7 +183,8 @@ def _whole_numbers(**values) -> None:
 
 class _LogProducer(Producer):
     """The embedded log. Threads: any number of senders, the linger thread; ``_lock`` guards
-    ``_buffers``, ``_has_pending`` and ``_closed``; ``_write_lock`` is held while batches are cut
+    ``_buffers`` and ``_has_pending``, and the linger thread waits on it for records or ``close``
+    (which takes it after the move to CLOSED); ``_write_lock`` is held while batches are cut
     and written, so a partition's batches are written in the order they were cut."""
 
     def __init__(self, zk=None, data_dir: Optional[str] = None, *, bootstrap_servers: Optional[str] = None,
@@ -178,6 +192,7 @@ class _LogProducer(Producer):
                  auto_create_topics: bool = False, auto_create_partitions: int = 1,
                  metadata_max_age_ms: int = 5000, log: Optional[Log] = None, zk_auth=None, futures: bool = True,
                  **log_options):
+        super().__init__(ProducerState.OPEN)
         linger_ms = 5 if linger_ms is None else linger_ms
         batch_size = 16384 if batch_size is None else batch_size
         _whole_numbers(linger_ms=(linger_ms, 0), batch_size=(batch_size, 1),
@@ -211,14 +226,13 @@ class _LogProducer(Producer):
         self._has_pending = False              # records buffered since the last _write_all
         self._stop = threading.Event()
         self._error: Optional[BaseException] = None
-        self._closed = False
         self._thread = None
         if linger_ms > 0:
             self._thread = threading.Thread(target=self._linger_loop, name="producer-linger", daemon=True)
             self._thread.start()
 
     def send(self, topic, value, key=None, partition=None, timestamp=None, headers=None) -> FutureRecordMetadata:
-        if self._closed:
+        if self._state is _CLOSED:
             raise IllegalStateError("the producer is closed")
         if self._error is not None:
             self._raise_background_error()
@@ -267,10 +281,9 @@ class _LogProducer(Producer):
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Flush, stop the linger thread and close the log and client this producer opened."""
-        if self._closed:
-            return
+        if not self._set_state(ProducerState.CLOSED, expect={ProducerState.OPEN}):
+            return  # closed before: close-once
         with self._lock:
-            self._closed = True
             self._wake.notify_all()
         self._stop.set()
         if self._thread is not None:
@@ -328,9 +341,9 @@ class _LogProducer(Producer):
     def _linger_loop(self) -> None:
         while True:
             with self._lock:
-                while not self._has_pending and not self._closed:
+                while not self._has_pending and self._state is not _CLOSED:
                     self._wake.wait()
-                if self._closed:
+                if self._state is _CLOSED:
                     return  # close() writes what is left
             if self._stop.wait(self.linger):  # let records gather for linger_ms, then write them all
                 return
@@ -357,6 +370,7 @@ class _KafkaProducer(Producer):
                  metadata_max_age_ms: int = 5000, max_block_ms: int = 60_000, request_timeout_ms: int = 10_000,
                  log: Optional[Log] = None, zk_auth=None, futures: bool = True,
                  **log_options):  # zk_auth: unused, Kafka needs no ZooKeeper
+        super().__init__(ProducerState.OPEN)
         from consumer.dataplane.kafka import KafkaDataPlane
         from coordinator.kafka import confluent_kafka
         if log_options:
@@ -385,8 +399,6 @@ class _KafkaProducer(Producer):
         self._topics: Dict[str, _TopicInfo] = {}
         self._new_future = type("KafkaFuture", (_KafkaFuture,), {"_owner": self})
         self._failure: Optional[BaseException] = None
-        self._closed = False
-        self._close_lock = threading.Lock()
         self._countdown = SERVE_EVERY
         self._last_served = time.monotonic()
         self._stop = threading.Event()
@@ -395,7 +407,7 @@ class _KafkaProducer(Producer):
 
     def send(self, topic, value, key=None, partition=None, timestamp=None, headers=None) -> FutureRecordMetadata:
         # The same checks as _LogProducer.send, written out: a shared helper would cost each record a call.
-        if self._closed:
+        if self._state is _CLOSED:
             raise IllegalStateError("the producer is closed")
         if self._failure is not None:
             self._raise_failure()
@@ -434,7 +446,7 @@ class _KafkaProducer(Producer):
         """Wait until librdkafka has a delivery report for every record and serve them; raises
         TimeoutError if some have none after ``timeout`` seconds (None: librdkafka's
         ``message.timeout.ms`` bounds it)."""
-        if self._closed:
+        if self._state is _CLOSED:
             return
         left = self._kp.flush() if timeout is None else self._kp.flush(timeout)
         self._last_served = time.monotonic()
@@ -446,10 +458,8 @@ class _KafkaProducer(Producer):
     def close(self, timeout: Optional[float] = None) -> None:
         """Flush (at most ``timeout`` seconds); records still pending then fail their futures
         with DeliveryFailed. Raises the first delivery failure not raised yet."""
-        with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
+        if not self._set_state(ProducerState.CLOSED, expect={ProducerState.OPEN}):
+            return  # closed before: close-once
         self._stop.set()
         self._idle_thread.join()
         try:
