@@ -19,6 +19,8 @@ Modules, from the bottom up:
 * :mod:`~consumer.claims` — how a member claims and releases partitions.
 * :mod:`~consumer.member` — the member's state machine: registration, commands, claims and
   releases.
+* :mod:`~consumer.handoff` — what the member thread and the fetcher leave for the poll
+  thread.
 * :mod:`~consumer.consumer` — the kafka-python-style ``Consumer``.
 * :mod:`~consumer.streams` — the streams of a ``{topic: n}`` subscription.
 * :mod:`~consumer.futures` — what became of a sent record: ``FutureRecordMetadata``,
