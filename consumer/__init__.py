@@ -7,6 +7,8 @@ checks the order):
 * :mod:`~consumer.records` — value types (``TopicPartition``, ``ConsumerRecord``, ...).
 * :mod:`~consumer.hashing` — Kafka's murmur2 key partitioner.
 * :mod:`~consumer.log` — the embedded, durable, partitioned log (the default data plane).
+* :mod:`~consumer.partition_buffer` — one partition's positions and buffered records in a
+  fetcher.
 * :mod:`~consumer.fetcher` — prefetching and fair ``max_poll_records`` hand-out.
 * :mod:`~consumer.dataplane` — where records live, behind one interface: the embedded log or Kafka.
 * :mod:`~consumer.commands` — which channel commands a member applies (pure).
@@ -19,9 +21,13 @@ checks the order):
 * :mod:`~consumer.claims` — how a member claims and releases partitions.
 * :mod:`~consumer.member` — the member's state machine: registration, commands, claims and
   releases.
+* :mod:`~consumer.handoff` — what the member thread and the fetcher leave for the poll
+  thread.
 * :mod:`~consumer.streams` — the streams of a ``{topic: n}`` subscription.
 * :mod:`~consumer.metrics` — a consumer's Prometheus metrics (opt-in).
 * :mod:`~consumer.consumer` — the kafka-python-style ``Consumer``.
+* :mod:`~consumer.futures` — what became of a sent record: ``FutureRecordMetadata``,
+  ``DeliveryFailed``.
 * :mod:`~consumer.producer` — the ``Producer``.
 * :mod:`~consumer.spark` — consumer groups inside Spark ``foreachPartition`` workers.
 * :mod:`~consumer.cli` — ``groupctl``, ``pipeline`` and the live demo.
@@ -43,7 +49,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
     from consumer.consumer import Consumer, ConsumerConfig, ConsumerRebalanceListener, WakeupException
     from consumer.log import Log
-    from consumer.producer import DeliveryFailed, FutureRecordMetadata, Producer
+    from consumer.futures import DeliveryFailed, FutureRecordMetadata
+    from consumer.producer import Producer
     from consumer.records import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
     from coordinator.errors import (CommitFailedError, FetchFailed, IllegalStateError, InvalidConfig, LogCorrupted,
                                     NoOffsetForPartition, OffsetOutOfRange, ZkGroupsError, ZooKeeperUnavailable)
@@ -52,8 +59,8 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
 _EXPORTS = {
     "Consumer": "consumer.consumer", "ConsumerConfig": "consumer.consumer",
     "ConsumerRebalanceListener": "consumer.consumer", "WakeupException": "consumer.consumer",
-    "Producer": "consumer.producer", "FutureRecordMetadata": "consumer.producer",
-    "DeliveryFailed": "consumer.producer", "Log": "consumer.log",
+    "Producer": "consumer.producer", "FutureRecordMetadata": "consumer.futures",
+    "DeliveryFailed": "consumer.futures", "Log": "consumer.log",
     "TopicPartition": "consumer.records", "ConsumerRecord": "consumer.records",
     "RecordMetadata": "consumer.records", "OffsetAndTimestamp": "consumer.records",
     "CommitFailedError": "coordinator.errors", "NoOffsetForPartition": "coordinator.errors",

@@ -39,6 +39,7 @@ from coordinator.acl import parse_auth
 from coordinator.metrics import check_port
 from coordinator.zkclient import close_client, start_client
 from consumer.dataplane import DataPlane, open_data_plane
+from consumer.handoff import Handoff, Revocation
 from consumer.log import Columns
 from consumer.member import GroupMember, MemberListener
 from consumer.metrics import ConsumerMetrics
@@ -119,78 +120,6 @@ class ConsumerRebalanceListener:
     def on_partitions_lost(self, lost: Set[TopicPartition]) -> None:
         """The partitions were taken away without a chance to commit (session lost, eviction)."""
         self.on_partitions_revoked(lost)
-
-
-class _Revocation:
-    def __init__(self, partitions: Set[TopicPartition]):
-        self.partitions = partitions
-        self.done = threading.Event()
-
-
-class _Handoff:
-    """What the member thread and the fetcher leave for the poll thread, under one lock:
-    revocations to finish, partitions assigned (with their committed offsets) or lost, and
-    errors to raise. :meth:`take` hands the poll thread everything at once, one error at a time:
-    a partition's error only once no record of that partition waits to be handed out before it."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._revocations: List[_Revocation] = []
-        self._assigned: Dict[TopicPartition, Optional[int]] = {}
-        self._lost: Set[TopicPartition] = set()
-        self._errors: List[BaseException] = []
-
-    def revoke(self, partitions: Set[TopicPartition]) -> _Revocation:
-        r = _Revocation(set(partitions))
-        with self._lock:
-            self._revocations.append(r)
-        return r
-
-    def withdraw(self, r: _Revocation) -> None:
-        """The member gave up waiting for ``r`` (eviction): the poll thread must not run it."""
-        with self._lock:
-            if r in self._revocations:
-                self._revocations.remove(r)
-
-    def assigned(self, committed: Dict[TopicPartition, Optional[int]]) -> None:
-        with self._lock:
-            self._assigned.update(committed)
-
-    def lost(self, partitions: Set[TopicPartition]) -> None:
-        with self._lock:
-            self._lost |= partitions
-            for tp in partitions:
-                self._assigned.pop(tp, None)
-
-    def error(self, exc: BaseException) -> None:
-        with self._lock:
-            self._errors.append(exc)
-
-    def pending_assigned(self) -> Set[TopicPartition]:
-        with self._lock:
-            return set(self._assigned)
-
-    def take(self, buffered: Callable[[], Set[TopicPartition]]):
-        """(lost, revocations, assigned {tp: committed}, error or None), each handed over once.
-        ``buffered()``: the partitions with records still to hand out; an error of one of them
-        waits (the fetcher reports an error after the records before it, but records given back
-        after a lapsed lease are in front of it again)."""
-        with self._lock:
-            error = None
-            if self._errors:
-                waiting = buffered()
-                error = next((e for e in self._errors if _partition_of(e) not in waiting), None)
-                if error is not None:
-                    self._errors.remove(error)
-            out = (self._lost, self._revocations, self._assigned, error)
-            self._lost, self._revocations, self._assigned = set(), [], {}
-        return out
-
-
-def _partition_of(exc: BaseException) -> Optional[TopicPartition]:
-    """The partition an error is about (LogCorrupted, FetchFailed, OffsetOutOfRange), or None."""
-    topic, partition = getattr(exc, "topic", None), getattr(exc, "partition", None)
-    return TopicPartition(topic, partition) if topic is not None and partition is not None else None
 
 
 class ConsumerState(enum.Enum):
@@ -289,7 +218,7 @@ class Consumer:
         self._state = ConsumerState.ACTIVE
         self._handed_out_at: Optional[float] = None
         self._state_lock = threading.Lock()
-        self._handoff = _Handoff()
+        self._handoff = Handoff()
         self._commit_lock = threading.Lock()
         self._committed_positions: Dict[TopicPartition, Optional[int]] = {}
         self._user_paused: Set[TopicPartition] = set()
@@ -531,7 +460,7 @@ class Consumer:
         if error is not None:
             raise error
 
-    def _finish_revocation(self, r: _Revocation) -> None:
+    def _finish_revocation(self, r: Revocation) -> None:
         try:
             if self.config.enable_auto_commit:
                 try:
@@ -855,7 +784,7 @@ class Consumer:
                 if not autocommit:
                     self.config.enable_auto_commit = False
                 self._fetcher.pause(self._known(owned))
-                self._finish_revocation(_Revocation(owned))
+                self._finish_revocation(Revocation(owned))
             elif owned:
                 log.warning("consumer %s: ZooKeeper unreachable; closing without committing, its partitions "
                             "move when the session ends", self.consumer_id)

@@ -46,7 +46,8 @@ Implements seed 004 (KIP-41, ``max.poll.records``):
 Thread-safety and guarantees
 ----------------------------
 All state is guarded by one lock (with two condition variables: one the prefetch thread waits
-on, one ``poll()`` waits on). The log is read *outside* the lock. Every partition state carries
+on, one ``poll()`` waits on). The log is read *outside* the lock. Every partition state (a
+:class:`~consumer.partition_buffer.PartitionBuffer`, which also holds its buffered records) carries
 an epoch that is bumped by ``seek``/``assign`` and the state object is dropped by ``revoke``;
 a fetch whose partition changed while it was in flight is discarded when it completes. The
 ``on_error`` callback runs in whichever thread did the read (the prefetch thread or a
@@ -84,15 +85,17 @@ ZooKeeper.
 """
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import time
-from collections import deque
 from typing import Callable, Dict, Iterable, List, Optional, Set
 
 from consumer.log.batch import Columns
+from consumer.partition_buffer import PartitionBuffer, rest_of
 from consumer.records import ConsumerRecord, TopicPartition
 from coordinator.errors import IllegalStateError, InvalidConfig, OffsetOutOfRange
+from coordinator.lifecycle import Lifecycle
 
 log = logging.getLogger("zkgroups.fetcher")
 
@@ -109,120 +112,41 @@ IDLE_SWEEPS = 8
 IDLE_CHECKS_PER_S = 1000
 
 
-class _Partition:
-    """Mutable per-partition state; only touched under the fetcher's lock."""
-
-    __slots__ = ("tp", "position", "fetch_offset", "chunks", "idx", "count", "epoch",
-                 "paused", "error", "unreported", "next_fetch", "highwater")
-
-    def __init__(self, tp: TopicPartition, offset: int, epoch: int):
-        self.tp = tp
-        self.position = offset        # next offset poll() returns
-        self.fetch_offset = offset    # next offset to ask the log for
-        self.chunks: deque = deque()  # lists of records, or Columns; chunks[0][idx:] is next in line
-        self.idx = 0
-        self.count = 0                # buffered records
-        self.epoch = epoch
-        self.paused = False
-        self.error: Optional[BaseException] = None  # a fetch failed: parked until seek/assign
-        self.unreported: Optional[int] = None  # offset of a parked error waiting for the buffer to drain
-        self.next_fetch = 0.0         # monotonic time before which we do not fetch
-        self.highwater: Optional[int] = None
-
-    def reset(self, offset: int, epoch: int) -> None:
-        self.position = self.fetch_offset = offset
-        self.chunks.clear()
-        self.idx = self.count = 0
-        self.epoch = epoch
-        self.error = self.unreported = None
-        self.next_fetch = 0.0
-
-    def refetch(self, epoch: int) -> None:
-        """Drop the buffer and read again from the position. A parked error stays parked
-        unless records read before it are dropped (read again, they lead to it again)."""
-        if self.count:
-            self.error = self.unreported = None
-        self.fetch_offset = self.position
-        self.chunks.clear()
-        self.idx = self.count = 0
-        self.epoch = epoch
-
-    def take(self, n: int) -> List[ConsumerRecord]:
-        """Remove and return up to ``n`` (>= 1) buffered records; no per-record work."""
-        out = self._take_items(n)
-        self.position = out[-1].offset + 1
-        return out
-
-    def chunk_of(self, records: List[ConsumerRecord]) -> list:
-        """What ``records`` (handed out by :meth:`take`) were as a buffered chunk."""
-        return records
-
-    def _take_items(self, n: int) -> list:
-        """Remove and return up to ``n`` (>= 1) buffered items, in order, from the chunks."""
-        chunks = self.chunks
-        head = chunks[0]
-        i = self.idx
-        avail = len(head) - i
-        if avail > n:
-            out = head[i:i + n]
-            self.idx = i + n
-        else:
-            out = head[i:] if i else head
-            chunks.popleft()
-            self.idx = 0
-            need = n - avail
-            copied = bool(i)
-            while need and chunks:
-                head = chunks[0]
-                if not copied:        # never mutate a list the log handed us
-                    out = list(out)
-                    copied = True
-                if len(head) <= need:
-                    out.extend(head)
-                    chunks.popleft()
-                    need -= len(head)
-                else:
-                    out.extend(head[:need])
-                    self.idx = need
-                    need = 0
-        self.count -= len(out)
-        return out
-
-    def take_columns(self, n: int) -> List[Columns]:
-        """Remove and return up to ``n`` (>= 1) buffered records held as Columns."""
-        chunks, out, left = self.chunks, [], n
-        while left and chunks:
-            head, i = chunks[0], self.idx
-            avail = head.count - i
-            if avail > left:
-                out.append(head.slice(i, i + left))
-                self.idx = i + left
-                left = 0
-                break
-            out.append(head.slice(i, head.count) if i else head)
-            chunks.popleft()
-            self.idx = 0
-            left -= avail
-        self.count -= n - left
-        self.position = out[-1].end
-        return out
+class FetcherState(enum.Enum):
+    NEW = "new"            # poll() works (reading only when starved); no prefetch thread yet
+    RUNNING = "running"    # the prefetch thread reads ahead
+    CLOSED = "closed"      # buffers dropped, the thread gone; poll() raises IllegalStateError
 
 
-def _rest(chunk, i: int):
-    """What is left of a buffered chunk (a list of records or Columns) from its ``i``-th record."""
-    return chunk.slice(i, chunk.count) if isinstance(chunk, Columns) else chunk[i:]
+_CLOSED = FetcherState.CLOSED  # read on every poll(): one global, no enum class attribute
 
 
-class Fetcher:
+class Fetcher(Lifecycle[FetcherState]):
     """Prefetches records from a ``Log`` and hands them out fairly, ``max_records`` at a time.
 
-    Lifecycle: ``start()`` once (starts the prefetch thread), ``close()`` once. ``poll()``
-    works without ``start()`` too (it then reads only when starved). All public methods are
-    thread-safe; ``poll()`` is meant to be called from one thread at a time.
+    States (:class:`FetcherState`), changed through ``_set_state``::
+
+        NEW --start()--> RUNNING --close()--> CLOSED
+        NEW --close()--> CLOSED
+
+    ``start()`` starts the prefetch thread once (a second call does nothing; after ``close()``
+    it raises IllegalStateError); ``close()`` does its work once. ``poll()`` works without
+    ``start()`` too (it then reads only when starved).
+
+    Threads: all public methods are thread-safe; ``poll()`` is meant to be called from one
+    thread at a time. ``_lock`` guards the partitions and buffers (see the module docstring);
+    a state move may happen while it is held, never the other way round (``_lock`` before
+    ``_state_lock``). Readers under ``_lock`` see ``CLOSED`` once ``close()`` has taken it.
     """
 
+    TRANSITIONS = {
+        FetcherState.NEW: {FetcherState.RUNNING, FetcherState.CLOSED},
+        FetcherState.RUNNING: {FetcherState.CLOSED},
+        FetcherState.CLOSED: set(),
+    }
+
     #: The per-partition state (a data plane's fetcher may buffer its own form of records).
-    _partition_type = _Partition
+    _partition_type = PartitionBuffer
 
     def __init__(self, log, max_poll_records: int = 500,
                  max_partition_fetch_bytes: int = 1 << 20,
@@ -236,6 +160,7 @@ class Fetcher:
                 raise InvalidConfig(f"{name} must be a positive integer, not {value!r}")
         if fetch_max_wait_ms < 0:
             raise InvalidConfig(f"fetch_max_wait_ms must be >= 0, not {fetch_max_wait_ms!r}")
+        super().__init__(FetcherState.NEW)
         self._log = log
         self.max_poll_records = max_poll_records
         # One log call reads one partition, so both byte limits bound the same call.
@@ -247,7 +172,7 @@ class Fetcher:
         self._lock = threading.Lock()
         self._fetch_cv = threading.Condition(self._lock)  # the prefetch thread waits here
         self._data_cv = threading.Condition(self._lock)   # poll() waits here
-        self._parts: Dict[TopicPartition, _Partition] = {}
+        self._parts: Dict[TopicPartition, PartitionBuffer] = {}
         self._order: List[TopicPartition] = []  # assignment order, for both rotations
         self._poll_next = 0                     # index in _order where the next poll starts
         self._fetch_next = 0                    # index in _order where the next fetch looks
@@ -262,7 +187,6 @@ class Fetcher:
         self._away_s = float("inf")
         self._returned_at: Optional[float] = None
         self._wakeup = False
-        self._closed = False
         self._columns = False                   # buffers hold Columns (poll_columns), not records
         # False only once a drain found nothing buffered for unpaused partitions; set again
         # whenever records arrive or partitions resume. While it is False, poll() and the
@@ -274,18 +198,18 @@ class Fetcher:
 
     def start(self) -> None:
         with self._lock:
-            if self._closed:
-                raise IllegalStateError("fetcher is closed")
-            if self._thread is not None:
-                return
+            if not self._set_state(FetcherState.RUNNING, expect={FetcherState.NEW}):
+                self._check_open()
+                return  # started before: start-once
             self._thread = threading.Thread(target=self._run, name="zkgroups-fetcher",
                                             daemon=True)
             self._thread.start()
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the prefetch thread, drop all buffers; a blocked ``poll()`` returns ``{}``."""
+        if not self._set_state(FetcherState.CLOSED):
+            return  # closed before: close-once
         with self._lock:
-            self._closed = True
             self._parts.clear()
             self._order.clear()
             self._fetch_cv.notify_all()
@@ -348,7 +272,7 @@ class Fetcher:
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """Drop ``tp``'s buffer and fetch from ``offset`` next; clears a reported error."""
         with self._lock:
-            st = self._state(tp)
+            st = self._assigned_partition(tp)
             self._epoch += 1
             st.reset(int(offset), self._epoch)
             self._fetch_cv.notify_all()
@@ -356,14 +280,14 @@ class Fetcher:
     def position(self, tp: TopicPartition) -> int:
         """Offset of the next record ``poll()`` would return for ``tp``."""
         with self._lock:
-            return self._state(tp).position
+            return self._assigned_partition(tp).position
 
     def highwater(self, tp: TopicPartition) -> Optional[int]:
         """The partition's latest offset (next to be written) as last seen, without I/O: exact
         after a read that reached the end, otherwise at least the offset after the last record
         read. None before the first read. ``end_offsets`` asks the log."""
         with self._lock:
-            return self._state(tp).highwater
+            return self._assigned_partition(tp).highwater
 
     def end_offsets(self, tps: Iterable[TopicPartition]) -> Dict[TopicPartition, int]:
         """Latest offsets asked of the log now (also refreshes ``highwater``)."""
@@ -470,7 +394,7 @@ class Fetcher:
         lock = self._lock
         lock.acquire()
         try:
-            if self._closed:
+            if self._state is _CLOSED:
                 raise IllegalStateError("fetcher is closed")
             if self._returned_at is not None:
                 self._away_s = time.monotonic() - self._returned_at
@@ -480,7 +404,7 @@ class Fetcher:
                 if self._wakeup:
                     self._wakeup = False
                     return {}
-                if self._closed:
+                if self._state is _CLOSED:
                     return {}
                 result = self._drain(n, columns, drained)
                 if result:
@@ -538,7 +462,7 @@ class Fetcher:
                 if st.position != end:
                     continue
                 if st.idx:  # the head chunk was partly taken: keep only its untaken part
-                    st.chunks[0] = _rest(st.chunks[0], st.idx)
+                    st.chunks[0] = rest_of(st.chunks[0], st.idx)
                     st.idx = 0
                 st.chunks.extendleft(reversed(items) if columns else (st.chunk_of(items),))
                 st.count += end - first
@@ -606,7 +530,7 @@ class Fetcher:
             except Exception:  # a bug here must not kill consumption
                 log.exception("fetcher: unexpected error in the prefetch loop; backing off")
                 with self._lock:
-                    if self._closed:
+                    if self._state is _CLOSED:
                         return
                     self._fetch_cv.wait(ERROR_BACKOFF_S)
 
@@ -614,7 +538,7 @@ class Fetcher:
         """Wait until the read slot is free, fewer than max_poll_records records are retained
         for unpaused partitions and some partition is due; None when closed."""
         with self._lock:
-            while not self._closed:
+            while self._state is not _CLOSED:
                 wait = None
                 if not self._busy:
                     retained = 0
@@ -658,7 +582,7 @@ class Fetcher:
             wait = max(wait, self._idle_wait / IDLE_SWEEPS)
         return None, wait
 
-    def _current(self, st: _Partition, epoch: int) -> bool:
+    def _current(self, st: PartitionBuffer, epoch: int) -> bool:
         return self._parts.get(st.tp) is st and st.epoch == epoch
 
     def _fetch(self, job, wait: Optional[float] = None) -> None:
@@ -712,7 +636,7 @@ class Fetcher:
                 return
         self._report(tp, offset, exc)
 
-    def _park(self, st: _Partition, offset: int, exc: BaseException) -> bool:
+    def _park(self, st: PartitionBuffer, offset: int, exc: BaseException) -> bool:
         """Under the lock: a fetch of ``st`` at ``offset`` failed. It is not fetched again until
         seek/assign; True if the error is to be reported now, False if records read before it
         are still buffered (the poll() that hands out the last of them reports it)."""
@@ -724,7 +648,7 @@ class Fetcher:
             return False
         return True
 
-    def _keep(self, st: _Partition, chunks: list, count: int) -> None:
+    def _keep(self, st: PartitionBuffer, chunks: list, count: int) -> None:
         """Under the lock: buffer the ``count`` records a read of ``st`` brought (in ``chunks``)."""
         st.chunks.extend(chunks)
         st.count += count
@@ -758,10 +682,10 @@ class Fetcher:
     # ------------------------------------------------------------------ helpers
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._state is _CLOSED:
             raise IllegalStateError("fetcher is closed")
 
-    def _state(self, tp: TopicPartition) -> _Partition:
+    def _assigned_partition(self, tp: TopicPartition) -> PartitionBuffer:
         st = self._parts.get(TopicPartition(*tp))
         if st is None:
             raise IllegalStateError(f"partition {TopicPartition(*tp)} is not assigned")

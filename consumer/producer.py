@@ -63,25 +63,30 @@ Kafka
   :class:`KafkaUnavailable`.
 * ``zk`` is not needed (Kafka knows its topics) and is not used.
 
+The futures and :class:`DeliveryFailed` are in :mod:`consumer.futures` (also importable from
+here and from ``consumer``).
+
 Not provided: transactions; on the embedded log, retries and compression. On Kafka a future
 keeps librdkafka's delivered message (with copies of its key and value) until its metadata is
 first read: keep futures only as long as they are needed.
 """
 from __future__ import annotations
 
+import enum
 import logging
 import random
 import threading
 import time
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 from kazoo.client import KazooClient
 
 from consumer.dataplane import bootstrap_servers_from
+from consumer.futures import DeliveryFailed, FutureRecordMetadata, _Batch, _KafkaFuture, _LogFuture
 from consumer.hashing import partition_for_key
 from consumer.log import Log
-from consumer.records import RecordMetadata
 from coordinator.errors import IllegalStateError, InvalidConfig, InvalidPartitions, UnknownTopic, ZkGroupsError
+from coordinator.lifecycle import Lifecycle
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 
@@ -91,209 +96,6 @@ log = logging.getLogger("zkgroups.producer")
 SERVE_EVERY = 1000
 #: Kafka: a background thread serves delivery reports when none were served for this long.
 IDLE_SERVE_S = 0.05
-#: Kafka: how long a waiting ``get`` lets librdkafka wait for a delivery report at a time.
-_WAIT_STEP_S = 0.01
-
-
-class DeliveryFailed(ZkGroupsError):
-    """A record could not be written: Kafka refused it, did not take it in time, or the
-    producer was closed first. ``retriable`` is Kafka's own verdict (sending it again may work)."""
-
-    def __init__(self, topic: str, partition: Optional[int], reason: str, retriable: bool = False) -> None:
-        where = topic if partition is None or partition < 0 else f"{topic}-{partition}"
-        super().__init__(f"a record for {where} was not delivered: {reason}")
-        self.topic, self.partition, self.retriable = topic, partition, retriable
-
-
-# ---------------------------------------------------------------- futures
-
-# Watchers of unresolved futures (waiters, callbacks) are registered and taken under this one
-# lock. Resolving takes it only when a watcher exists, so futures nobody watches cost no lock.
-_watch_lock = threading.Lock()
-
-
-def _watch(target, watcher: Callable[[], None]) -> None:
-    """Run ``watcher`` when ``target`` (an object with ``done`` and ``watchers``) is resolved,
-    now if it already is."""
-    with _watch_lock:
-        if not target.done:
-            if target.watchers is None:
-                target.watchers = []
-            target.watchers.append(watcher)
-            watcher = None
-    if watcher is not None:
-        watcher()
-    elif target.done:  # resolved meanwhile and its resolver may have missed the new list
-        _fire(target)
-
-
-def _fire(target) -> None:
-    """Run (once) the watchers of a resolved ``target``; its resolver calls this after setting
-    ``done`` when it finds ``watchers`` set (either it or ``_watch`` takes every watcher)."""
-    with _watch_lock:
-        watchers, target.watchers = target.watchers, None
-    for watcher in watchers or ():
-        watcher()
-
-
-class FutureRecordMetadata:
-    """Where a sent record landed, once it is written (kafka-python's ``FutureRecordMetadata``).
-
-    ``get(timeout)`` returns the :class:`RecordMetadata` or raises the failure (``TimeoutError``
-    if not resolved in time); ``is_done``, ``succeeded()``, ``failed()``; ``exception(timeout)``
-    waits like ``concurrent.futures`` and returns the failure or None. ``add_callback(fn,
-    *args)`` calls ``fn(*args, metadata)`` on success, ``add_errback(fn, *args)`` ``fn(*args,
-    error)`` on failure, ``add_both`` either, ``add_done_callback(fn)`` ``fn(future)``; each
-    returns the future. Callbacks run in the thread that resolves it (see the module docstring).
-    """
-
-    __slots__ = ()
-
-    # ---- what each data plane's future provides
-
-    def _target(self):
-        """The object whose ``done`` and ``watchers`` this future shares (its batch, or itself)."""
-        raise NotImplementedError
-
-    def _outcome(self) -> Tuple[Optional[RecordMetadata], Optional[BaseException]]:
-        raise NotImplementedError
-
-    def _wait(self, timeout: Optional[float]) -> bool:
-        """Wait until resolved, at most ``timeout`` seconds (None: no limit); whether it is."""
-        event = threading.Event()
-        _watch(self._target(), event.set)
-        return event.wait(timeout)
-
-    # ---- the API
-
-    @property
-    def is_done(self) -> bool:
-        return self._target().done
-
-    def succeeded(self) -> bool:
-        return self.is_done and self._outcome()[1] is None
-
-    def failed(self) -> bool:
-        return self.is_done and self._outcome()[1] is not None
-
-    def get(self, timeout: Optional[float] = None) -> RecordMetadata:
-        metadata, error = self._resolved(timeout)
-        if error is not None:
-            raise error.with_traceback(None)  # one error serves many futures: keep its traceback short
-        return metadata
-
-    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
-        return self._resolved(timeout)[1]
-
-    def add_callback(self, fn: Callable, *args: Any) -> "FutureRecordMetadata":
-        return self._on_done(lambda metadata, error: error is None and fn(*args, metadata))
-
-    def add_errback(self, fn: Callable, *args: Any) -> "FutureRecordMetadata":
-        return self._on_done(lambda metadata, error: error is not None and fn(*args, error))
-
-    def add_both(self, fn: Callable, *args: Any) -> "FutureRecordMetadata":
-        return self._on_done(lambda metadata, error: fn(*args, metadata if error is None else error))
-
-    def add_done_callback(self, fn: Callable[["FutureRecordMetadata"], object]) -> "FutureRecordMetadata":
-        return self._on_done(lambda metadata, error: fn(self))
-
-    def _resolved(self, timeout: Optional[float]):
-        if not self.is_done and not self._wait(timeout):
-            raise TimeoutError(f"the record was not written within {timeout:g}s")
-        return self._outcome()
-
-    def _on_done(self, call: Callable) -> "FutureRecordMetadata":
-        def watcher():
-            try:
-                call(*self._outcome())
-            except Exception:
-                log.exception("producer: a callback of a sent record failed")
-        _watch(self._target(), watcher)
-        return self
-
-    def __repr__(self) -> str:
-        if not self.is_done:
-            return "<FutureRecordMetadata pending>"
-        metadata, error = self._outcome()
-        return f"<FutureRecordMetadata {'failed: ' + str(error) if error else metadata}>"
-
-
-class _Batch:
-    """One partition's records of the embedded log: buffered, then written in one append; its
-    futures read ``base_offset`` or ``error`` once ``done``."""
-
-    __slots__ = ("topic", "partition", "records", "base_offset", "error", "done", "watchers")
-
-    def __init__(self, topic: str, partition: int):
-        self.topic, self.partition, self.records = topic, partition, []
-        self.base_offset, self.error, self.done, self.watchers = -1, None, False, None
-
-    def resolve(self, base_offset: int, error: Optional[BaseException]) -> None:
-        self.base_offset, self.error, self.records = base_offset, error, None  # the values are written
-        self.done = True
-        if self.watchers is not None:
-            _fire(self)
-
-
-class _LogFuture(FutureRecordMetadata):
-    __slots__ = ("_batch", "_index", "_timestamp")
-
-    def __init__(self, batch: _Batch, index: int, timestamp: int):
-        self._batch, self._index, self._timestamp = batch, index, timestamp
-
-    def _target(self):
-        return self._batch
-
-    def _outcome(self):
-        b = self._batch
-        if b.error is not None:
-            return None, b.error
-        return RecordMetadata(b.topic, b.partition, b.base_offset + self._index, self._timestamp), None
-
-
-class _KafkaFuture(FutureRecordMetadata):
-    """Its own delivery-report callback: librdkafka's report of this record (served inside a
-    ``poll``/``flush`` of the producer) calls it with ``(error, message)``.
-
-    Made with no arguments and no ``__init__`` (the class attributes are the defaults, and each
-    producer has a subclass whose ``_owner`` is that producer): ~90 ns less per record than
-    with an ``__init__``, about 6% of what a record costs the Kafka producer."""
-
-    _owner: "_KafkaProducer"
-    _result = None
-    watchers = None
-
-    def __call__(self, err, message) -> None:
-        self._result = message if err is None else self._owner._delivery_failed(err, message)
-        if self.watchers is not None:
-            _fire(self)
-
-    @property
-    def done(self) -> bool:
-        return self._result is not None
-
-    def _target(self):
-        return self
-
-    def _outcome(self):
-        result = self._result
-        if type(result) is DeliveryFailed:
-            return None, result
-        if type(result) is not RecordMetadata:  # the delivered message: read it once
-            result = self._result = RecordMetadata(result.topic(), result.partition(), result.offset(),
-                                                   result.timestamp()[1])
-        return result, None
-
-    def _wait(self, timeout: Optional[float]) -> bool:
-        """Serve delivery reports in this thread until this one is in (no other thread may be serving them)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self._result is None:
-            left = _WAIT_STEP_S if deadline is None else min(deadline - time.monotonic(), _WAIT_STEP_S)
-            if left <= 0:
-                return False
-            if not self._owner._serve(left) and self._result is None:
-                raise IllegalStateError("the producer was closed before the record was delivered")
-        return True
 
 
 # ---------------------------------------------------------------- the producer
@@ -306,7 +108,15 @@ class _TopicInfo:
         self.next = random.randrange(partitions)  # spread producers that start together
 
 
-class Producer:
+class ProducerState(enum.Enum):
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+_CLOSED = ProducerState.CLOSED  # read on every send(): one global, no enum class attribute
+
+
+class Producer(Lifecycle[ProducerState]):
     """Send records to topics of the embedded log or of Kafka (see the module docstring).
 
     ``Producer(zk, data_dir=..., linger_ms=5, batch_size=16384, auto_create_topics=False,
@@ -328,9 +138,12 @@ class Producer:
     ``flush(timeout=None)``, ``close(timeout=None)``; a context manager. Thread-safe: any
     thread may send, flush or close.
 
-    States: OPEN ──close()──▶ CLOSED (a second ``close`` does nothing). Once ``close`` has
+    States (:class:`ProducerState`), changed through ``_set_state``: OPEN ──close()──▶ CLOSED
+    (by compare-and-set: a second or concurrent ``close`` does nothing). Once ``close`` has
     returned, every future of the producer is resolved and ``send`` raises IllegalStateError.
     """
+
+    TRANSITIONS = {ProducerState.OPEN: {ProducerState.CLOSED}, ProducerState.CLOSED: set()}
 
     def __new__(cls, zk: Union[None, str, KazooClient] = None, data_dir: Optional[str] = None, *,
                 bootstrap_servers: Optional[str] = None, log: Optional[Log] = None, **options: Any) -> "Producer":
@@ -370,7 +183,8 @@ def _whole_numbers(**values) -> None:
 
 class _LogProducer(Producer):
     """The embedded log. Threads: any number of senders, the linger thread; ``_lock`` guards
-    ``_buffers``, ``_has_pending`` and ``_closed``; ``_write_lock`` is held while batches are cut
+    ``_buffers`` and ``_has_pending``, and the linger thread waits on it for records or ``close``
+    (which takes it after the move to CLOSED); ``_write_lock`` is held while batches are cut
     and written, so a partition's batches are written in the order they were cut."""
 
     def __init__(self, zk=None, data_dir: Optional[str] = None, *, bootstrap_servers: Optional[str] = None,
@@ -378,6 +192,7 @@ class _LogProducer(Producer):
                  auto_create_topics: bool = False, auto_create_partitions: int = 1,
                  metadata_max_age_ms: int = 5000, log: Optional[Log] = None, zk_auth=None, futures: bool = True,
                  **log_options):
+        super().__init__(ProducerState.OPEN)
         linger_ms = 5 if linger_ms is None else linger_ms
         batch_size = 16384 if batch_size is None else batch_size
         _whole_numbers(linger_ms=(linger_ms, 0), batch_size=(batch_size, 1),
@@ -411,14 +226,13 @@ class _LogProducer(Producer):
         self._has_pending = False              # records buffered since the last _write_all
         self._stop = threading.Event()
         self._error: Optional[BaseException] = None
-        self._closed = False
         self._thread = None
         if linger_ms > 0:
             self._thread = threading.Thread(target=self._linger_loop, name="producer-linger", daemon=True)
             self._thread.start()
 
     def send(self, topic, value, key=None, partition=None, timestamp=None, headers=None) -> FutureRecordMetadata:
-        if self._closed:
+        if self._state is _CLOSED:
             raise IllegalStateError("the producer is closed")
         if self._error is not None:
             self._raise_background_error()
@@ -467,10 +281,9 @@ class _LogProducer(Producer):
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Flush, stop the linger thread and close the log and client this producer opened."""
-        if self._closed:
-            return
+        if not self._set_state(ProducerState.CLOSED, expect={ProducerState.OPEN}):
+            return  # closed before: close-once
         with self._lock:
-            self._closed = True
             self._wake.notify_all()
         self._stop.set()
         if self._thread is not None:
@@ -528,9 +341,9 @@ class _LogProducer(Producer):
     def _linger_loop(self) -> None:
         while True:
             with self._lock:
-                while not self._has_pending and not self._closed:
+                while not self._has_pending and self._state is not _CLOSED:
                     self._wake.wait()
-                if self._closed:
+                if self._state is _CLOSED:
                     return  # close() writes what is left
             if self._stop.wait(self.linger):  # let records gather for linger_ms, then write them all
                 return
@@ -557,6 +370,7 @@ class _KafkaProducer(Producer):
                  metadata_max_age_ms: int = 5000, max_block_ms: int = 60_000, request_timeout_ms: int = 10_000,
                  log: Optional[Log] = None, zk_auth=None, futures: bool = True,
                  **log_options):  # zk_auth: unused, Kafka needs no ZooKeeper
+        super().__init__(ProducerState.OPEN)
         from consumer.dataplane.kafka import KafkaDataPlane
         from coordinator.kafka import confluent_kafka
         if log_options:
@@ -585,8 +399,6 @@ class _KafkaProducer(Producer):
         self._topics: Dict[str, _TopicInfo] = {}
         self._new_future = type("KafkaFuture", (_KafkaFuture,), {"_owner": self})
         self._failure: Optional[BaseException] = None
-        self._closed = False
-        self._close_lock = threading.Lock()
         self._countdown = SERVE_EVERY
         self._last_served = time.monotonic()
         self._stop = threading.Event()
@@ -595,7 +407,7 @@ class _KafkaProducer(Producer):
 
     def send(self, topic, value, key=None, partition=None, timestamp=None, headers=None) -> FutureRecordMetadata:
         # The same checks as _LogProducer.send, written out: a shared helper would cost each record a call.
-        if self._closed:
+        if self._state is _CLOSED:
             raise IllegalStateError("the producer is closed")
         if self._failure is not None:
             self._raise_failure()
@@ -634,7 +446,7 @@ class _KafkaProducer(Producer):
         """Wait until librdkafka has a delivery report for every record and serve them; raises
         TimeoutError if some have none after ``timeout`` seconds (None: librdkafka's
         ``message.timeout.ms`` bounds it)."""
-        if self._closed:
+        if self._state is _CLOSED:
             return
         left = self._kp.flush() if timeout is None else self._kp.flush(timeout)
         self._last_served = time.monotonic()
@@ -646,10 +458,8 @@ class _KafkaProducer(Producer):
     def close(self, timeout: Optional[float] = None) -> None:
         """Flush (at most ``timeout`` seconds); records still pending then fail their futures
         with DeliveryFailed. Raises the first delivery failure not raised yet."""
-        with self._close_lock:
-            if self._closed:
-                return
-            self._closed = True
+        if not self._set_state(ProducerState.CLOSED, expect={ProducerState.OPEN}):
+            return  # closed before: close-once
         self._stop.set()
         self._idle_thread.join()
         try:

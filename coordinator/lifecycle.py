@@ -1,7 +1,8 @@
 """One way to write a lifecycle: a state enum, a table of legal moves, one ``_set_state``.
 
 A stateful class of zkgroups is written this way (the coordinator node and the groups' half of
-it, the controller, the topic mirror, the terms of leadership), after kazoo's
+it, the controller, the topic mirror, the terms of leadership; the group member, the fetcher,
+the producer), after kazoo's
 ``SetPartitioner`` (its states in the class docstring, one ``_set_state``) and Curator's
 ``LeaderLatch`` (``start()`` and ``close()`` by compare-and-set, so a second call is a no-op):
 

@@ -48,7 +48,8 @@ from operator import add
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 from consumer.dataplane import DataPlane, Record
-from consumer.fetcher import Fetcher, _Partition
+from consumer.fetcher import Fetcher, FetcherState
+from consumer.partition_buffer import PartitionBuffer
 from consumer.records import ConsumerRecord, TopicPartition, column, kafka_messages, kafka_records
 from coordinator.errors import (FetchFailed, InvalidConfig, OffsetOutOfRange, TopicExists, UnknownTopic,
                                 ZkGroupsError)
@@ -462,7 +463,7 @@ def _partition_error(tp: TopicPartition, offset: int, message) -> ZkGroupsError:
 
 # ---------------------------------------------------------------- the fetcher
 
-class _KafkaPartition(_Partition):
+class _KafkaPartition(PartitionBuffer):
     """A partition's state in the KafkaFetcher: its chunks are runs of librdkafka's Messages,
     made into KafkaRecords as they are handed out (records live from ``poll()`` on, not while
     buffered: fewer objects for the cyclic GC to go over)."""
@@ -589,7 +590,7 @@ class KafkaFetcher(Fetcher):
         """Run a call on the librdkafka consumer holding the read slot (see the class docstring);
         it waits for a read in flight, which ends within ``READ_WAIT_S``."""
         with self._lock:
-            if self._closed:
+            if self.state is FetcherState.CLOSED:
                 return  # librdkafka's consumer is closed with the fetcher: nothing to mirror
             self._slot_waiters += 1
             try:
