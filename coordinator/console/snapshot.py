@@ -283,6 +283,15 @@ class ClusterSnapshot:
 
     # ---- helpers: a read that arms a watch, or an exists watch where the znode is missing
 
+    def _watched_reads(self, kind: str, keys, path_of, children: bool = False):
+        """One pipelined round trip: ``path_of(key)`` read (its children with ``children``) for
+        each key, each with the watch of ``(kind, key)``; [(key, watcher, answer)], all answered."""
+        read = self.client.get_children_async if children else self.client.get_async
+        pending = [(k, self._watch(kind, k)) for k in keys if k is not None]
+        pending = [(k, w, read(path_of(k), watch=w)) for k, w in pending]
+        wait_in_order([a for *_, a in pending])
+        return pending
+
     def _answer(self, pending, path: str, watcher) -> Optional[Tuple[bytes, object]]:
         """The data of a read, or None where the znode is missing (then an exists watch is set
         on it by :meth:`_watch_missing`, so its creation is seen)."""
@@ -352,10 +361,7 @@ class ClusterSnapshot:
         self._read_node_reports(names)
 
     def _read_node_reports(self, names) -> None:
-        pending = [(n, self._watch("node", n), self.client.get_async(protocol.node_path(n), watch=self._watch("node", n)))
-                   for n in names if n is not None]
-        wait_in_order([a for *_, a in pending])
-        for name, watcher, a in pending:
+        for name, _watcher, a in self._watched_reads("node", names, protocol.node_path):
             try:
                 raw, _ = a.get()
                 report = NodeInfo.decode(raw, protocol.node_path(name))
@@ -381,10 +387,7 @@ class ClusterSnapshot:
             self._read_assignments(range(count))
 
     def _read_assignments(self, shards) -> None:
-        pending = [(s, self._watch("shard", s), self.client.get_async(protocol.shard_path(s), watch=self._watch("shard", s)))
-                   for s in shards]
-        wait_in_order([a for *_, a in pending])
-        for shard, watcher, a in pending:
+        for shard, watcher, a in self._watched_reads("shard", shards, protocol.shard_path):
             got = self._answer(a, protocol.shard_path(shard), watcher)
             try:
                 assignment = ShardAssignment.decode(got[0] if got else b"", protocol.shard_path(shard))
@@ -407,10 +410,7 @@ class ClusterSnapshot:
         self._read_topic_counts(names)
 
     def _read_topic_counts(self, names) -> None:
-        pending = [(t, self._watch("topic", t), self.client.get_async(protocol.topic_path(t), watch=self._watch("topic", t)))
-                   for t in names if t is not None]
-        wait_in_order([a for *_, a in pending])
-        for topic, watcher, a in pending:
+        for topic, _watcher, a in self._watched_reads("topic", names, protocol.topic_path):
             try:
                 raw, _ = a.get()
             except NoNodeError:
@@ -455,10 +455,7 @@ class ClusterSnapshot:
                 self._groups[name] = _with(view, **changes)
 
     def _read_state(self, names: List[str]) -> None:
-        pending = [(g, self._watch("state", g)) for g in names]
-        pending = [(g, w, self.client.get_async(protocol.state_path(g), watch=w)) for g, w in pending]
-        wait_in_order([a for *_, a in pending])
-        for group, watcher, a in pending:
+        for group, watcher, a in self._watched_reads("state", names, protocol.state_path):
             path = protocol.state_path(group)
             got = self._answer(a, path, watcher)
             try:
@@ -469,10 +466,7 @@ class ClusterSnapshot:
         self._changed()
 
     def _read_timeline(self, names: List[str]) -> None:
-        pending = [(g, self._watch("timeline", g)) for g in names]
-        pending = [(g, w, self.client.get_async(protocol.timeline_path(g), watch=w)) for g, w in pending]
-        wait_in_order([a for *_, a in pending])
-        for group, watcher, a in pending:
+        for group, watcher, a in self._watched_reads("timeline", names, protocol.timeline_path):
             path = protocol.timeline_path(group)
             got = self._answer(a, path, watcher)
             try:
@@ -483,11 +477,8 @@ class ClusterSnapshot:
         self._changed()
 
     def _read_ids(self, names: List[str]) -> None:
-        pending = [(g, self._watch("ids", g)) for g in names]
-        pending = [(g, w, self.client.get_children_async(protocol.ids_path(g), watch=w)) for g, w in pending]
-        wait_in_order([a for *_, a in pending])
         reads = []
-        for group, watcher, a in pending:
+        for group, watcher, a in self._watched_reads("ids", names, protocol.ids_path, children=True):
             ids = self._children(a, protocol.ids_path(group), watcher) or []
             view = self.group(group)
             if view is None:
