@@ -27,11 +27,14 @@ run's znode first (``/zkgroups-spark/runs/<run id>/errors/<consumer id>``), and 
 names the death that spent the budget by that line, else by Spark's reason for the job's
 failure, else as a death without a Python error (:func:`spent_line`).
 
-Limits: a death is counted up to ``DEATH_POLL_INTERVAL_S`` after Spark's driver heard of it.
-Spark writes a running stage's counts to its status store at most every
-``spark.ui.liveUpdate.period`` (100 ms): an attempt that dies within that time of the stage's
-previous update is counted at the stage's next update (the next attempt's end, an executor
-heartbeat, the job's end), so deaths that close together can be counted together.
+Limits: a death is counted up to ``DEATH_POLL_INTERVAL_S`` after Spark's status store
+recorded it. The store writes a running stage's counts on a task's end only if
+``spark.ui.liveUpdate.period`` (100 ms by default) has passed since the stage's previous write;
+otherwise they wait for the stage's next write (the retry's start if that comes later than the
+period, the next attempt's end, an executor heartbeat's flush, the job's end), which can be
+seconds later: two deaths seconds apart are then counted together.
+:func:`~consumer.spark.driver.local_session` (and so ``bin/pipeline``) sets the period to 0,
+which writes on every task event; a session of the application's own should too.
 
 :class:`DeathBudget` is the pure rule: at most ``limit`` deaths within any ``window_s``.
 """

@@ -180,7 +180,9 @@ def local_session(master: Optional[str] = None, app_name: str = "zkgroups", conf
                   log_level: str = "WARN", default_master: str = "local[2]"):
     """A SparkSession on ``master`` (:func:`spark_master`: the given one, ``$SPARK_MASTER``,
     spark-submit's ``--master``, else ``default_master``); the UI and the console progress
-    bar are off unless ``conf`` says otherwise.
+    bar are off, and Spark's status store records every task's end at once
+    (``spark.ui.liveUpdate.period=0``: the worker deaths' clock, :mod:`consumer.spark.deaths`),
+    unless ``conf`` says otherwise.
 
     On a local master the Python workers run this interpreter and can import this project:
     ``PYSPARK_PYTHON`` (if unset) becomes ``sys.executable`` and the project root goes on
@@ -197,7 +199,7 @@ def local_session(master: Optional[str] = None, app_name: str = "zkgroups", conf
         if _PROJECT_ROOT not in paths:
             os.environ["PYTHONPATH"] = os.pathsep.join([_PROJECT_ROOT, *paths])
     settings = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
-                "spark.sql.shuffle.partitions": "4", **(conf or {})}
+                "spark.ui.liveUpdate.period": "0ms", "spark.sql.shuffle.partitions": "4", **(conf or {})}
     builder = SparkSession.builder.appName(app_name)
     if chosen is not None:
         builder = builder.master(chosen)

@@ -306,6 +306,13 @@ def run_in_thread(job):
     return result
 
 
+def test_sessions_zkgroups_builds_record_every_task_end_at_once(spark):
+    # With Spark's default 100 ms, a death within 100 ms of its stage's last write is recorded
+    # only at the stage's next write, seconds later with the next death: two deaths spaced
+    # wider than the budget's window would be counted together and end the job.
+    assert spark.sparkContext.getConf().get("spark.ui.liveUpdate.period") == "0ms"
+
+
 def test_a_stream_survives_worker_deaths_spaced_wider_than_the_budget_under_task_retries(
         spark, zk, zk_connect, coordinator, data_dir, tmp_path):
     # local[2,4]: Spark retries a failed task three times inside the worker's job, as on a
