@@ -20,6 +20,26 @@ from coordinator.zkclient import close_client, start_client  # noqa: E402
 from coordinator.testing.zkserver import provide_zookeeper  # noqa: E402
 
 
+#: Tests that run one after the other on one pytest-xdist worker (``bin/test`` runs two): the
+#: Spark jobs (a JVM and Python workers each) and the fault rounds (ZooKeeper ensembles of their
+#: own); the light tests share the other worker and the gaps between.
+HEAVY_FOLDERS = ("tests/spark/", "tests/faults/")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's load scheduling, with the tests under :data:`HEAVY_FOLDERS` as one unit of work
+    (one worker runs them in order) and every other test a unit of its own. Chosen by path:
+    xdist's own ``xdist_group`` marker does not reach its scheduler under pytest 9."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class HeavyTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "heavy" if nodeid.startswith(HEAVY_FOLDERS) else nodeid
+
+    return HeavyTogether(config, log)
+
+
 def pytest_collection_modifyitems(items):
     """Tests that need a ZooKeeper server get the ``zk`` marker and tests that start processes
     the ``process`` marker, so ``-m "not zk and not process and not slow and not kafka and not

@@ -36,7 +36,7 @@ def test_clean_close_hands_over_at_once_with_higher_epoch(cluster, zk):
     first = a.epoch
     a.close()
     # Well within a's 30 s session: the hand-over did not wait for the session to expire.
-    wait_for(lambda: b.is_leader, 10, message="b leads")
+    wait_for(lambda: b.elected.is_set(), 10, message="b leads")  # set once its leader znode is written
     assert b.epoch == first + 1
     assert leader_info(zk).node_id == "b"
 
@@ -205,7 +205,8 @@ def test_member_that_never_acks_is_excluded_then_group_fails_then_recovers(clust
     mute.delete(protocol.ids_path("g", "g_mute-1-0"))
     healthy = cluster.member("g", ["t"])
     wait_for(lambda: len(healthy.recorder.owned) == 4, 20, message="recovered")
-    assert read_state(zk, "g").state == protocol.STABLE
+    # The member acks before the coordinator records the generation as Stable.
+    wait_for(lambda: read_state(zk, "g").state == protocol.STABLE, 10, message="Stable again")
 
 
 def test_member_session_expiry_reregisters_and_gets_partitions_back(cluster, zk, zk_connect):

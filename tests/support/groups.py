@@ -60,7 +60,9 @@ class Cluster:
         return n
 
     def leader(self, timeout=10.0) -> Coordinator:
-        return wait_for(lambda: next((n for n in self.nodes if n.is_leader), None), timeout, message="a leader")
+        # elected: set once the leader znode is written (is_leader comes a moment before it)
+        return wait_for(lambda: next((n for n in self.nodes if n.is_leader and n.elected.is_set()), None), timeout,
+                        message="a leader")
 
     def client(self, session_ms=1500):
         c = start_client(self.connect, session_ms)
