@@ -264,6 +264,156 @@ def run_pipeline(procs: Processes, workdir: str) -> None:
     say(f"Spark pipeline done: Parquet records and per-key counts under {out}")
 
 
+class BackgroundProducer:
+    """Writes ~``rate`` records a second to the topic, on its own thread, until stopped."""
+
+    def __init__(self, plane: DataPlaneSetup, client, rate: int):
+        self.plane, self.client, self.rate = plane, client, rate
+        self.stopping = threading.Event()
+        self.produced = 0
+        self._thread = threading.Thread(target=self._produce, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+        say(f"producer writing ~{self.rate} records/s")
+
+    def stop(self) -> int:
+        """Stop writing; how many records were written."""
+        self.stopping.set()
+        self._thread.join()
+        return self.produced
+
+    def _produce(self) -> None:
+        with self.plane.producer(self.client) as p:
+            i = 0
+            while not self.stopping.is_set():
+                p.send(TOPIC, f"record-{i}".encode(), key=f"key-{i % 50}".encode())
+                i += 1
+                if i % 50 == 0:
+                    p.flush()
+                    time.sleep(50 / self.rate)
+            self.produced = i
+
+
+COORDINATORS = ("coord-1", "coord-2", "coord-3")
+
+
+def start_coordinators(procs: Processes, client):
+    """Start the three coordinatord nodes; (metrics URLs, console URLs) by node, once served."""
+    for n in COORDINATORS:
+        procs.coordinator(n)
+    wait_until(lambda: client.exists(protocol.LEADER), 20, "a leader")
+    say(f"coordinators up; the controller is {leader(client).node_id} (epoch {leader(client).epoch}); "
+        f"groups are spread over {read.shard_count(client) or '?'} shards on 3 nodes")
+    metrics = {n: procs.metrics_url(n) for n in COORDINATORS}
+    say("Prometheus metrics: " + ", ".join(f"{n} {url}" for n, url in metrics.items()))
+    consoles = {n: procs.console_url(n) for n in COORDINATORS}
+    say(f"console: {consoles['coord-1']} (read-only: groups, members, owners, lag, rebalance timeline; "
+        f"every node serves one: {', '.join(consoles[n] for n in ('coord-2', 'coord-3'))})")
+    if procs.plane.on_kafka:
+        wait_until(lambda: client.exists(protocol.topic_path(TOPIC)), 20, "the topic mirror")
+        say(f"the controller mirrored topic {TOPIC} from Kafka into {protocol.topic_path(TOPIC)} "
+            "(as for a KRaft cluster)")
+    return metrics, consoles
+
+
+def start_consumers(procs: Processes, client, names) -> None:
+    """The auditor (its own group, until the end), two consumers, then a third joining."""
+    procs.consumer("auditor", client, names, group=AUDIT_GROUP, idle_exit=False)
+    say(f"auditor started: group {AUDIT_GROUP} reads the topic too, until the end")
+    for n in ("consumer-1", "consumer-2"):
+        procs.consumer(n, client, names)
+        say(f"{n} started")
+    time.sleep(3)
+    procs.consumer("consumer-3", client, names)
+    say("consumer-3 joined")
+    time.sleep(3)
+
+
+def kill_a_consumer(procs: Processes, client) -> None:
+    """SIGKILL consumer-2 and wait until its session expired."""
+    say("SIGKILL consumer-2 (its partitions move when its session expires)")
+    procs.kill("consumer-2")
+    wait_until(lambda: len(members(client)) == 2, 30, "consumer-2's expiry")
+    time.sleep(3)
+
+
+def kill_the_group_coordinator(procs: Processes, client, consoles) -> str:
+    """SIGKILL the node coordinating the group (and, if it is, the controller); wait for its
+    successors. The killed node's name."""
+    node, epoch, _ = wait_until(lambda: group_shard_leader(client)[0] and group_shard_leader(client),
+                                20, "the group's coordinator")
+    controller = leader(client)
+    also = ", also the controller" if controller.node_id == node else ""
+    say(f"SIGKILL {node}, the node coordinating group {GROUP}{also}")
+    procs.kill(node)
+    now, now_epoch, _ = wait_until(
+        lambda: (lambda led: led[0] not in ("", node) and led[2] and led)(group_shard_leader(client)),
+        30, "the group's new coordinator")
+    say(f"group {GROUP} is coordinated by {now} now (shard epoch {epoch} -> {now_epoch}); "
+        "consumers kept fetching; its rebalance timeline, kept in ZooKeeper, is on "
+        f"{consoles[now]}groups/{GROUP}")
+    if also:
+        wait_until(lambda: client.exists(protocol.LEADER) and leader(client).epoch > controller.epoch, 30,
+                   "a new controller")
+        say(f"new controller {leader(client).node_id} (epoch {leader(client).epoch})")
+    return node
+
+
+def stop_producing_and_drain(procs: Processes, producer: BackgroundProducer) -> None:
+    """Stop the producer; wait until the group's consumers ran idle and exited."""
+    produced = producer.stop()
+    say(f"producer stopped after {produced} records; waiting for consumers to drain")
+    for n in ("consumer-1", "consumer-3"):
+        procs.procs[n].wait(timeout=120)
+
+
+def check_every_record_consumed(procs: Processes, client, plane: DataPlaneSetup) -> None:
+    """Every offset below the data plane's ends was consumed and committed (else exit 1)."""
+    ends = plane.end_offsets(client)
+    seen = procs.consumed()
+    expected = {(p, o) for p, end in ends.items() for o in range(end)}
+    missing = expected - set(seen)
+    duplicates = sum(n - 1 for n in seen.values() if n > 1)
+    committed = [int(client.get(protocol.offsets_path(GROUP, TOPIC, p))[0]) for p in range(PARTITIONS)]
+    say(f"produced {sum(ends.values())}, consumed {len(set(seen))} distinct, "
+        f"{duplicates} duplicates (at-least-once redelivery after the SIGKILL), missing {len(missing)}")
+    ends_name = "Kafka's log-end offsets" if plane.on_kafka else "end offsets"
+    say(f"committed offsets {committed} == {ends_name} {[ends[p] for p in range(PARTITIONS)]}: "
+        f"{committed == [ends[p] for p in range(PARTITIONS)]}")
+    if missing or committed != [ends[p] for p in range(PARTITIONS)]:
+        raise click.ClickException("not every record was consumed")
+    say("OK: every produced record was consumed")
+
+
+def show_metrics(metrics, killed: str) -> None:
+    """An excerpt of every surviving node's scrape."""
+    for n, url in metrics.items():
+        if n != killed:
+            say(f"metrics of {n} (excerpt):")
+            for line in scrape_excerpt(url):
+                click.echo(f"    {line}")
+
+
+def show_console(client, consoles, killed: str) -> None:
+    """Where a surviving node's console shows the group's rebalance timeline."""
+    survivor = next(n for n in consoles if n != killed)
+    history = protocol.decode_timeline(client.get(protocol.timeline_path(GROUP))[0],
+                                       protocol.timeline_path(GROUP))
+    say(f"console: {consoles[survivor]} — group {GROUP}: {len(history)} rebalances in its timeline "
+        f"({', '.join(sorted({r for e in history for r in e.reasons}))}); group {AUDIT_GROUP} still "
+        "consuming")
+
+
+def hold_until_interrupted() -> None:
+    say("holding: the coordinators and the console keep running; Ctrl-C ends the demo")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+
+
 @click.command()
 @click.option("--rate", default=500, show_default=True, help="Records produced per second.")
 @click.option("--keep", is_flag=True, help="Keep the work directory (logs, consumed records, Parquet output).")
@@ -286,113 +436,28 @@ def main(rate, keep, spark, data_plane, hold):
         client = start_client(zk.connect)
         procs = None
         names = {}
-        stop_producing = threading.Event()
-        produced = Counter()
+        producer = BackgroundProducer(plane, client, rate)
         try:
             plane.start()
             procs = Processes(zk.connect, plane, workdir)
             plane.create_topic(client)
-            for n in ("coord-1", "coord-2", "coord-3"):
-                procs.coordinator(n)
-            wait_until(lambda: client.exists(protocol.LEADER), 20, "a leader")
-            say(f"coordinators up; the controller is {leader(client).node_id} (epoch {leader(client).epoch}); "
-                f"groups are spread over {read.shard_count(client) or '?'} shards on 3 nodes")
-            metrics = {n: procs.metrics_url(n) for n in ("coord-1", "coord-2", "coord-3")}
-            say("Prometheus metrics: " + ", ".join(f"{n} {url}" for n, url in metrics.items()))
-            consoles = {n: procs.console_url(n) for n in ("coord-1", "coord-2", "coord-3")}
-            say(f"console: {consoles['coord-1']} (read-only: groups, members, owners, lag, rebalance timeline; "
-                f"every node serves one: {', '.join(consoles[n] for n in ('coord-2', 'coord-3'))})")
-            if plane.on_kafka:
-                wait_until(lambda: client.exists(protocol.topic_path(TOPIC)), 20, "the topic mirror")
-                say(f"the controller mirrored topic {TOPIC} from Kafka into {protocol.topic_path(TOPIC)} "
-                    "(as for a KRaft cluster)")
+            metrics, consoles = start_coordinators(procs, client)
             watch_rebalances(client, names)
-
-            def produce():
-                with plane.producer(client) as p:
-                    i = 0
-                    while not stop_producing.is_set():
-                        p.send(TOPIC, f"record-{i}".encode(), key=f"key-{i % 50}".encode())
-                        i += 1
-                        if i % 50 == 0:
-                            p.flush()
-                            time.sleep(50 / rate)
-                    produced["records"] = i
-            producer = threading.Thread(target=produce, daemon=True)
             producer.start()
-            say(f"producer writing ~{rate} records/s")
-
-            procs.consumer("auditor", client, names, group=AUDIT_GROUP, idle_exit=False)
-            say(f"auditor started: group {AUDIT_GROUP} reads the topic too, until the end")
-            for n in ("consumer-1", "consumer-2"):
-                procs.consumer(n, client, names)
-                say(f"{n} started")
+            start_consumers(procs, client, names)
+            kill_a_consumer(procs, client)
+            killed = kill_the_group_coordinator(procs, client, consoles)
             time.sleep(3)
-            procs.consumer("consumer-3", client, names)
-            say("consumer-3 joined")
-            time.sleep(3)
-            say("SIGKILL consumer-2 (its partitions move when its session expires)")
-            procs.kill("consumer-2")
-            wait_until(lambda: len(members(client)) == 2, 30, "consumer-2's expiry")
-            time.sleep(3)
-            node, epoch, _ = wait_until(lambda: group_shard_leader(client)[0] and group_shard_leader(client),
-                                        20, "the group's coordinator")
-            controller = leader(client)
-            also = ", also the controller" if controller.node_id == node else ""
-            say(f"SIGKILL {node}, the node coordinating group {GROUP}{also}")
-            procs.kill(node)
-            now, now_epoch, _ = wait_until(
-                lambda: (lambda led: led[0] not in ("", node) and led[2] and led)(group_shard_leader(client)),
-                30, "the group's new coordinator")
-            say(f"group {GROUP} is coordinated by {now} now (shard epoch {epoch} -> {now_epoch}); "
-                "consumers kept fetching; its rebalance timeline, kept in ZooKeeper, is on "
-                f"{consoles[now]}groups/{GROUP}")
-            if also:
-                wait_until(lambda: client.exists(protocol.LEADER) and leader(client).epoch > controller.epoch, 30,
-                           "a new controller")
-                say(f"new controller {leader(client).node_id} (epoch {leader(client).epoch})")
-            time.sleep(3)
-            stop_producing.set()
-            producer.join()
-            say(f"producer stopped after {produced['records']} records; waiting for consumers to drain")
-            for n in ("consumer-1", "consumer-3"):
-                procs.procs[n].wait(timeout=120)
-            ends = plane.end_offsets(client)
-            seen = procs.consumed()
-            expected = {(p, o) for p, end in ends.items() for o in range(end)}
-            missing = expected - set(seen)
-            duplicates = sum(n - 1 for n in seen.values() if n > 1)
-            committed = [int(client.get(protocol.offsets_path(GROUP, TOPIC, p))[0]) for p in range(PARTITIONS)]
-            say(f"produced {sum(ends.values())}, consumed {len(set(seen))} distinct, "
-                f"{duplicates} duplicates (at-least-once redelivery after the SIGKILL), missing {len(missing)}")
-            ends_name = "Kafka's log-end offsets" if plane.on_kafka else "end offsets"
-            say(f"committed offsets {committed} == {ends_name} {[ends[p] for p in range(PARTITIONS)]}: "
-                f"{committed == [ends[p] for p in range(PARTITIONS)]}")
-            if missing or committed != [ends[p] for p in range(PARTITIONS)]:
-                raise click.ClickException("not every record was consumed")
-            say("OK: every produced record was consumed")
-            for n, url in metrics.items():
-                if n != node:  # the SIGKILLed one
-                    say(f"metrics of {n} (excerpt):")
-                    for line in scrape_excerpt(url):
-                        click.echo(f"    {line}")
+            stop_producing_and_drain(procs, producer)
+            check_every_record_consumed(procs, client, plane)
+            show_metrics(metrics, killed)
             if spark:
                 run_pipeline(procs, workdir)
-            survivor = next(n for n in consoles if n != node)
-            history = protocol.decode_timeline(client.get(protocol.timeline_path(GROUP))[0],
-                                               protocol.timeline_path(GROUP))
-            say(f"console: {consoles[survivor]} — group {GROUP}: {len(history)} rebalances in its timeline "
-                f"({', '.join(sorted({r for e in history for r in e.reasons}))}); group {AUDIT_GROUP} still "
-                "consuming")
+            show_console(client, consoles, killed)
             if hold:
-                say("holding: the coordinators and the console keep running; Ctrl-C ends the demo")
-                try:
-                    while True:
-                        time.sleep(3600)
-                except KeyboardInterrupt:
-                    pass
+                hold_until_interrupted()
         finally:
-            stop_producing.set()
+            producer.stopping.set()
             if procs is not None:
                 procs.close()
             close_client(client)

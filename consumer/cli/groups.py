@@ -388,10 +388,34 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
     unreachable ZooKeeper is waited for, at the start too; any other error ends it (exit 1)
     after leaving the group.
     """
-    from consumer.consumer import Consumer, ConsumerConfig
+    from consumer.consumer import Consumer
     if log_format is not None and log_format != cli.log_format:
         setup_logging(cli.verbose, log_format)
         cli.log_format = log_format
+    _check_consume_names(group, topics, pattern, consumer_id, group_instance_id)
+    zk_connect, data_dir, settings = _consumer_settings(cli, config_file)
+    _add_kafka_settings(cli, settings, topics, kafka_commit_offsets)
+    _add_member_settings(cli, settings, from_beginning=from_beginning, session_timeout_ms=session_timeout_ms,
+                         group_instance_id=group_instance_id, static_grace_ms=static_grace_ms,
+                         strategies=strategies, metrics_port=metrics_port)
+    checked = _checked_consumer_config(settings, config_file)
+    stopping, joining = _stop_on_signals()
+    committer = _Committer(group)
+    # Its own ZooKeeper session, so that --session-timeout-ms applies to this member.
+    c = _join(lambda: Consumer(group, list(topics) or None, pattern, zk=zk_connect, data_dir=data_dir,
+                               listener=committer, consumer_id=consumer_id, kafka=cli.kafka, **settings),
+              zk_connect, checked.connect_timeout_s, joining)
+    if c is None:
+        report(f"stopped while waiting for ZooKeeper at {zk_connect}; consumed 0 records", "zkgroups.groupctl",
+               group=group, records=0)
+        return
+    count = _consume_records(c, committer, group, max_records, idle_exit, with_metadata, stopping)
+    report(f"consumed {count} records", "zkgroups.groupctl", group=group, records=count)
+
+
+def _check_consume_names(group: str, topics, pattern: Optional[str], consumer_id: Optional[str],
+                         group_instance_id: Optional[str]) -> None:
+    """The names and the pattern ``consume`` was given are valid and not contradictory."""
     if bool(topics) == bool(pattern):
         raise CliUsageError("give TOPICS or --pattern (one of them)")
     protocol.validate_name(group, "group")
@@ -408,7 +432,11 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
         if consumer_id:
             raise CliUsageError("give --consumer-id or --group-instance-id, not both")
         protocol.static_consumer_id(group, group_instance_id)  # a valid name, before connecting
-    zk_connect, data_dir, settings = _consumer_settings(cli, config_file)
+
+
+def _add_kafka_settings(cli: CliContext, settings: dict, topics, kafka_commit_offsets: bool) -> None:
+    """Kafka's part of ``settings``: its brokers, and whether commits are copied there; Kafka
+    reachable and the topics there, checked now."""
     if kafka_commit_offsets:
         settings["kafka_commit_offsets"] = True
     if settings.get("kafka_commit_offsets") and not cli.on_kafka:
@@ -420,6 +448,13 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
         for topic in topics:
             if topic not in known:
                 raise UnknownTopic(topic)
+
+
+def _add_member_settings(cli: CliContext, settings: dict, *, from_beginning: bool, session_timeout_ms: int,
+                         group_instance_id: Optional[str], static_grace_ms: Optional[int], strategies,
+                         metrics_port: Optional[int]) -> None:
+    """The member's part of ``settings`` from the options (the file's values win where the
+    option has a default; a given option wins otherwise)."""
     settings.setdefault("auto_offset_reset", "earliest" if from_beginning else "latest")
     settings.setdefault("session_timeout_ms", session_timeout_ms)
     settings.setdefault("enable_auto_commit", False)
@@ -436,28 +471,37 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
         settings["assignment_strategy"] = strategies
     if metrics_port is not None:
         settings["metrics_port"] = metrics_port
-    checked = _config.build(ConsumerConfig, settings, config_file or "options")  # names the file; before connecting
+
+
+def _checked_consumer_config(settings: dict, config_file: Optional[str]):
+    """``settings`` as a checked ConsumerConfig, before connecting (errors name the file)."""
+    from consumer.consumer import ConsumerConfig
+    checked = _config.build(ConsumerConfig, settings, config_file or "options")
     if checked.session_timeout_ms > MAX_MS:
         raise InvalidConfig(f"{config_file or 'options'}: session_timeout_ms must be at most {MAX_MS}")
-    count = 0
+    return checked
+
+
+def _stop_on_signals() -> Tuple[threading.Event, threading.Event]:
+    """(stopping, joining): SIGTERM and SIGINT set ``stopping`` (the loop then leaves the group
+    cleanly: commit, release, deregister) and, while ``joining`` is set, end the wait to join."""
     stopping, joining = threading.Event(), threading.Event()
     joining.set()
 
-    def stop(*_):  # leave the group cleanly: commit, release, deregister; or stop waiting to join
+    def stop(*_):
         stopping.set()
         if joining.is_set():
             raise _StoppedWhileJoining()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
-    committer = _Committer(group)
-    # Its own ZooKeeper session, so that --session-timeout-ms applies to this member.
-    c = _join(lambda: Consumer(group, list(topics) or None, pattern, zk=zk_connect, data_dir=data_dir,
-                               listener=committer, consumer_id=consumer_id, kafka=cli.kafka, **settings),
-              zk_connect, checked.connect_timeout_s, joining)
-    if c is None:
-        report(f"stopped while waiting for ZooKeeper at {zk_connect}; consumed 0 records", "zkgroups.groupctl",
-               group=group, records=0)
-        return
+    return stopping, joining
+
+
+def _consume_records(c, committer: "_Committer", group: str, max_records: Optional[int],
+                     idle_exit: Optional[float], with_metadata: bool, stopping: threading.Event) -> int:
+    """Print and commit batches until ``max_records``, ``idle_exit`` or a stop, then leave the
+    group (closing ``c``); how many records it printed."""
+    count = 0
     progress = None
     if max_records and sys.stderr.isatty() and not sys.stdout.isatty():  # records so far, where a person looks
         progress = click.progressbar(length=max_records, label=f"consuming from group {group}", file=sys.stderr,
@@ -479,11 +523,7 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
                     continue
                 meta = {"member": c.consumer_id, "generation": generation, "at": c.handed_out_at} \
                     if with_metadata else {}
-                lines = []
-                for tp, records in batch.items():
-                    for r in records:
-                        lines.append(json.dumps({"topic": r.topic, "partition": r.partition, "offset": r.offset,
-                                                 "key": _text(r.key), "value": _text(r.value), **meta}))
+                lines = _record_lines(batch, meta)
                 _print("\n".join(lines) + "\n")
                 count += len(lines)
                 if progress is not None:
@@ -492,7 +532,14 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
                 committer.commit()  # after printing: at-least-once
         finally:
             committer.commit()
-    report(f"consumed {count} records", "zkgroups.groupctl", group=group, records=count)
+    return count
+
+
+def _record_lines(batch, meta: dict) -> List[str]:
+    """A polled batch as ``consume``'s JSON lines, each with ``meta``'s fields."""
+    return [json.dumps({"topic": r.topic, "partition": r.partition, "offset": r.offset,
+                        "key": _text(r.key), "value": _text(r.value), **meta})
+            for records in batch.values() for r in records]
 
 
 class _StoppedWhileJoining(KeyboardInterrupt):

@@ -30,6 +30,7 @@ the pickled job).
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import logging
@@ -148,6 +149,33 @@ def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, gro
     Exit 0 done; 1 error (one line); 2 usage, or a drain not finished; 3 output with an offset in
     two files.
     """
+    _setup_logging(verbose)
+    protocol.validate_name(group, "group")
+    protocol.validate_name(topic)
+    bootstrap_servers, kafka = kafka_settings(bootstrap_servers, kafka_config)
+    conf = _parse_conf(confs)
+    _check_options(metrics_port, conf, zk_auth)
+    _preflight(zk, zk_timeout, data_dir, bootstrap_servers, kafka, topic, zk_auth)
+    if importlib.util.find_spec("pyspark") is None:
+        _fail("pyspark is not installed (pip install 'zkgroups[spark]')")
+    os.makedirs(out, exist_ok=True)
+    conf.setdefault("spark.sql.shuffle.partitions", str(max(2, workers)))
+    spark = _start_spark(master, f"local[{workers}]", conf, None if verbose else os.path.join(out, "_spark.log"))
+    stop = threading.Event()
+    with _spark_run(spark, out, verbose):
+        result = run_pipeline(spark, zk=zk, data_dir=data_dir, bootstrap_servers=bootstrap_servers, kafka=kafka,
+                              group=group, topic=topic, out=out, workers=workers, mode=mode, duration_s=duration,
+                              batch_size=batch_size, stop_file=stop_file,
+                              consumer_config=_worker_config(session_timeout_ms, zk_auth),
+                              job_ready=functools.partial(_stop_on_signals, stop),
+                              trigger_interval_s=trigger_interval,
+                              max_worker_deaths=max_worker_deaths, death_window_s=death_window,
+                              progress_interval_s=progress_interval, metrics_port=metrics_port)
+    _print_result(result, out, as_json)
+    _fail_unless_complete(result, out, mode, duration, stop)
+
+
+def _setup_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.ERROR)
@@ -155,45 +183,45 @@ def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, gro
     logging.getLogger("zkgroups.spark.progress").setLevel(logging.INFO)  # a line per --progress-interval
     # librdkafka's own lines (connection retries, ...) are detail: the errors say what failed.
     logging.getLogger("zkgroups.kafka").setLevel(logging.NOTSET if verbose else logging.CRITICAL)
-    protocol.validate_name(group, "group")
-    protocol.validate_name(topic)
-    bootstrap_servers, kafka = kafka_settings(bootstrap_servers, kafka_config)
-    conf = _parse_conf(confs)
+
+
+def _check_options(metrics_port: Optional[int], conf: Dict[str, str], zk_auth: Optional[str]) -> None:
+    """The metrics port, the Spark configuration and the ZooKeeper identity: one line each,
+    before paying for a JVM."""
     if metrics_port is not None:
         try:
             check_port(metrics_port)
         except InvalidConfig as e:
             _fail(str(e), 2)
-    check_spark_conf(conf)  # before paying for a JVM
+    check_spark_conf(conf)
     parse_auth(zk_auth)  # a malformed value or a missing file: one line, before anything starts
-    _preflight(zk, zk_timeout, data_dir, bootstrap_servers, kafka, topic, zk_auth)
-    if importlib.util.find_spec("pyspark") is None:
-        _fail("pyspark is not installed (pip install 'zkgroups[spark]')")
-    os.makedirs(out, exist_ok=True)
-    conf.setdefault("spark.sql.shuffle.partitions", str(max(2, workers)))
-    spark = _start_spark(master, f"local[{workers}]", conf, None if verbose else os.path.join(out, "_spark.log"))
+
+
+def _worker_config(session_timeout_ms: Optional[int], zk_auth: Optional[str]) -> Optional[dict]:
+    """The workers' consumer settings the options give (None: the defaults)."""
     consumer_config = {"session_timeout_ms": session_timeout_ms} if session_timeout_ms else {}
     if zk_auth:
         consumer_config["zk_auth"] = zk_auth
-    consumer_config = consumer_config or None
-    stop = threading.Event()
+    return consumer_config or None
 
-    def wire(job):
-        def on_signal(*_):
-            if stop.is_set():  # second Ctrl-C: give up at once
-                os._exit(130)
-            stop.set()
-            threading.Thread(target=job.request_stop, daemon=True).start()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, on_signal)
 
+def _stop_on_signals(stop: threading.Event, job) -> None:
+    """The first Ctrl-C or SIGTERM sets ``stop`` and asks ``job`` to stop after the current
+    batch; a second ends the process at once (exit 130)."""
+    def on_signal(*_):
+        if stop.is_set():  # second Ctrl-C: give up at once
+            os._exit(130)
+        stop.set()
+        threading.Thread(target=job.request_stop, daemon=True).start()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+
+
+@contextmanager
+def _spark_run(spark, out: str, verbose: bool):
+    """Around the run: what fails is one line (exit 1), and Spark is stopped in any case."""
     try:
-        result = run_pipeline(spark, zk=zk, data_dir=data_dir, bootstrap_servers=bootstrap_servers, kafka=kafka,
-                              group=group, topic=topic, out=out, workers=workers, mode=mode, duration_s=duration,
-                              batch_size=batch_size, stop_file=stop_file, consumer_config=consumer_config,
-                              job_ready=wire, trigger_interval_s=trigger_interval,
-                              max_worker_deaths=max_worker_deaths, death_window_s=death_window,
-                              progress_interval_s=progress_interval, metrics_port=metrics_port)
+        yield
     except (ZkGroupsError, OSError) as e:
         log_hint = "" if verbose else f" (Spark's log: {os.path.join(out, '_spark.log')})"
         _fail(f"{e}{log_hint}")
@@ -204,15 +232,22 @@ def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, gro
             spark.stop()
         except Exception:
             pass
+
+
+def _print_result(result, out: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2, default=str))
-    else:
-        click.echo(result.summary.table())
-        o = result.output
-        click.echo(f"records: {o.counted:,} in {o.files} files under {os.path.join(out, RECORDS_DIR)}"
-                   f" (overlapping offsets: {o.overlaps}); {o.written:,} written by this run, any attempt")
-        click.echo(f"spark master: {result.summary.master}")
-        click.echo(f"per-key counts: {o.distinct_keys:,} keys in {o.counts_dir}")
+        return
+    click.echo(result.summary.table())
+    o = result.output
+    click.echo(f"records: {o.counted:,} in {o.files} files under {os.path.join(out, RECORDS_DIR)}"
+               f" (overlapping offsets: {o.overlaps}); {o.written:,} written by this run, any attempt")
+    click.echo(f"spark master: {result.summary.master}")
+    click.echo(f"per-key counts: {o.distinct_keys:,} keys in {o.counts_dir}")
+
+
+def _fail_unless_complete(result, out: str, mode: str, duration: Optional[float], stop: threading.Event) -> None:
+    """Exit 3 for output with an offset in two files, 2 for a drain that did not finish."""
     if result.output.overlaps:
         _fail(f"{result.output.overlaps} offsets are in more than one file under {os.path.join(out, RECORDS_DIR)} "
               "(files put there by another writer?); the per-key counts count each record once", code=3)

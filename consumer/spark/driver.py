@@ -246,56 +246,30 @@ class GroupJob:
                  death_window_s: float = DEATH_WINDOW_S, consumer_config: Optional[dict] = None,
                  log_options: Optional[dict] = None, require_coordinator: bool = True,
                  progress_interval_s: Optional[float] = PROGRESS_LOG_INTERVAL_S, metrics_port: Optional[int] = None):
-        protocol.validate_name(group_id, "group")
-        if isinstance(topics, str):
-            topics = [topics]
-        if not topics:
-            raise InvalidConfig("give at least one topic")
-        for t in topics:
-            protocol.validate_name(t)
-        if mode not in MODES:
-            raise InvalidConfig(f"mode must be drain or stream, not {mode!r}")
-        if not isinstance(workers, int) or workers < 1:
-            raise InvalidConfig(f"workers must be a whole number >= 1, got {workers!r}")
-        if align is not None and (not isinstance(align, int) or align < 1):
-            raise InvalidConfig(f"align must be a whole number >= 1, got {align!r}")
-        if duration_s is not None and duration_s <= 0:
-            raise InvalidConfig(f"duration_s must be > 0, got {duration_s!r}")
-        if trigger_interval_s is not None and not trigger_interval_s > 0:
-            raise InvalidConfig(f"trigger_interval_s must be > 0, got {trigger_interval_s!r}")
-        if not isinstance(max_worker_deaths, int) or max_worker_deaths < 0:
-            raise InvalidConfig(f"max_worker_deaths must be a whole number >= 0, got {max_worker_deaths!r}")
-        if not death_window_s > 0:
-            raise InvalidConfig(f"death_window_s must be > 0, got {death_window_s!r}")
-        if progress_interval_s is not None and not progress_interval_s > 0:
-            raise InvalidConfig(f"progress_interval_s must be > 0, got {progress_interval_s!r}")
-        self.progress_interval_s = progress_interval_s
-        if metrics_port is not None:
-            check_port(metrics_port, "metrics_port")
-        self.metrics_port = metrics_port
-        self.metrics_server = None  # while run() serves the metrics (metrics_port): its MetricsServer
-        self.trigger_interval_s, self.max_worker_deaths = trigger_interval_s, max_worker_deaths
-        self.death_window_s = death_window_s
+        topics = _checked_topics(group_id, topics)
+        _check_run_options(mode=mode, workers=workers, align=align, duration_s=duration_s,
+                           trigger_interval_s=trigger_interval_s, max_worker_deaths=max_worker_deaths,
+                           death_window_s=death_window_s, progress_interval_s=progress_interval_s,
+                           metrics_port=metrics_port)
         if not isinstance(zk, str):
             raise InvalidConfig("zk must be a connect string (workers open their own sessions)")
-        config = {**WORKER_DEFAULTS, **(consumer_config or {})}
-        if config.pop("enable_auto_commit", False):
-            raise InvalidConfig("enable_auto_commit cannot be used: workers commit after process() returns")
-        from consumer.consumer import ConsumerConfig
-        from coordinator import config as cfg
-        cfg.build(ConsumerConfig, config, "consumer_config")  # reject unknown keys on the driver
+        config = _checked_worker_config(consumer_config)
         self.bootstrap_servers = _job_bootstrap_servers(bootstrap_servers, config.pop("bootstrap_servers", None))
         if kafka and not self.bootstrap_servers:
             raise InvalidConfig("kafka properties are given but no bootstrap_servers: they are for Kafka's brokers")
+        if not isinstance(commit_interval_ms, int) or commit_interval_ms < 0:
+            raise InvalidConfig(f"commit_interval_ms must be a whole number >= 0, got {commit_interval_ms!r}")
         self.kafka = dict(kafka or {})
-        self.spark, self.group_id, self.topics, self.process = spark, group_id, list(topics), process
+        self.spark, self.group_id, self.topics, self.process = spark, group_id, topics, process
         self.zk, self.workers, self.mode = zk, workers, mode
         self.data_dir = "" if self.bootstrap_servers else str(data_dir or default_data_dir())
         self.duration_s, self.stop_file, self.align, self.batch_end = duration_s, stop_file, align, batch_end
         self.flush_partial, self.poll_timeout_ms = flush_partial, poll_timeout_ms
-        if not isinstance(commit_interval_ms, int) or commit_interval_ms < 0:
-            raise InvalidConfig(f"commit_interval_ms must be a whole number >= 0, got {commit_interval_ms!r}")
         self.commit_interval_ms = commit_interval_ms
+        self.trigger_interval_s, self.max_worker_deaths = trigger_interval_s, max_worker_deaths
+        self.death_window_s, self.progress_interval_s = death_window_s, progress_interval_s
+        self.metrics_port = metrics_port
+        self.metrics_server = None  # while run() serves the metrics (metrics_port): its MetricsServer
         self.consumer_config, self.log_options = config, log_options
         self.require_coordinator = require_coordinator
         self.run_id: Optional[str] = None
@@ -327,10 +301,7 @@ class GroupJob:
 
     def run(self) -> JobSummary:
         sc = _spark_context(self.spark)
-        check_spark_conf(sc.getConf())
-        if self.workers > sc.defaultParallelism:
-            log.warning("%d workers but only %d task slots: the extra workers start when others finish",
-                        self.workers, sc.defaultParallelism)
+        self._check_spark(sc)
         client = start_client(self.zk, self.consumer_config.get("session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS),
                               auth=self.consumer_config.get("zk_auth"))
         run_id = uuid.uuid4().hex[:8]
@@ -338,67 +309,97 @@ class GroupJob:
             if self.require_coordinator and client.exists(protocol.LEADER) is None:
                 raise SparkJobError(f"no zkgroups coordinator is running against {self.zk} "
                                     "(start bin/coordinatord); the group would never get partitions")
-            end_offsets = {}
-            if self.mode == "stream" and not self.bootstrap_servers:
-                counts = registered_partitions(client, self.topics)  # the driver leaves the shared log alone
-            else:
-                with self.open_data_plane(client) as plane:
-                    counts = topic_partitions(plane, client, self.topics)
-                    if self.mode == "drain":
-                        end_offsets = plane.latest_offsets(
-                            [TopicPartition(t, p) for t in self.topics for p in range(counts[t])])
-            partitions = [TopicPartition(t, p) for t in self.topics for p in range(counts[t])]
-            client.ensure_path(protocol.SPARK_STOP)
-            client.ensure_path(protocol.SPARK_RUNS)
-            with self._lock:
-                self._client, self.run_id = client, run_id
-            if self._stop_requested.is_set():
-                self.request_stop()
+            partitions, end_offsets = self._partitions_and_ends(client)
+            self._start_run(client, run_id)
             started = time.time()
-            spec = WorkerSpec(
-                group_id=self.group_id, topics=self.topics, process=self.process, zk=self.zk,
-                data_dir=self.data_dir, bootstrap_servers=self.bootstrap_servers, kafka=self.kafka, mode=self.mode,
-                app_id=sc.applicationId, run_id=run_id,
-                started_at=started, deadline=started + self.duration_s if self.duration_s else None,
-                end_offsets=end_offsets, stop_file=self.stop_file, align=self.align, batch_end=self.batch_end,
-                flush_partial=self.flush_partial, poll_timeout_ms=self.poll_timeout_ms,
-                commit_interval_ms=self.commit_interval_ms, trigger_interval_s=self.trigger_interval_s,
-                consumer_config=self.consumer_config, log_options=self.log_options)
-            pool = _WorkerPool(self, sc, spec, f"zkgroups-{self.group_id}-{run_id}", client)
+            pool = _WorkerPool(self, sc, self._worker_spec(sc, run_id, started, end_offsets),
+                               f"zkgroups-{self.group_id}-{run_id}", client)
             reporter = ProgressReporter(client, self.group_id, run_id, partitions, end_offsets,
-                                         self.progress_interval_s)
-            if self.metrics_port is not None:
-                self.metrics_server = serve_job_metrics(self.metrics_port, self.group_id, self.mode, run_id,
-                                                        reporter, pool)
-                progress_log.info("metrics served at %s", self.metrics_server.url)
-            try:
-                with reporter:
-                    rows = pool.run()
-            finally:
-                if self.metrics_server is not None:
-                    self.metrics_server.close()
-                    self.metrics_server = None
-            failures = pool.failures
+                                        self.progress_interval_s)
+            rows = self._run_workers(pool, reporter, run_id)
             if pool.error is not None:
                 raise SparkJobError(f"the Spark job failed: {pool.error}")
-            duration = time.time() - started
-            committed = read_committed(client, self.group_id, partitions)
-            return JobSummary(
-                group_id=self.group_id, mode=self.mode, app_id=sc.applicationId, run_id=run_id,
-                started_at=started, duration_s=duration, workers=[WorkerSummary(**r) for r in rows],
-                end_offsets={str(tp): o for tp, o in end_offsets.items()},
-                committed={str(tp): o for tp, o in committed.items()}, task_failures=failures,
-                restarts=pool.restarts, master=sc.master,
-                attempts={cid: p.records for cid, p in read_progress(client, run_id).items()})
+            return self._summary(sc, client, run_id, started, partitions, end_offsets, rows, pool)
         finally:
-            with self._lock:
-                self._client = None
-            for path in (protocol.spark_stop_path(run_id), protocol.spark_run_path(run_id)):
-                try:
-                    client.delete(path, recursive=True)
-                except Exception:
-                    pass
-            close_client(client)
+            self._end_run(client, run_id)
+
+    def _check_spark(self, sc) -> None:
+        check_spark_conf(sc.getConf())
+        if self.workers > sc.defaultParallelism:
+            log.warning("%d workers but only %d task slots: the extra workers start when others finish",
+                        self.workers, sc.defaultParallelism)
+
+    def _partitions_and_ends(self, client) -> Tuple[List[TopicPartition], Dict[TopicPartition, int]]:
+        """The topics' partitions and, for a drain, the data plane's end offsets (the snapshot
+        the workers drain to; empty for a stream)."""
+        end_offsets = {}
+        if self.mode == "stream" and not self.bootstrap_servers:
+            counts = registered_partitions(client, self.topics)  # the driver leaves the shared log alone
+        else:
+            with self.open_data_plane(client) as plane:
+                counts = topic_partitions(plane, client, self.topics)
+                if self.mode == "drain":
+                    end_offsets = plane.latest_offsets(
+                        [TopicPartition(t, p) for t in self.topics for p in range(counts[t])])
+        return [TopicPartition(t, p) for t in self.topics for p in range(counts[t])], end_offsets
+
+    def _start_run(self, client, run_id: str) -> None:
+        """Make the run known to ``request_stop`` (a stop asked for already is passed on now)."""
+        client.ensure_path(protocol.SPARK_STOP)
+        client.ensure_path(protocol.SPARK_RUNS)
+        with self._lock:
+            self._client, self.run_id = client, run_id
+        if self._stop_requested.is_set():
+            self.request_stop()
+
+    def _worker_spec(self, sc, run_id: str, started: float, end_offsets) -> WorkerSpec:
+        return WorkerSpec(
+            group_id=self.group_id, topics=self.topics, process=self.process, zk=self.zk,
+            data_dir=self.data_dir, bootstrap_servers=self.bootstrap_servers, kafka=self.kafka, mode=self.mode,
+            app_id=sc.applicationId, run_id=run_id,
+            started_at=started, deadline=started + self.duration_s if self.duration_s else None,
+            end_offsets=end_offsets, stop_file=self.stop_file, align=self.align, batch_end=self.batch_end,
+            flush_partial=self.flush_partial, poll_timeout_ms=self.poll_timeout_ms,
+            commit_interval_ms=self.commit_interval_ms, trigger_interval_s=self.trigger_interval_s,
+            consumer_config=self.consumer_config, log_options=self.log_options)
+
+    def _run_workers(self, pool: "_WorkerPool", reporter: ProgressReporter, run_id: str) -> List[dict]:
+        """The workers' rows, after every worker returned; progress logged and (``metrics_port``)
+        metrics served meanwhile."""
+        if self.metrics_port is not None:
+            self.metrics_server = serve_job_metrics(self.metrics_port, self.group_id, self.mode, run_id,
+                                                    reporter, pool)
+            progress_log.info("metrics served at %s", self.metrics_server.url)
+        try:
+            with reporter:
+                return pool.run()
+        finally:
+            if self.metrics_server is not None:
+                self.metrics_server.close()
+                self.metrics_server = None
+
+    def _summary(self, sc, client, run_id: str, started: float, partitions, end_offsets, rows,
+                 pool: "_WorkerPool") -> JobSummary:
+        duration = time.time() - started
+        committed = read_committed(client, self.group_id, partitions)
+        return JobSummary(
+            group_id=self.group_id, mode=self.mode, app_id=sc.applicationId, run_id=run_id,
+            started_at=started, duration_s=duration, workers=[WorkerSummary(**r) for r in rows],
+            end_offsets={str(tp): o for tp, o in end_offsets.items()},
+            committed={str(tp): o for tp, o in committed.items()}, task_failures=pool.failures,
+            restarts=pool.restarts, master=sc.master,
+            attempts={cid: p.records for cid, p in read_progress(client, run_id).items()})
+
+    def _end_run(self, client, run_id: str) -> None:
+        """Forget the run's client; delete its stop and run znodes (best effort); close the client."""
+        with self._lock:
+            self._client = None
+        for path in (protocol.spark_stop_path(run_id), protocol.spark_run_path(run_id)):
+            try:
+                client.delete(path, recursive=True)
+            except Exception:
+                pass
+        close_client(client)
 
 
 # ---------------------------------------------------------------- metrics
@@ -602,6 +603,53 @@ class _WorkerPool:
             log.warning("worker %d: its recorded error is not readable: %s", index, e)
             return ""
         return protocol.decode_spark_error(raw)
+
+
+def _checked_topics(group_id: str, topics) -> List[str]:
+    """``topics`` as a list (one name may be given alone), every name valid, the group's too."""
+    protocol.validate_name(group_id, "group")
+    if isinstance(topics, str):
+        topics = [topics]
+    if not topics:
+        raise InvalidConfig("give at least one topic")
+    for t in topics:
+        protocol.validate_name(t)
+    return list(topics)
+
+
+def _check_run_options(*, mode: str, workers, align, duration_s, trigger_interval_s, max_worker_deaths,
+                       death_window_s, progress_interval_s, metrics_port) -> None:
+    """GroupJob's options about how the run goes, each checked with one line."""
+    if mode not in MODES:
+        raise InvalidConfig(f"mode must be drain or stream, not {mode!r}")
+    if not isinstance(workers, int) or workers < 1:
+        raise InvalidConfig(f"workers must be a whole number >= 1, got {workers!r}")
+    if align is not None and (not isinstance(align, int) or align < 1):
+        raise InvalidConfig(f"align must be a whole number >= 1, got {align!r}")
+    if duration_s is not None and duration_s <= 0:
+        raise InvalidConfig(f"duration_s must be > 0, got {duration_s!r}")
+    if trigger_interval_s is not None and not trigger_interval_s > 0:
+        raise InvalidConfig(f"trigger_interval_s must be > 0, got {trigger_interval_s!r}")
+    if not isinstance(max_worker_deaths, int) or max_worker_deaths < 0:
+        raise InvalidConfig(f"max_worker_deaths must be a whole number >= 0, got {max_worker_deaths!r}")
+    if not death_window_s > 0:
+        raise InvalidConfig(f"death_window_s must be > 0, got {death_window_s!r}")
+    if progress_interval_s is not None and not progress_interval_s > 0:
+        raise InvalidConfig(f"progress_interval_s must be > 0, got {progress_interval_s!r}")
+    if metrics_port is not None:
+        check_port(metrics_port, "metrics_port")
+
+
+def _checked_worker_config(consumer_config: Optional[dict]) -> dict:
+    """The workers' consumer settings: WORKER_DEFAULTS under ``consumer_config``, unknown keys
+    rejected on the driver; never auto-commit (workers commit after ``process`` returned)."""
+    config = {**WORKER_DEFAULTS, **(consumer_config or {})}
+    if config.pop("enable_auto_commit", False):
+        raise InvalidConfig("enable_auto_commit cannot be used: workers commit after process() returns")
+    from consumer.consumer import ConsumerConfig
+    from coordinator import config as cfg
+    cfg.build(ConsumerConfig, config, "consumer_config")
+    return config
 
 
 def _job_bootstrap_servers(given: Optional[str], in_config: Optional[str]) -> str:
