@@ -23,6 +23,8 @@ checks the order):
   releases.
 * :mod:`~consumer.handoff` — what the member thread and the fetcher leave for the poll
   thread.
+* :mod:`~consumer.partition_changes` — how a revocation, an assignment or a loss reaches a
+  consumer's fetcher, its poll thread and its rebalance listener.
 * :mod:`~consumer.streams` — the streams of a ``{topic: n}`` subscription.
 * :mod:`~consumer.metrics` — a consumer's Prometheus metrics (opt-in).
 * :mod:`~consumer.consumer` — the kafka-python-style ``Consumer``.

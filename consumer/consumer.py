@@ -3,16 +3,8 @@ or Kafka brokers (the data plane: :mod:`consumer.dataplane`).
 
 Threads: the application calls ``poll()``; the member thread (consumer.member) applies the
 coordinator's commands; the fetcher thread prefetches. Rebalance listener callbacks always
-run on the application's thread, inside ``poll()`` (or ``close()``), as in Kafka:
-
-- revocation: the member asks to stop; the partitions are paused at once (no record of them
-  is returned any more); at the next ``poll()`` — i.e. once the application has finished the
-  previous batch — positions are committed (auto-commit), ``on_partitions_revoked`` runs, and
-  only then are the owner nodes released. If ``poll()`` is not called within
-  ``max_poll_interval_ms`` the consumer leaves the group without committing and rejoins on
-  its next ``poll()``.
-- assignment: owner nodes are claimed by the member thread, fetching starts paused, and the
-  next ``poll()`` calls ``on_partitions_assigned`` before any record of them is returned.
+run on the application's thread, inside ``poll()`` (or ``close()``), as in Kafka: how a
+revocation, an assignment or a loss reaches the consumer is :mod:`consumer.partition_changes`.
 
 Delivery is at-least-once: a record can be returned twice only if it was returned after the
 last successful commit of a partition that then moved to another member.
@@ -33,16 +25,17 @@ from kazoo.client import KazooClient
 from coordinator import config as cfg
 from coordinator import protocol
 from coordinator.assignors import STRATEGIES
-from coordinator.errors import (CommitFailedError, FetchFailed, IllegalStateError, InvalidConfig,
-                                NoOffsetForPartition, OffsetOutOfRange, ZkGroupsError)
+from coordinator.errors import CommitFailedError, IllegalStateError, InvalidConfig, ZkGroupsError
 from coordinator.acl import parse_auth
+from coordinator.lifecycle import Lifecycle
 from coordinator.metrics import check_port
 from coordinator.zkclient import close_client, start_client
 from consumer.dataplane import DataPlane, open_data_plane
 from consumer.handoff import Handoff, Revocation
 from consumer.log import Columns
-from consumer.member import GroupMember, MemberListener
+from consumer.member import GroupMember
 from consumer.metrics import ConsumerMetrics
+from consumer.partition_changes import CommittedPositions, PartitionChanges
 from consumer.records import ConsumerRecord, OffsetAndTimestamp, TopicPartition
 from consumer.streams import Stream, Streams
 
@@ -129,14 +122,6 @@ class ConsumerState(enum.Enum):
     CLOSED = "closed"
 
 
-_TRANSITIONS = {
-    ConsumerState.ACTIVE: {ConsumerState.EVICTED, ConsumerState.CLOSING},
-    ConsumerState.EVICTED: {ConsumerState.ACTIVE, ConsumerState.CLOSING},
-    ConsumerState.CLOSING: {ConsumerState.CLOSED},
-    ConsumerState.CLOSED: set(),
-}
-
-
 @dataclass(frozen=True)
 class GroupMetadata:
     """Who this consumer is in its group (kafka-python's ``group_metadata``)."""
@@ -148,7 +133,7 @@ class GroupMetadata:
     state: str           # a ConsumerState value
 
 
-class Consumer:
+class Consumer(Lifecycle[ConsumerState]):
     """A member of consumer group ``group_id``.
 
     ``topics`` is a list of topic names (one name as a string is one topic) or
@@ -168,7 +153,8 @@ class Consumer:
     retriable, if it cannot); once connected, a connection lost while it joins the group is
     waited out as while it runs, with one warning every ``connect_timeout_s``.
 
-    States (:class:`ConsumerState`), changed through ``_set_state`` under ``_state_lock``::
+    States (:class:`ConsumerState`), changed only through ``_set_state``
+    (:class:`~coordinator.lifecycle.Lifecycle`)::
 
         ACTIVE ──poll() not called within max_poll_interval_ms──▶ EVICTED ──poll()──▶ ACTIVE
         ACTIVE, EVICTED ──close()──▶ CLOSING ──▶ CLOSED
@@ -179,52 +165,40 @@ class Consumer:
       kafka-python; :meth:`wakeup` is the one call safe from any thread). Listener callbacks
       run on it, inside ``poll()`` and ``close()``. It alone touches ``_user_paused`` and
       ``_next_auto_commit``.
-    * The **member thread** (:class:`~consumer.member.GroupMember`) calls ``_revoke``,
-      ``_assign`` and ``_lost`` through ``_Bridge``; it pauses or drops partitions in the
-      fetcher (thread-safe) and leaves everything else for the poll thread in ``_handoff``
-      (its own lock), waiting for revocations to be finished there.
-    * The **fetcher's** prefetch thread (or a ``poll()`` reading itself) reports errors through
-      ``_on_fetch_error`` → ``_handoff``.
+    * The **member thread** (:class:`~consumer.member.GroupMember`) and the **fetcher's**
+      prefetch thread act through ``_changes``
+      (:class:`~consumer.partition_changes.PartitionChanges`, its own thread rules), which
+      leaves what the application's thread must do in ``_handoff``.
     * The **watchdog** thread evicts the member when ``poll()`` is not called in time; the
       **commit-async** thread runs :meth:`commit_async`'s commits.
-    * ``_assignment_lock`` guards ``_assignment`` (the partitions the member thread handed
-      over and has not taken back), written by the member thread, read by ``assignment()``.
-    * ``_commit_lock`` guards ``_committed_positions`` (what was last committed, so unchanged
-      positions are not committed again), used by the application, commit-async and member
-      threads. ``_in_poll`` and ``_last_poll`` are written by the application thread and read
-      by the others without a lock (a stale read delays an eviction by one check).
+    * ``_committed`` (:class:`~consumer.partition_changes.CommittedPositions`, thread-safe)
+      is what was last committed. ``_in_poll`` and ``_last_poll`` are written by the
+      application thread and read by the others without a lock (a stale read delays an
+      eviction by one check).
     """
+
+    TRANSITIONS = {
+        ConsumerState.ACTIVE: {ConsumerState.EVICTED, ConsumerState.CLOSING},
+        ConsumerState.EVICTED: {ConsumerState.ACTIVE, ConsumerState.CLOSING},
+        ConsumerState.CLOSING: {ConsumerState.CLOSED},
+        ConsumerState.CLOSED: set(),
+    }
 
     def __init__(self, group_id: str, topics: Topics = None, pattern: Optional[str] = None, *,
                  exclude: bool = False, zk: Union[None, str, KazooClient] = None, data_dir: Optional[str] = None,
                  listener: Optional[ConsumerRebalanceListener] = None, consumer_id: Optional[str] = None,
                  log_options: Optional[dict] = None, kafka: Optional[dict] = None, **config: Any) -> None:
+        super().__init__(ConsumerState.ACTIVE)
         self.config = cfg.build(ConsumerConfig, config, "consumer config")
         zk = zk or cfg.default_connect()
         data_dir = data_dir or cfg.default_data_dir()
-        if (topics is None) == (pattern is None):
-            raise InvalidConfig("give either topics or pattern")
-        if pattern is not None:
-            subscription = {pattern: 1}
-            kind = protocol.PATTERN_BLACK_LIST if exclude else protocol.PATTERN_WHITE_LIST
-        else:
-            if isinstance(topics, str):  # Consumer("billing", "orders"): one topic, not five letters
-                topics = [topics]
-            subscription = dict(topics) if isinstance(topics, dict) else {t: 1 for t in topics}
-            kind = protocol.PATTERN_STATIC
         self.group_id = group_id
-        self._subscription = subscription
+        self._subscription, kind = _subscription_of(topics, pattern, exclude)
         self.listener = listener or ConsumerRebalanceListener()
-        self._state = ConsumerState.ACTIVE
         self._handed_out_at: Optional[float] = None
-        self._state_lock = threading.Lock()
         self._handoff = Handoff()
-        self._commit_lock = threading.Lock()
-        self._committed_positions: Dict[TopicPartition, Optional[int]] = {}
+        self._committed = CommittedPositions()
         self._user_paused: Set[TopicPartition] = set()
-        self._assignment_lock = threading.Lock()
-        self._assignment: Set[TopicPartition] = set()  # assigned to us by the member thread, not yet revoked
-        self._checked_topics: Set[str] = set()  # topics whose data directory was looked for (member thread)
         self._last_poll = time.monotonic()
         self._in_poll = False
         self._wakeup = False
@@ -236,24 +210,7 @@ class Consumer:
                                     auth=self.config.zk_auth) \
             if self._own_client else zk
         try:
-            if self.config.metrics_port is not None:  # first: a port in use fails before joining the group
-                self._metrics = ConsumerMetrics(self).serve(self.config.metrics_port)
-            self._plane: DataPlane = open_data_plane(
-                data_dir=data_dir, bootstrap_servers=self.config.bootstrap_servers or None, kafka=kafka,
-                log_options=log_options)
-            self._fetcher = self._plane.open_fetcher(
-                group_id=group_id, max_poll_records=self.config.max_poll_records,
-                max_partition_fetch_bytes=self.config.max_partition_fetch_bytes,
-                fetch_max_bytes=self.config.fetch_max_bytes, fetch_max_wait_ms=self.config.fetch_max_wait_ms,
-                on_error=self._on_fetch_error)
-            self._async_commits = ThreadPoolExecutor(1, thread_name_prefix="commit-async")
-            self._fetcher.start()
-            self._member = GroupMember(self._client, group_id, subscription, kind, self.config.assignment_strategy,
-                                       self.config.client_id, _Bridge(self), consumer_id,
-                                       session_timeout_ms=self.config.session_timeout_ms,
-                                       group_instance_id=self.config.group_instance_id or None,
-                                       static_grace_ms=self.config.static_grace_ms or None)
-            self._member.start(report_every=self.config.connect_timeout_s)
+            self._join(data_dir, kafka, log_options, kind, consumer_id)
         except BaseException:
             if self._metrics is not None:
                 self._metrics.close()
@@ -262,6 +219,30 @@ class Consumer:
             raise
         self._watchdog = threading.Thread(target=self._watch_poll_interval, name="poll-watchdog", daemon=True)
         self._watchdog.start()
+
+    def _join(self, data_dir: str, kafka: Optional[dict], log_options: Optional[dict], kind: str,
+              consumer_id: Optional[str]) -> None:
+        """Serve the metrics (first: a port in use fails before joining the group), open the
+        data plane and the fetcher, and join the group."""
+        if self.config.metrics_port is not None:
+            self._metrics = ConsumerMetrics(self).serve(self.config.metrics_port)
+        self._plane: DataPlane = open_data_plane(data_dir=data_dir, bootstrap_servers=self.config.bootstrap_servers
+                                                 or None, kafka=kafka, log_options=log_options)
+        self._fetcher = self._plane.open_fetcher(
+            group_id=self.group_id, max_poll_records=self.config.max_poll_records,
+            max_partition_fetch_bytes=self.config.max_partition_fetch_bytes,
+            fetch_max_bytes=self.config.fetch_max_bytes, fetch_max_wait_ms=self.config.fetch_max_wait_ms,
+            on_error=self._on_fetch_error)
+        self._changes = PartitionChanges(self, self._plane, self._fetcher, self._handoff, self._committed)
+        self._async_commits = ThreadPoolExecutor(1, thread_name_prefix="commit-async")
+        self._fetcher.start()
+        self._member = GroupMember(self._client, self.group_id, self._subscription, kind,
+                                   self.config.assignment_strategy, self.config.client_id, self._changes, consumer_id,
+                                   session_timeout_ms=self.config.session_timeout_ms,
+                                   group_instance_id=self.config.group_instance_id or None,
+                                   static_grace_ms=self.config.static_grace_ms or None)
+        self._changes.member = self._member
+        self._member.start(report_every=self.config.connect_timeout_s)
 
     @classmethod
     def from_config(cls, path: str, group_id: str, topics: Topics = None, pattern: Optional[str] = None,
@@ -275,19 +256,6 @@ class Consumer:
         values.update(overrides)
         return cls(group_id, topics, pattern, zk=values.pop("zk", zk), data_dir=values.pop("data_dir", data_dir),
                    kafka=values.pop("kafka", kafka), **values)
-
-    def _set_state(self, new: ConsumerState, expect=None) -> bool:
-        """Move to ``new`` if the current state is in ``expect`` (any state allowed by the
-        transitions if None); False if it was not (another thread changed it first)."""
-        with self._state_lock:
-            if (expect is not None and self._state not in expect) or new not in _TRANSITIONS[self._state]:
-                return False
-            self._state = new
-            return True
-
-    @property
-    def state(self) -> ConsumerState:
-        return self._state
 
     # ------------------------------------------------------------ identity
 
@@ -318,9 +286,7 @@ class Consumer:
         """The partitions this member owns now and whose assignment has reached this consumer
         (so ``seek`` and ``pause`` accept them); empty before the first assignment and while
         evicted."""
-        with self._assignment_lock:
-            reached = set(self._assignment)
-        return reached & set(self._member.owned())
+        return self._changes.reached() & set(self._member.owned())
 
     # ------------------------------------------------------------ poll
 
@@ -378,7 +344,7 @@ class Consumer:
                 log.info("consumer %s rejoins group %s", self.consumer_id, self.group_id)
                 self._member.rejoin()
             while True:
-                self._run_callbacks()
+                self._changes.run_callbacks()
                 remaining = deadline - time.monotonic()
                 if not self._may_hand_out(remaining):
                     # Another member may own our partitions by now: hand out nothing.
@@ -440,174 +406,14 @@ class Consumer:
             self._streams = Streams(self, max(self._subscription.values()))
         return self._streams.iterators
 
-    # ------------------------------------------------------------ callbacks on the poll thread
-
-    def _run_callbacks(self) -> None:
-        lost, revocations, assigned, error = self._handoff.take(self._fetcher.holding)
-        if lost:
-            self.listener.on_partitions_lost(lost)
-        for r in revocations:
-            self._finish_revocation(r)
-        if assigned:
-            owned = self._member.owned()
-            assigned = {tp: offset for tp, offset in assigned.items() if tp in owned}
-            if assigned:
-                with self._commit_lock:
-                    for tp, offset in assigned.items():
-                        self._committed_positions.setdefault(tp, offset)
-                self.listener.on_partitions_assigned(set(assigned))
-                self._fetcher.resume(self._known(set(assigned) - self._user_paused))
-        if error is not None:
-            raise error
-
-    def _finish_revocation(self, r: Revocation) -> None:
-        try:
-            if self.config.enable_auto_commit:
-                try:
-                    self.commit(self._positions_of(r.partitions))
-                except ZkGroupsError as e:  # refused, or ZooKeeper unreachable: the next owner redelivers
-                    log.warning("consumer %s: commit before revocation failed: %s", self.consumer_id, e)
-            self.listener.on_partitions_revoked(set(r.partitions))
-        finally:
-            with self._commit_lock:
-                for tp in r.partitions:
-                    self._committed_positions.pop(tp, None)
-            r.done.set()
-
-    def _positions_of(self, partitions) -> Dict[TopicPartition, int]:
-        """What a commit of ``partitions`` means: the positions of returned records, or in
-        streams mode the positions of records the streams handed out."""
-        if self._streams is not None:
-            return self._streams.consumed(partitions)
-        out = {}
-        for tp in partitions:
-            try:
-                out[tp] = self._fetcher.position(tp)
-            except (KeyError, ZkGroupsError):
-                continue
-        return out
-
-    # member thread -> consumer (only record, or wait for the poll thread)
-
-    def _revoke(self, partitions: Set[TopicPartition]) -> Optional[Dict[TopicPartition, int]]:
-        self._forget_assignment(partitions)
-        self._fetcher.pause(self._known(partitions))  # no record of them is returned from now on
-        if self._state not in (ConsumerState.CLOSING, ConsumerState.CLOSED):  # close() commits itself
-            r = self._handoff.revoke(partitions)
-            if self._in_poll:
-                self._fetcher.wakeup()  # a poll() waiting for records handles it now
-            while not r.done.wait(0.05):
-                if self._state in (ConsumerState.CLOSING, ConsumerState.CLOSED):
-                    break
-                if not self._in_poll and self._poll_overdue():
-                    self._handoff.withdraw(r)
-                    if self._set_state(ConsumerState.EVICTED, expect={ConsumerState.ACTIVE}):
-                        self._warn_overdue()
-                    return None
-        self._fetcher.revoke(self._known(partitions))
-        return {}
-
-    def _assign(self, added: Dict[TopicPartition, str],
-                committed: Dict[TopicPartition, Optional[int]]) -> Dict[TopicPartition, BaseException]:
-        """Start fetching ``added`` (paused until on_partitions_assigned has run in poll()).
-        Returns the partitions the data plane cannot open (their start offset cannot be looked
-        up: an unreadable partition directory, a broker that does not answer), each with its
-        error: the member releases them, and poll() raises the error, as for a failed fetch."""
-        positions, initial, refused = {}, {}, {}
-        for tp in added:
-            offset = committed.get(tp)
-            if offset is None:
-                try:
-                    offset = self._initial_offset(tp)
-                except (OSError, ZkGroupsError) as e:
-                    refused[tp] = e
-                    continue
-                if offset is None:
-                    self._handoff.error(NoOffsetForPartition(f"no committed offset for {tp} and auto_offset_reset is none"))
-                    continue
-                if self.config.start_position != "committed":
-                    initial[tp] = offset
-            positions[tp] = offset
-        known = {tp: committed.get(tp) for tp in positions}
-        if initial:
-            # Fix the group's starting point (seed 002's control variable): every later owner
-            # of the partition starts from the same offset.
-            try:
-                self._member.commit(initial)
-                known.update(initial)
-            except ZkGroupsError as e:
-                log.warning("consumer %s: could not record start offsets: %s", self.consumer_id, e)
-        for topic in {tp.topic for tp in positions} - self._checked_topics:
-            self._checked_topics.add(topic)
-            try:
-                has_data = self._plane.has_data(topic)
-            except OSError:  # the data directory cannot be listed: the partitions' reads say so
-                has_data = True
-            if not has_data:
-                log.warning("consumer %s: topic %s has no data in %s yet; if records were produced to it, "
-                            "they are somewhere else", self.consumer_id, topic, self._plane.describe())
-        self._fetcher.assign(positions, paused=True)  # until on_partitions_assigned has run in poll()
-        with self._assignment_lock:  # after the fetcher has them: seek() accepts what assignment() shows
-            self._assignment |= set(added) - set(refused)
-        self._handoff.assigned(known)
-        for tp, e in refused.items():
-            self._handoff.error(e if isinstance(e, FetchFailed) else FetchFailed(tp.topic, tp.partition, e))
-        if self._in_poll:
-            self._fetcher.wakeup()
-        return refused
-
-    def _lost(self, partitions: Set[TopicPartition]) -> None:
-        self._forget_assignment(partitions)
-        self._fetcher.revoke(self._known(partitions))
-        self._handoff.lost(set(partitions))
-
-    def _forget_assignment(self, partitions: Set[TopicPartition]) -> None:
-        with self._assignment_lock:
-            self._assignment -= set(partitions)
-
-    def _known(self, partitions) -> Set[TopicPartition]:
-        """The partitions the fetcher has (one without a start offset never reached it)."""
-        return set(partitions) & self._fetcher.assigned()
-
-    def _initial_offset(self, tp: TopicPartition) -> Optional[int]:
-        mode = self.config.start_position
-        if mode == "committed":
-            mode = self.config.auto_offset_reset
-        if mode == "earliest":
-            return self._plane.earliest_offsets([tp])[tp]
-        if mode == "latest":
-            return self._plane.latest_offsets([tp])[tp]
-        if mode == "timestamp":
-            found = self._plane.offsets_for_times({tp: self.config.start_timestamp_ms})[tp]
-            return found if found is not None else self._plane.latest_offsets([tp])[tp]
-        return None  # "none"
-
     def _on_fetch_error(self, tp: TopicPartition, exc: BaseException) -> None:
-        if isinstance(exc, OffsetOutOfRange) and self.config.auto_offset_reset != "none":
-            target = exc.earliest if self.config.auto_offset_reset == "earliest" else exc.latest
-            log.warning("consumer %s: %s; resetting to %s offset %d", self.consumer_id, exc,
-                        self.config.auto_offset_reset, target)
-            self._fetcher.seek(tp, target)
-            return
-        if not isinstance(exc, ZkGroupsError):  # name the partition, keep the cause
-            exc = FetchFailed(tp.topic, tp.partition, exc)
-        self._handoff.error(exc)
-        self._fetcher.wakeup()
-
-    def _poll_overdue(self) -> bool:
-        return time.monotonic() - self._last_poll > self.config.max_poll_interval_ms / 1000.0
-
-    def _warn_overdue(self) -> None:
-        log.warning("consumer %s: poll() not called within max_poll_interval_ms=%d; leaving the group",
-                    self.consumer_id, self.config.max_poll_interval_ms)
+        self._changes.on_fetch_error(tp, exc)
 
     def _watch_poll_interval(self) -> None:
         limit = self.config.max_poll_interval_ms / 1000.0
         while self._state is not ConsumerState.CLOSED:
             time.sleep(min(1.0, limit / 4))
-            if (not self._in_poll and self._member.registered and self._poll_overdue()
-                    and self._set_state(ConsumerState.EVICTED, expect={ConsumerState.ACTIVE})):
-                self._warn_overdue()
+            if self._member.registered and self.poll_overdue() and self.evict_overdue():
                 self._member.evict()
 
     # ------------------------------------------------------------ offsets
@@ -624,10 +430,8 @@ class Consumer:
         after ZooKeeperUnavailable, those written before it stay written."""
         self._check_open()
         if offsets is None:
-            offsets = self._positions_of(self._member.owned())
-        offsets = {tp: getattr(o, "offset", o) for tp, o in offsets.items()}
-        with self._commit_lock:
-            changed = {tp: o for tp, o in offsets.items() if self._committed_positions.get(tp) != o}
+            offsets = self.positions_of(self._member.owned())
+        changed = self._committed.changed({tp: getattr(o, "offset", o) for tp, o in offsets.items()})
         if not changed:
             return
         try:
@@ -636,11 +440,9 @@ class Consumer:
             else:
                 self._member.commit(changed)
         except CommitFailedError as e:  # the partitions it does not name were written
-            with self._commit_lock:
-                self._committed_positions.update({tp: o for tp, o in changed.items() if tp not in e.partitions})
+            self._committed.record({tp: o for tp, o in changed.items() if tp not in e.partitions})
             raise
-        with self._commit_lock:
-            self._committed_positions.update(changed)
+        self._committed.record(changed)
         if self.config.kafka_commit_offsets:
             try:  # after ZooKeeper's fenced commit, never instead of it
                 self._plane.commit_offsets(self.group_id, changed)
@@ -653,7 +455,7 @@ class Consumer:
         """Commit on a background thread (one at a time, in order); ``callback(offsets,
         exception_or_None)`` runs there. Returns a Future."""
         if offsets is None:
-            offsets = self._positions_of(self._member.owned())
+            offsets = self.positions_of(self._member.owned())
 
         def run():
             try:
@@ -730,7 +532,55 @@ class Consumer:
         """The partitions ``pause`` was called for (and not resumed)."""
         return set(self._user_paused)
 
-    # ------------------------------------------------------------ for Streams and ConsumerMetrics (this package only)
+    # ------------------------------------------------------------ for Streams, ConsumerMetrics, PartitionChanges (this package only)
+
+    @property
+    def closing(self) -> bool:
+        """Whether ``close()`` has begun (it commits and revokes itself).
+
+        :meta private:"""
+        return self._state in (ConsumerState.CLOSING, ConsumerState.CLOSED)
+
+    @property
+    def in_poll(self) -> bool:
+        """Whether the application's thread is inside ``poll()`` now.
+
+        :meta private:"""
+        return self._in_poll
+
+    def poll_overdue(self) -> bool:
+        """Whether ``poll()`` was last called more than ``max_poll_interval_ms`` ago (and is
+        not running now).
+
+        :meta private:"""
+        return (not self._in_poll
+                and time.monotonic() - self._last_poll > self.config.max_poll_interval_ms / 1000.0)
+
+    def evict_overdue(self) -> bool:
+        """Move from ACTIVE to EVICTED, saying why once; False if not active (evicted or
+        closing already). The next ``poll()`` rejoins.
+
+        :meta private:"""
+        if not self._set_state(ConsumerState.EVICTED, expect={ConsumerState.ACTIVE}):
+            return False
+        log.warning("consumer %s: poll() not called within max_poll_interval_ms=%d; leaving the group",
+                    self.consumer_id, self.config.max_poll_interval_ms)
+        return True
+
+    def positions_of(self, partitions) -> Dict[TopicPartition, int]:
+        """What a commit of ``partitions`` means: the positions of returned records, or in
+        streams mode the positions of records the streams handed out.
+
+        :meta private:"""
+        if self._streams is not None:
+            return self._streams.consumed(partitions)
+        out = {}
+        for tp in partitions:
+            try:
+                out[tp] = self._fetcher.position(tp)
+            except (KeyError, ZkGroupsError):
+                continue
+        return out
 
     @property
     def started(self) -> bool:
@@ -750,8 +600,8 @@ class Consumer:
         partitions the application paused stay paused.
 
         :meta private:"""
-        self._fetcher.pause(self._known(pause))
-        self._fetcher.resume(self._known(set(resume) - self._user_paused))
+        self._fetcher.pause(self._changes.known(pause))
+        self._fetcher.resume(self._changes.known(set(resume) - self._user_paused))
 
     def seconds_since_poll(self) -> float:
         """Seconds since ``poll()`` last returned; 0 while in ``poll()``.
@@ -783,8 +633,8 @@ class Consumer:
             if owned and reachable:
                 if not autocommit:
                     self.config.enable_auto_commit = False
-                self._fetcher.pause(self._known(owned))
-                self._finish_revocation(Revocation(owned))
+                self._fetcher.pause(self._changes.known(owned))
+                self._changes.finish_revocation(Revocation(owned))
             elif owned:
                 log.warning("consumer %s: ZooKeeper unreachable; closing without committing, its partitions "
                             "move when the session ends", self.consumer_id)
@@ -811,17 +661,13 @@ class Consumer:
         self.close()
 
 
-class _Bridge(MemberListener):
-    """The member thread's view of the consumer."""
-
-    def __init__(self, consumer: Consumer):
-        self.consumer = consumer
-
-    def revoke(self, partitions):
-        return self.consumer._revoke(partitions)
-
-    def assign(self, added, committed):
-        return self.consumer._assign(added, committed)
-
-    def lost(self, partitions):
-        self.consumer._lost(partitions)
+def _subscription_of(topics: Topics, pattern: Optional[str], exclude: bool):
+    """({topic or regex: streams}, its kind in the member's registration) of a Consumer's
+    ``topics`` or ``pattern``."""
+    if (topics is None) == (pattern is None):
+        raise InvalidConfig("give either topics or pattern")
+    if pattern is not None:
+        return {pattern: 1}, protocol.PATTERN_BLACK_LIST if exclude else protocol.PATTERN_WHITE_LIST
+    if isinstance(topics, str):  # Consumer("billing", "orders"): one topic, not five letters
+        topics = [topics]
+    return (dict(topics) if isinstance(topics, dict) else {t: 1 for t in topics}), protocol.PATTERN_STATIC

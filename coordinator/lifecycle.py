@@ -1,10 +1,12 @@
 """One way to write a lifecycle: a state enum, a table of legal moves, one ``_set_state``.
 
-A stateful class of zkgroups is written this way (the coordinator node and the groups' half of
-it, the controller, the topic mirror, the terms of leadership; the group member, the fetcher,
-the producer), after kazoo's
-``SetPartitioner`` (its states in the class docstring, one ``_set_state``) and Curator's
-``LeaderLatch`` (``start()`` and ``close()`` by compare-and-set, so a second call is a no-op):
+Every stateful class of zkgroups is written this way (the coordinator node and the groups' half
+of it, the controller, the topic mirror, the terms of leadership, the console's snapshot; the
+group member, the consumer, the fetcher, the producer, a Spark job's death budget; the test
+harness's Docker engine; ``tests/project/test_layering.py`` checks that no other class keeps a
+state of its own), after kazoo's ``SetPartitioner`` (its states in the class docstring, one
+``_set_state``) and Curator's ``LeaderLatch`` (``start()`` and ``close()`` by compare-and-set,
+so a second call is a no-op):
 
 .. code-block:: python
 

@@ -44,6 +44,8 @@ import enum
 import time
 from typing import Dict, List, NamedTuple, Optional, Sequence
 
+from coordinator.lifecycle import Lifecycle
+
 #: How often the driver reads the running worker jobs' failed task attempts.
 DEATH_POLL_INTERVAL_S = 0.25
 #: How long a worker thread waits for Spark's status store to record its ended job.
@@ -57,10 +59,10 @@ class BudgetState(enum.Enum):
     SPENT = "spent"      # a death made more than ``limit`` within the window: the job ends
 
 
-class DeathBudget:
+class DeathBudget(Lifecycle[BudgetState]):
     """At most ``limit`` deaths within any ``window_s`` seconds.
 
-    States (:class:`BudgetState`), changed in ``_set_state`` by :meth:`add` only::
+    States (:class:`BudgetState`), changed by :meth:`add` only::
 
         WITHIN --(a death makes more than ``limit`` within the window)--> SPENT
 
@@ -70,14 +72,13 @@ class DeathBudget:
     Pure (callers pass the times) and not thread-safe: its owner's lock guards it.
     """
 
+    TRANSITIONS = {BudgetState.WITHIN: {BudgetState.SPENT}, BudgetState.SPENT: set()}
+
     def __init__(self, limit: int, window_s: float):
+        super().__init__(BudgetState.WITHIN)
         self.limit, self.window_s = limit, window_s
-        self.state = BudgetState.WITHIN
         self.spent_with: Optional[int] = None
         self._times: List[float] = []   # deaths within the window, oldest first
-
-    def _set_state(self, new: BudgetState) -> None:
-        self.state = new
 
     @property
     def within(self) -> bool:

@@ -39,6 +39,7 @@ from kazoo.protocol.states import KazooState
 
 from coordinator import protocol
 from coordinator.errors import CorruptZnode
+from coordinator.lifecycle import Lifecycle
 from coordinator.protocol import GroupState, LeaderInfo, NodeInfo, RebalanceRecord, Registration, ShardAssignment
 from coordinator.read import shard_leaders_of
 from coordinator.zkclient import wait_in_order
@@ -94,15 +95,27 @@ class _Watcher:
         self.events.put(self.key)
 
 
-class ClusterSnapshot:
-    """See the module docstring. ``start()`` once; ``close()`` once (more calls do nothing)."""
+class ClusterSnapshot(Lifecycle[LoadState]):
+    """See the module docstring. ``start()`` once; ``close()`` once (more calls do nothing).
+
+    States (:class:`LoadState`)::
+
+        STARTING --start()--> LOADING --first full read--> LIVE; any --close()--> CLOSED
+    """
+
+    TRANSITIONS = {
+        LoadState.STARTING: {LoadState.LOADING, LoadState.CLOSED},
+        LoadState.LOADING: {LoadState.LIVE, LoadState.CLOSED},
+        LoadState.LIVE: {LoadState.CLOSED},
+        LoadState.CLOSED: set(),
+    }
 
     def __init__(self, client, resync_interval_s: float = DEFAULT_RESYNC_INTERVAL_S):
+        super().__init__(LoadState.STARTING)
         self.client = client
         self.resync_interval_s = resync_interval_s
         self.events: "queue.Queue[tuple]" = queue.Queue()
-        self._lock = threading.Lock()
-        self._state = LoadState.STARTING
+        self._lock = threading.Lock()   # the snapshot's contents
         self._watchers: Dict[tuple, _Watcher] = {}
         self._missing: List[Tuple[str, _Watcher]] = []   # znodes found missing by the last reads
         self._groups: Dict[str, GroupView] = {}
@@ -121,17 +134,8 @@ class ClusterSnapshot:
 
     # ------------------------------------------------------------ lifecycle
 
-    @property
-    def state(self) -> LoadState:
-        return self._state
-
-    def _set_state(self, state: LoadState) -> None:
-        with self._lock:
-            if self._state is not LoadState.CLOSED:
-                self._state = state
-
     def start(self) -> "ClusterSnapshot":
-        with self._lock:
+        with self._state_lock:
             if self._state is not LoadState.STARTING or self._thread is not None:
                 return self
             self._thread = threading.Thread(target=self._run, name="console-snapshot", daemon=True)
@@ -140,7 +144,8 @@ class ClusterSnapshot:
         return self
 
     def close(self) -> None:
-        self._set_state(LoadState.CLOSED)
+        if not self._set_state(LoadState.CLOSED):
+            return
         self._stopped.set()
         self.events.put(("stop",))
         try:
@@ -199,7 +204,7 @@ class ClusterSnapshot:
     # ------------------------------------------------------------ the snapshot's thread
 
     def _run(self) -> None:
-        self._set_state(LoadState.LOADING)
+        self._set_state(LoadState.LOADING, expect={LoadState.STARTING})
         next_resync = 0.0
         while not self._stopped.is_set():
             try:
@@ -208,7 +213,7 @@ class ClusterSnapshot:
                     next_resync = time.monotonic() + self.resync_interval_s
                     if self._state is LoadState.LOADING:
                         self.loaded_at = time.time()
-                        self._set_state(LoadState.LIVE)
+                        self._set_state(LoadState.LIVE, expect={LoadState.LOADING})
                         log.info("console: snapshot loaded (%d groups)", len(self._groups))
                 keys = self._drain(timeout=1.0)
                 if ("stop",) in keys:

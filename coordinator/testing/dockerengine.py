@@ -26,6 +26,7 @@ import subprocess
 import time
 from typing import Dict, List, Optional
 
+from coordinator.lifecycle import Lifecycle
 from coordinator.testing.zkserver import die_with_parent
 
 log = logging.getLogger("zkgroups.testing.docker")
@@ -86,14 +87,22 @@ def answers(url: str, timeout: float = 5.0) -> bool:
         return False
 
 
-class DockerEngine:
+class DockerEngine(Lifecycle[EngineState]):
     """An engine to run containers on: one that answers, else a ``dockerd`` of our own.
 
     States: NEW -> ATTACHED | STARTED (:meth:`start`) -> CLOSED (:meth:`close`; a second close
     is a no-op). One thread uses an instance (the run's main thread).
     """
 
+    TRANSITIONS = {
+        EngineState.NEW: {EngineState.ATTACHED, EngineState.STARTED, EngineState.CLOSED},
+        EngineState.ATTACHED: {EngineState.CLOSED},
+        EngineState.STARTED: {EngineState.CLOSED},
+        EngineState.CLOSED: set(),
+    }
+
     def __init__(self, run_dir: str = RUN_DIR, state_dir: str = STATE_DIR):
+        super().__init__(EngineState.NEW)
         self.run_dir, self.state_dir = run_dir, state_dir
         self.socket = os.path.join(run_dir, "docker.sock")
         self.data_root = os.path.join(state_dir, "docker")
@@ -101,12 +110,7 @@ class DockerEngine:
         self.pidfile = os.path.join(run_dir, "dockerd.pid")
         self.log_path = os.path.join(state_dir, "dockerd.log")
         self.url: Optional[str] = None
-        self.state = EngineState.NEW
         self._proc: Optional[subprocess.Popen] = None
-
-    def _set_state(self, state: EngineState) -> None:
-        log.debug("docker engine: %s -> %s", self.state.value, state.value)
-        self.state = state
 
     @property
     def env(self) -> Dict[str, str]:
@@ -173,11 +177,8 @@ class DockerEngine:
 
     def close(self) -> None:
         """Stop the dockerd this engine started (SIGTERM, then SIGKILL after STOP_TIMEOUT_S)."""
-        if self.state is EngineState.CLOSED:
-            return
         started = self.state is EngineState.STARTED
-        self._set_state(EngineState.CLOSED)
-        if not started:
+        if not self._set_state(EngineState.CLOSED) or not started:
             return
         pid = self._proc.pid if self._proc is not None else self._pid_from_file()
         if pid is not None:

@@ -87,6 +87,8 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
+from coordinator.lifecycle import Lifecycle
+
 ALL_BROKERS = -1
 MAX_BROKERS = 32
 TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")  # Kafka's legal topic names
@@ -145,7 +147,13 @@ _PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
 _EOF = None
 
 
-class MockKafkaCluster:
+class ClusterState(enum.Enum):
+    NEW = "new"
+    RUNNING = "running"
+    CLOSED = "closed"
+
+
+class MockKafkaCluster(Lifecycle[ClusterState]):
     """A mock Kafka cluster of ``brokers`` brokers (ids 1..N) in a child process.
 
     ::
@@ -170,15 +178,19 @@ class MockKafkaCluster:
     address (one that reaches those ports, e.g. through a DNAT rule of the child's namespace).
     """
 
-    NEW, RUNNING, CLOSED = "new", "running", "closed"
+    TRANSITIONS = {
+        ClusterState.NEW: {ClusterState.RUNNING, ClusterState.CLOSED},
+        ClusterState.RUNNING: {ClusterState.CLOSED},
+        ClusterState.CLOSED: set(),
+    }
 
     def __init__(self, brokers: int = 3, command_timeout: float = 10.0,
                  preexec_fn: Optional[Callable[[], None]] = None):
         if not 1 <= brokers <= MAX_BROKERS:
             raise ValueError(f"brokers must be 1..{MAX_BROKERS}, not {brokers}")
+        super().__init__(ClusterState.NEW)
         self.brokers, self.command_timeout, self.preexec_fn = brokers, command_timeout, preexec_fn
         self.librdkafka_version: Optional[str] = None
-        self._state = self.NEW
         self._lock = threading.Lock()
         self._proc: Optional[subprocess.Popen] = None
         self._replies: "queue.Queue[Optional[str]]" = queue.Queue()
@@ -191,16 +203,15 @@ class MockKafkaCluster:
 
     def start(self, timeout: float = 10.0) -> "MockKafkaCluster":
         with self._lock:
-            if self._state != self.NEW:
-                raise RuntimeError(f"start() on a {self._state} MockKafkaCluster")
-            self._state = self.RUNNING
+            if not self._set_state(ClusterState.RUNNING, expect={ClusterState.NEW}):
+                raise RuntimeError(f"start() on a {self._state.value} MockKafkaCluster")
             try:
                 self._spawn()
                 hello = self._read_reply(time.monotonic() + timeout, "start", timeout)
                 if not hello.get("ok") or not isinstance(hello.get("bootstrap_servers"), str):
                     raise MockKafkaError("start", f"it said {hello!r}")
             except BaseException as e:
-                self._state = self.CLOSED
+                self._set_state(ClusterState.CLOSED)
                 self._stop_child(0)
                 if isinstance(e, MockKafkaError):
                     raise MockKafkaUnavailable(f"the kafka mock server did not start: {e.error}") from None
@@ -212,10 +223,8 @@ class MockKafkaCluster:
     def close(self, timeout: float = 5.0) -> None:
         """Close the child's stdin (it exits by itself); SIGKILL it if it has not within ``timeout``."""
         with self._lock:
-            if self._state == self.CLOSED:
-                return
-            self._state = self.CLOSED
-            self._stop_child(timeout)
+            if self._set_state(ClusterState.CLOSED):
+                self._stop_child(timeout)
 
     def __enter__(self) -> "MockKafkaCluster":
         return self.start()
@@ -241,7 +250,7 @@ class MockKafkaCluster:
 
     @property
     def running(self) -> bool:
-        return self._state == self.RUNNING and self._proc is not None and self._proc.poll() is None
+        return self._state is ClusterState.RUNNING and self._proc is not None and self._proc.poll() is None
 
     @property
     def exit_code(self) -> Optional[int]:
@@ -316,8 +325,8 @@ class MockKafkaCluster:
 
     def _command(self, cmd: str, **fields: Any) -> dict:
         with self._lock:
-            if self._state != self.RUNNING:
-                raise MockKafkaError(cmd, f"the cluster is {self._state}")
+            if self._state is not ClusterState.RUNNING:
+                raise MockKafkaError(cmd, f"the cluster is {self._state.value}")
             self._next_id += 1
             request_id = self._next_id
             try:
