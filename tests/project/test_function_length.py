@@ -10,11 +10,7 @@ MAX_LINES = 60
 HARNESS = os.path.join("coordinator", "testing")
 
 #: (path, qualified name) of functions allowed to be longer, each with its reason.
-ALLOWED = {
-    # The consumer's constructor wires its collaborators (configuration, member, fetcher, data
-    # plane, metrics); it is split when the consumer's lifecycle is reworked.
-    (os.path.join("consumer", "consumer.py"), "Consumer.__init__"),
-}
+ALLOWED: set = set()
 
 
 def functions(tree):
