@@ -567,7 +567,7 @@ class Consumer(Lifecycle[ConsumerState]):
                     self.consumer_id, self.config.max_poll_interval_ms)
         return True
 
-    def positions_of(self, partitions) -> Dict[TopicPartition, int]:
+    def positions_of(self, partitions: Iterable[TopicPartition]) -> Dict[TopicPartition, int]:
         """What a commit of ``partitions`` means: the positions of returned records, or in
         streams mode the positions of records the streams handed out.
 
