@@ -1,7 +1,8 @@
 """No runtime function (``coordinator`` and ``consumer``, the test harness in
 ``coordinator/testing`` aside) is longer than MAX_LINES, its docstring and signature included:
-a longer one is split into named steps, so that it reads like a table of contents. Read from
-the source, not from what happens to be loaded."""
+a longer one is split into named steps, so that it reads like a table of contents; no runtime
+module is longer than MAX_MODULE_LINES. Read from the source, not from what happens to be
+loaded."""
 import ast
 import os
 
@@ -55,3 +56,17 @@ def test_the_allow_list_names_only_long_functions():
     """An entry whose function got shorter (or was renamed) goes."""
     long = {(path, name) for path, name, _, _ in long_functions()}
     assert ALLOWED <= long, f"no longer over {MAX_LINES} lines: {sorted(ALLOWED - long)}"
+
+
+#: No runtime module is longer than this: past it, a module holds more than one central idea.
+MAX_MODULE_LINES = 700
+
+
+def test_no_runtime_module_is_longer_than_one_idea():
+    long = []
+    for path in runtime_modules():
+        with open(os.path.join(ROOT, path)) as f:
+            lines = sum(1 for _ in f)
+        if lines > MAX_MODULE_LINES:
+            long.append(f"{path} ({lines} lines)")
+    assert long == [], f"modules over {MAX_MODULE_LINES} lines (split them along their concerns): {long}"
