@@ -20,8 +20,9 @@
   end-to-end accounting under membership changes.
 - ``console/``: the console's HTTP server, API and browser views, Prometheus metrics, the
   shipped dashboard and alert rules.
-- ``project/``: the project as a whole: the import layering, the docs build and the README's
-  examples, installation, the container run's logic.
+- ``project/``: the project as a whole: the import layering, one lifecycle idiom, function and
+  module lengths, the docs build and the README's examples, installation, the container run's
+  logic.
 - ``support/``: shared code, no tests: bounded waits and process helpers, the ``cluster``
   fixture's coordinators and members, the headless browser, programs the tests start.
 
