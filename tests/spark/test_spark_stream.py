@@ -266,22 +266,23 @@ def test_a_bad_metrics_port_is_refused_before_the_job_starts(port):
 
 def test_a_stream_outlives_more_worker_deaths_than_task_retries(spark, zk, zk_connect, coordinator, data_dir,
                                                                  tmp_path):
-    helpers.fill(data_dir, "wd", [3000] * 2, zk=zk)
+    helpers.fill(data_dir, "wd", [5000] * 2, zk=zk)
     records_dir = tmp_path / "out" / "records"
     # Four deaths of worker 0 over the job's life, more than spark.task.maxFailures - 1 of any
     # default; each restart joins and writes a batch before it dies again, so deaths do not pile
     # up within the (small) window (two may, when the driver hears of one late) and each time
     # the worker is started again. Small batches, and the other worker slow until the kills are
-    # done, leave work for each life of worker 0 on a loaded machine too.
+    # done (1.5 s a batch: at most ~170 records a second while each restart of worker 0 takes
+    # seconds on a loaded machine), leave work for each life of worker 0.
     result = run_pipeline(spark, zk=zk_connect, data_dir=data_dir, group="gwd", topic="wd", out=str(tmp_path / "out"),
                           workers=2, mode="drain", batch_size=250, consumer_config=WORKER_CONFIG, fsync=False,
-                          after_write=KillWorker(tmp_path / "kills", 4, index=0, others_wait_s=1.0), max_worker_deaths=2,
+                          after_write=KillWorker(tmp_path / "kills", 4, index=0, others_wait_s=1.5), max_worker_deaths=2,
                           death_window_s=0.2)
     assert len(os.listdir(tmp_path / "kills")) == 4
     assert result.summary.restarts == 4 and result.summary.task_failures == 4
     assert result.summary.complete
-    assert_output_is_committed(records_dir, {p: 3000 for p in range(2)}, 2)
-    assert result.output.counted == 6000 and result.output.overlaps == 0
+    assert_output_is_committed(records_dir, {p: 5000 for p in range(2)}, 2)
+    assert result.output.counted == 10000 and result.output.overlaps == 0
 
 
 def test_too_many_deaths_in_the_window_end_the_job_with_the_real_cause(spark, zk, zk_connect, coordinator, data_dir,
