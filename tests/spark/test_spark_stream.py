@@ -272,11 +272,13 @@ def test_a_stream_outlives_more_worker_deaths_than_task_retries(spark, zk, zk_co
     # default; each restart joins and writes a batch before it dies again, so deaths do not pile
     # up within the (small) window (two may, when the driver hears of one late) and each time
     # the worker is started again. Small batches, and the other worker slow until the kills are
-    # done (1.5 s a batch: at most ~170 records a second while each restart of worker 0 takes
-    # seconds on a loaded machine), leave work for each life of worker 0.
+    # done (1 s a batch), leave work for each life of worker 0. One batch a poll: a worker
+    # answers a rebalance only between polls, so a poll of many slow batches would hold every
+    # rebalance past its timeout and leave worker 0's new lives without partitions.
     result = run_pipeline(spark, zk=zk_connect, data_dir=data_dir, group="gwd", topic="wd", out=str(tmp_path / "out"),
-                          workers=2, mode="drain", batch_size=250, consumer_config=WORKER_CONFIG, fsync=False,
-                          after_write=KillWorker(tmp_path / "kills", 4, index=0, others_wait_s=1.5), max_worker_deaths=2,
+                          workers=2, mode="drain", batch_size=250, fsync=False,
+                          consumer_config={**WORKER_CONFIG, "max_poll_records": 250},
+                          after_write=KillWorker(tmp_path / "kills", 4, index=0, others_wait_s=1.0), max_worker_deaths=2,
                           death_window_s=0.2)
     assert len(os.listdir(tmp_path / "kills")) == 4
     assert result.summary.restarts == 4 and result.summary.task_failures == 4
