@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
