@@ -21,9 +21,9 @@ from coordinator.testing.zkserver import provide_zookeeper  # noqa: E402
 
 
 #: Tests that run one after the other on one pytest-xdist worker (``bin/test`` runs two): the
-#: Spark jobs (a JVM and Python workers each) and the fault rounds (ZooKeeper ensembles of their
-#: own); the light tests share the other worker and the gaps between.
-HEAVY_FOLDERS = ("tests/spark/", "tests/faults/")
+#: Spark jobs (a JVM and Python workers each: two at once would only fight over two cores);
+#: every other test runs on the other worker, and on both once the Spark jobs are done.
+HEAVY_FOLDERS = ("tests/spark/",)
 
 
 @pytest.hookimpl(optionalhook=True)
