@@ -29,6 +29,7 @@ from consumer.producer import Producer  # noqa: E402
 from coordinator.errors import EXIT_RETRIABLE  # noqa: E402
 from coordinator.testing.zkserver import free_port  # noqa: E402
 from coordinator.topics import TopicRegistry  # noqa: E402
+from tests.support.groups import wait_stable  # noqa: E402
 from tests.support.helpers import GROUPCTL, assert_failed, assert_one_line_error, committed, ok, wait_for  # noqa: E402
 
 pytestmark = pytest.mark.kafka
@@ -202,6 +203,7 @@ def test_describe_views_and_json_on_kafka(kgroupctl, cluster, kafka_cluster, top
     ok(kgroupctl("groups", "reset-offsets", "g", "--topic", f"{topic}:0,1", "--to-earliest", "--execute"))
     member = cluster.member("g", [topic])
     wait_for(lambda: len(member.owned()) == 3, message="the member owns every partition")
+    wait_stable(zk, "g", 1)  # the member acks before the coordinator records the generation Stable
     cid, host = member.consumer_id, socket.gethostname()
 
     rows = table(ok(kgroupctl("groups", "describe", "g")), "GROUP")
