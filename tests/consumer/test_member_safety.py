@@ -462,7 +462,8 @@ def test_a_commit_writes_the_partitions_still_owned_and_names_the_refused_ones(z
         leader = ActingLeader(zk, "g")
         member = GroupMember(client, "g", {"t": 1}, consumer_id="m", listener=Keeper()).start()
         leader.assign({"m": [0, 1]})
-        wait_for(lambda: leader.acked("m"), message="m claimed its partitions")
+        # The ack goes with the claim's transaction; the member records what it holds just after.
+        wait_for(lambda: leader.acked("m") and {t0, t1} <= set(member.owned()), message="m claimed its partitions")
         member.commit({t0: 5, t1: 5})
         zk.delete(protocol.owners_path("g", "t", 1))
         claim_as_another_member(other, "g", t1)

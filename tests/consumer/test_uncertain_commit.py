@@ -106,7 +106,8 @@ def member(zk, zk_connect):
     leader = ActingLeader(zk, "g")
     m = GroupMember(client, "g", {"t": 1}, consumer_id="m").start()
     leader.assign({"m": [0]})
-    wait_for(lambda: leader.acked("m"), message="m claimed t-0")
+    # The ack goes with the claim's transaction; the member records what it holds just after.
+    wait_for(lambda: leader.acked("m") and TP in m.owned(), message="m claimed t-0")
     m.commit({TP: 5})
     yield m
     m.close()
