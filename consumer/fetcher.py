@@ -114,7 +114,7 @@ IDLE_CHECKS_PER_S = 1000
 
 class FetcherState(enum.Enum):
     NEW = "new"            # poll() works (reading only when starved); no prefetch thread yet
-    RUNNING = "running"    # the prefetch thread reads ahead
+    RUNNING = "running"    # the prefetch thread reads ahead (if the data plane needs one)
     CLOSED = "closed"      # buffers dropped, the thread gone; poll() raises IllegalStateError
 
 
@@ -147,6 +147,9 @@ class Fetcher(Lifecycle[FetcherState]):
 
     #: The per-partition state (a data plane's fetcher may buffer its own form of records).
     _partition_type = PartitionBuffer
+    #: Whether ``start()`` starts the prefetch thread. A data plane whose client prefetches in
+    #: threads of its own (librdkafka) needs none: ``poll()`` reads what the client holds.
+    _reads_ahead = True
 
     def __init__(self, log, max_poll_records: int = 500,
                  max_partition_fetch_bytes: int = 1 << 20,
@@ -201,6 +204,8 @@ class Fetcher(Lifecycle[FetcherState]):
             if not self._set_state(FetcherState.RUNNING, expect={FetcherState.NEW}):
                 self._check_open()
                 return  # started before: start-once
+            if not self._reads_ahead:
+                return
             self._thread = threading.Thread(target=self._run, name="zkgroups-fetcher",
                                             daemon=True)
             self._thread.start()
