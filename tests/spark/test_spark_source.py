@@ -140,11 +140,11 @@ def test_batches_read_from_the_logs_columns_equal_the_records_cast_to_the_schema
     the records' table cast to the schema: fixed and varying values, keys and none, headers
     (null unless asked for), fetches that cut stored batches, ranges that end inside one."""
     from pyspark.sql.pandas.types import to_arrow_schema
-    from consumer.spark.sink import records_table
+    from consumer.spark.sink import ColumnBatches, records_table
     from consumer.spark.source import SCHEMA, Range, read_range
     import pyarrow as pa
 
-    monkeypatch.setattr("consumer.spark.source.FETCH_RECORDS", 16)  # chunks longer than the first ones: regrown
+    monkeypatch.setattr("consumer.spark.source.FETCH_RECORDS", 16)  # fetches that cut stored batches
     schema = to_arrow_schema(SCHEMA, timezone="UTC")
     tp = TopicPartition("t", 0)
     options = SourceOptions({"zk": "h:2181", "topics": "t", "dataDir": str(tmp_path),
@@ -161,6 +161,10 @@ def test_batches_read_from_the_logs_columns_equal_the_records_cast_to_the_schema
             records = lg.fetch("t", 0, start or 0, max_records=end - (start or 0), max_bytes=1 << 30)
             want = records_table(tp, records, include_headers).cast(schema)
             assert pa.Table.from_batches(batches, schema).to_pylist() == want.to_pylist(), (start, end)
+        grown = ColumnBatches(tp, schema, include_headers, capacity=1)  # regrown for longer stored batches
+        got = pa.Table.from_batches(grown(lg.fetch_columns("t", 0, 0, max_records=128, max_bytes=1 << 30)), schema)
+        want = records_table(tp, lg.fetch("t", 0, 0, max_records=128, max_bytes=1 << 30), include_headers)
+        assert got.to_pylist() == want.cast(schema).to_pylist()
 
 
 def test_a_trigger_looks_at_zookeeper_and_the_data_plane_once():
