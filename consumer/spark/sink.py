@@ -147,35 +147,118 @@ def columns_table(tp, chunks, headers: bool = True):
     whole run; in C, with no Python object per record (headers aside; ``headers=False``: the
     headers column is null)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     keys, values, timestamps = [], [], array("q")
-    fixed_offsets: Dict[Tuple[int, int], object] = {}  # (value size, count) -> offsets: most chunks share one
+    fixed_offsets: Dict[int, object] = {}  # value size -> offsets: most chunks share one
     for c in chunks:
-        n = c.count
-        if c.value_starts is None:
-            offsets = fixed_offsets.get((c.value_size, n))
-            if offsets is None:
-                offsets = fixed_offsets[(c.value_size, n)] = _arange(pa.int32(), 0, n + 1, c.value_size)
-            first, last = c.value_pos, c.value_pos + c.value_size * n
-        else:
-            offsets, first, last = _relative(c.value_starts, n)
-        values.append(pa.Array.from_buffers(pa.binary(), n, [None, offsets.buffers()[1],
-                                                             pa.py_buffer(memoryview(c.buf)[first:last])]))
-        if c.key_starts is None:
-            keys.append(pa.nulls(n, pa.binary()))
-        else:
-            key_offsets, first, last = _relative(c.key_starts, n)
-            present = pc.greater_equal(_fixed_width(pa.int32(), "i", c.key_lengths, n), 0)
-            validity = None if pc.all(present).as_py() else present.buffers()[1]
-            keys.append(pa.Array.from_buffers(pa.binary(), n, [validity, key_offsets.buffers()[1],
-                                                               pa.py_buffer(memoryview(c.buf)[first:last])]))
+        k, v = _binary_columns(c, fixed_offsets)
+        keys.append(k)
+        values.append(v)
         timestamps += c.timestamps
     found = None
     if headers and any(c.headers is not None and any(c.headers) for c in chunks):
         found = list(chain.from_iterable(repeat((), c.count) if c.headers is None else c.headers for c in chunks))
     return _table(tp, chunks[0].base if chunks else 0, len(timestamps), pa.chunked_array(keys, pa.binary()),
                   pa.chunked_array(values, pa.binary()), timestamps, found, headers)
+
+
+class ColumnBatches:
+    """Arrow record batches of ``schema`` (the sink's columns, timestamps in the schema's
+    unit, e.g. the DataFrame source's) for records of ``tp``, one per :class:`Columns` chunk
+    (a stored batch, or the part of one a fetch took): keys and values as
+    :func:`columns_table` makes them, and the columns every batch has alike (topic,
+    partition, timestampType, null or empty headers, the offsets' 0, 1, ...) made once and
+    sliced, so a batch costs a few Arrow calls and no copy of its bytes. The schema's own
+    types throughout: no cast of the batch afterwards. ``headers=False``: the headers column
+    is null.
+
+    No states: a cache of columns, grown when a chunk is longer than any before. One thread."""
+
+    def __init__(self, tp, schema, headers: bool = True, capacity: int = 0):
+        import pyarrow as pa
+
+        self.tp, self.schema, self.headers = tp, schema, headers
+        self._header_type = schema.field("headers").type
+        self._time_type = schema.field("timestamp").type
+        self._ms = pa.timestamp("ms", tz=self._time_type.tz)
+        self._fixed_offsets: Dict[int, object] = {}
+        self._capacity = 0
+        self._grow(max(capacity, 1))
+
+    def _grow(self, n: int) -> None:
+        import pyarrow as pa
+
+        self._capacity = n
+        self._fixed_offsets.clear()  # sized for the old capacity
+        self._steps = _arange(pa.int64(), 0, n)
+        self._topic = pa.repeat(pa.scalar(self.tp.topic, pa.string()), n)
+        self._partition = pa.repeat(pa.scalar(self.tp.partition, pa.int32()), n)
+        self._time_type_column = pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n)
+        self._no_headers = _header_column(n, None, self._header_type, self.headers)
+
+    def __call__(self, chunks):
+        """One record batch per chunk of ``chunks`` (``Log.fetch_columns``), in offset order."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        for c in chunks:
+            n = c.count
+            if n > self._capacity:
+                self._grow(n)
+            keys, values = _binary_columns(c, self._fixed_offsets, self._capacity)
+            timestamps = _fixed_width(self._ms, "q", c.timestamps, n)
+            if self._ms != self._time_type:
+                timestamps = timestamps.cast(self._time_type)
+            if self.headers and c.headers is not None and any(c.headers):
+                header_col = _header_column(n, c.headers, self._header_type)
+            else:
+                header_col = self._no_headers.slice(0, n)
+            yield pa.RecordBatch.from_arrays([
+                keys, values, self._topic.slice(0, n), self._partition.slice(0, n),
+                pc.call_function("add", [self._steps.slice(0, n), pa.scalar(c.base, pa.int64())]),
+                timestamps, self._time_type_column.slice(0, n), header_col,
+            ], schema=self.schema)
+
+
+def _binary_columns(c, fixed_offsets: Dict[int, object], capacity: int = 0):
+    """``(keys, values)`` of one :class:`Columns` chunk as Arrow binary arrays over its
+    stored bytes (no copy). ``fixed_offsets``: {value size: offsets buffer} kept by the
+    caller, for at least ``max(capacity, c.count)`` values, since most chunks share one."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = c.count
+    buf = memoryview(c.buf)
+    if c.value_starts is None:
+        offsets = fixed_offsets.get(c.value_size)
+        if offsets is None or len(offsets) < 4 * (n + 1):
+            offsets = fixed_offsets[c.value_size] = \
+                _arange(pa.int32(), 0, max(capacity, n) + 1, c.value_size).buffers()[1]
+        first, last = c.value_pos, c.value_pos + c.value_size * n
+    else:
+        offsets, first, last = _relative(c.value_starts, n)
+    values = pa.Array.from_buffers(pa.binary(), n, [None, offsets, pa.py_buffer(buf[first:last])])
+    if c.key_starts is None:
+        return pa.nulls(n, pa.binary()), values
+    key_offsets, first, last = _relative(c.key_starts, n)
+    present = pc.call_function("greater_equal", [_fixed_width(pa.int32(), "i", c.key_lengths, n),
+                                                 pa.scalar(0, pa.int32())])
+    validity = None if present.false_count == 0 else present.buffers()[1]
+    return pa.Array.from_buffers(pa.binary(), n, [validity, key_offsets, pa.py_buffer(buf[first:last])]), values
+
+
+def _header_column(n: int, headers, header_type, with_headers: bool = True):
+    """The headers column of ``n`` records: null without ``with_headers``; else from
+    ``headers`` (a sequence of (key, value) pairs per record, falsy for none), or empty
+    lists when ``headers`` is None (no record has any)."""
+    import pyarrow as pa
+
+    if not with_headers:
+        return pa.nulls(n, header_type)
+    if headers is not None:
+        return pa.array([[{"key": k, "value": v} for k, v in h or ()] for h in headers], header_type)
+    return pa.ListArray.from_arrays(_fixed_width(pa.int32(), "i", bytes(4 * (n + 1)), n + 1),
+                                    pa.array([], header_type.value_type))
 
 
 def _table(tp, first: int, n: int, keys, values, timestamps, headers, with_headers: bool = True):
@@ -186,14 +269,6 @@ def _table(tp, first: int, n: int, keys, values, timestamps, headers, with_heade
     import pyarrow as pa
 
     schema = _schema()
-    header_type = schema.field("headers").type
-    if not with_headers:
-        header_col = pa.nulls(n, header_type)
-    elif headers is not None:
-        header_col = pa.array([[{"key": k, "value": v} for k, v in h or ()] for h in headers], header_type)
-    else:
-        header_col = pa.ListArray.from_arrays(_fixed_width(pa.int32(), "i", bytes(4 * (n + 1)), n + 1),
-                                              pa.array([], header_type.value_type))
     return pa.Table.from_arrays([
         keys, values,
         pa.repeat(pa.scalar(tp.topic, pa.string()), n),
@@ -201,7 +276,7 @@ def _table(tp, first: int, n: int, keys, values, timestamps, headers, with_heade
         _arange(pa.int64(), first, n),
         _fixed_width(schema.field("timestamp").type, "q", timestamps, n),
         pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
-        header_col,
+        _header_column(n, headers, schema.field("headers").type, with_headers),
     ], schema=schema)
 
 
@@ -214,12 +289,15 @@ def _arange(arrow_type, start: int, n: int, step: int = 1):
 
 
 def _relative(starts, n: int):
-    """``(int32 offsets from 0, first byte, end byte)`` of ``n + 1`` absolute positions."""
+    """``(int32 offsets buffer from 0, first byte, end byte)`` of ``n + 1`` absolute positions.
+    (``pc.call_function`` with a typed scalar: ``pc.subtract`` with a Python int costs far more
+    than the subtraction.)"""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     absolute = _fixed_width(pa.int64(), "q", starts, n + 1)
-    return pc.subtract(absolute, starts[0]).cast(pa.int32()), starts[0], starts[n]
+    relative = pc.call_function("subtract", [absolute, pa.scalar(starts[0], pa.int64())])
+    return relative.cast(pa.int32()).buffers()[1], starts[0], starts[n]
 
 
 def _fixed_width(arrow_type, typecode: str, values, n: int):

@@ -359,15 +359,17 @@ def ranges(start: Mapping[TopicPartition, int], end: Mapping[TopicPartition, int
 
 
 def read_range(options: SourceOptions, r: Range) -> Iterator:
-    """The records of ``r`` as Arrow record batches of :data:`SCHEMA` (built from the data
-    plane's columns where it has them: the embedded log's values go to Arrow without a copy
-    per record)."""
+    """The records of ``r`` as Arrow record batches of :data:`SCHEMA`. From the embedded
+    log's columns, a batch per stored batch built in the schema's own types, its values over
+    the stored bytes (:class:`~consumer.spark.sink.ColumnBatches`: no cast, no copy, no object
+    per record); from records (Kafka), a table per fetch cast to the schema."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from consumer.spark.sink import columns_table, records_table
+    from consumer.spark.sink import ColumnBatches, records_table
 
     schema = to_arrow_schema(SCHEMA, timezone="UTC")
     tp = TopicPartition(r.topic, r.partition)
+    batches = ColumnBatches(tp, schema, options.include_headers, FETCH_RECORDS)
     with options.plane() as plane:
         offset = plane.earliest_offsets([tp])[tp] if r.start is None else r.start
         while offset < r.end:
@@ -377,14 +379,15 @@ def read_range(options: SourceOptions, r: Range) -> Iterator:
                 recs = plane.fetch(tp, offset, max_records=want, max_bytes=FETCH_BYTES)
                 if recs and recs[-1].offset >= r.end:
                     recs = [rec for rec in recs if rec.offset < r.end]
-                table = records_table(tp, recs, options.include_headers) if recs else None
                 next_offset = recs[-1].offset + 1 if recs else offset
             else:
-                table = columns_table(tp, parts, options.include_headers) if parts else None
                 next_offset = parts[-1].base + parts[-1].count if parts else offset
             if next_offset <= offset:
                 raise RuntimeError(f"{tp}: no records at offset {offset} (below {r.end})")
-            yield from table.cast(schema).to_batches()  # the pipeline's columns, Spark's timestamp unit
+            if parts is None:  # the pipeline's columns, Spark's timestamp unit
+                yield from records_table(tp, recs, options.include_headers).cast(schema).to_batches()
+            else:
+                yield from batches(parts)
             offset = next_offset
 
 

@@ -133,6 +133,40 @@ def test_spread_is_proportional_to_backlog_and_adds_up_to_the_limit():
         assert sum(shares.values()) == limit and shares[a] <= 7 and shares[b] <= 13
 
 
+@pytest.mark.parametrize("include_headers", [False, True])
+def test_batches_read_from_the_logs_columns_equal_the_records_cast_to_the_schema(tmp_path, monkeypatch,
+                                                                                  include_headers):
+    """read_range's batches, built from the log's columns in the schema's own types, equal
+    the records' table cast to the schema: fixed and varying values, keys and none, headers
+    (null unless asked for), fetches that cut stored batches, ranges that end inside one."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from consumer.spark.sink import ColumnBatches, records_table
+    from consumer.spark.source import SCHEMA, Range, read_range
+    import pyarrow as pa
+
+    monkeypatch.setattr("consumer.spark.source.FETCH_RECORDS", 16)  # fetches that cut stored batches
+    schema = to_arrow_schema(SCHEMA, timezone="UTC")
+    tp = TopicPartition("t", 0)
+    options = SourceOptions({"zk": "h:2181", "topics": "t", "dataDir": str(tmp_path),
+                             "includeHeaders": str(include_headers).lower()})
+    with Log(str(tmp_path), fsync="never") as lg:
+        lg.append("t", 0, [(None, b"v%05d" % i, 1000, ()) for i in range(5)])
+        lg.append("t", 0, [(None, b"w%07d" % i, 1500 + i, ()) for i in range(50)])
+        lg.append("t", 0, [(b"k%d" % i if i % 3 else None, b"x" * i, 2000 + i // 10, ()) for i in range(40)])
+        lg.append("t", 0, [(b"", b"", 3000 + i * 7, (("h", b"1"), ("n", None)) if i % 2 else ()) for i in range(30)])
+        lg.append("t", 0, [(None, b"", 5, ())] * 3)
+        for start, end in [(None, 128), (10, 60), (55, 95), (89, 128), (127, 128), (3, 4)]:
+            batches = list(read_range(options, Range("t", 0, start, end)))
+            assert batches and all(b.schema.equals(schema) for b in batches)
+            records = lg.fetch("t", 0, start or 0, max_records=end - (start or 0), max_bytes=1 << 30)
+            want = records_table(tp, records, include_headers).cast(schema)
+            assert pa.Table.from_batches(batches, schema).to_pylist() == want.to_pylist(), (start, end)
+        grown = ColumnBatches(tp, schema, include_headers, capacity=1)  # regrown for longer stored batches
+        got = pa.Table.from_batches(grown(lg.fetch_columns("t", 0, 0, max_records=128, max_bytes=1 << 30)), schema)
+        want = records_table(tp, lg.fetch("t", 0, 0, max_records=128, max_bytes=1 << 30), include_headers)
+        assert got.to_pylist() == want.cast(schema).to_pylist()
+
+
 def test_a_trigger_looks_at_zookeeper_and_the_data_plane_once():
     """latestOffset's look serves its trigger's reportLatestOffset; the first trigger reuses
     the look of initialOffset (and prepareForTriggerAvailableNow); every trigger looks afresh."""
