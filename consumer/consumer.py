@@ -2,9 +2,10 @@
 or Kafka brokers (the data plane: :mod:`consumer.dataplane`).
 
 Threads: the application calls ``poll()``; the member thread (consumer.member) applies the
-coordinator's commands; the fetcher thread prefetches. Rebalance listener callbacks always
-run on the application's thread, inside ``poll()`` (or ``close()``), as in Kafka: how a
-revocation, an assignment or a loss reaches the consumer is :mod:`consumer.partition_changes`.
+coordinator's commands; on the embedded log the fetcher's thread prefetches (on Kafka,
+librdkafka's threads do). Rebalance listener callbacks always run on the application's thread,
+inside ``poll()`` (or ``close()``), as in Kafka: how a revocation, an assignment or a loss
+reaches the consumer is :mod:`consumer.partition_changes`.
 
 Delivery is at-least-once: a record can be returned twice only if it was returned after the
 last successful commit of a partition that then moved to another member.
@@ -165,7 +166,8 @@ class Consumer(Lifecycle[ConsumerState]):
       run on it, inside ``poll()`` and ``close()``. It alone touches ``_user_paused`` and
       ``_next_auto_commit``.
     * The **member thread** (:class:`~consumer.member.GroupMember`) and the **fetcher's**
-      prefetch thread act through ``_changes``
+      prefetch thread (the embedded log's; on Kafka, fetch errors come in ``poll()``'s reads)
+      act through ``_changes``
       (:class:`~consumer.partition_changes.PartitionChanges`, its own thread rules), which
       leaves what the application's thread must do in ``_handoff``.
     * The **watchdog** thread evicts the member when ``poll()`` is not called in time; the

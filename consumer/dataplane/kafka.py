@@ -78,13 +78,12 @@ DEFAULT_PRODUCER_CONFIG = {
 #: The longest a read waits for a first message: control calls (assign, seek, ...) wait for a
 #: read in flight, so this bounds what a rebalance or a seek waits for librdkafka.
 READ_WAIT_S = 0.02
-#: How much one read takes out of librdkafka's queue, at most: this, or ``max_poll_records``
-#: if larger. librdkafka hands messages out of one queue in arrival order, so one partition's
-#: backlog can stand in front of the others' records: a read takes what is queued up to this,
-#: and the fair round-robin over the per-partition buffers then serves every partition (seed
-#: 004), not the queue's order. Not much more: every message buffered here is an object the
-#: cyclic GC goes over until it is handed out (reads of 20,000 made poll() about a fifth slower).
-MIN_READ = 2_000
+#: The most one read takes out of librdkafka's queue (or ``max_poll_records``, if larger).
+#: librdkafka hands messages out of one queue in arrival order, so one partition's backlog can
+#: stand in front of the others' records: the fair round-robin over the per-partition buffers
+#: serves every partition (seed 004), not the queue's order. Not much more: every buffered
+#: message is an object the cyclic GC goes over (reads of 20,000 made poll() a fifth slower).
+READ_RECORDS = 2_000
 #: Partition errors after which a partition is parked and reported (others are retried inside librdkafka).
 _PARKING = ("UNKNOWN_TOPIC_OR_PART", "TOPIC_AUTHORIZATION_FAILED", "_UNKNOWN_PARTITION", "_UNKNOWN_TOPIC")
 
@@ -483,14 +482,14 @@ class KafkaFetcher(Fetcher):
     """The fetcher's buffers and fair hand-out over a librdkafka consumer that only calls ``assign()``.
 
     Reading: one read at a time (the read slot, as for the log) takes what librdkafka has
-    prefetched for any assigned partition (what is queued, up to ``MIN_READ`` or ``max_poll_records``); each partition's run joins that partition's
-    buffer if it continues it (its first offset is the next one expected — a run from before a
-    seek or a re-assignment never does; librdkafka also drops what it fetched before a seek).
-    There is no prefetch thread: librdkafka prefetches into its queue in threads of its own, so
-    ``poll()`` reads that queue itself whenever nothing is buffered. (A thread of ours reading
-    ahead would only move messages from one queue to another, and took the GIL from ``poll()``
-    to do it: without it ``poll()`` reads at 0.76-0.90 of a bare confluent-kafka reader's
-    records per CPU second, against 0.58-0.62 with it.)
+    prefetched for any assigned partition (what is queued, up to ``READ_RECORDS`` or
+    ``max_poll_records``); each partition's run joins that partition's buffer if it continues
+    it (its first offset is the next one expected — a run from before a seek or a
+    re-assignment never does; librdkafka also drops what it fetched before a seek).
+    No prefetch thread: librdkafka prefetches into its queue in threads of its own, and
+    ``poll()`` reads that queue when nothing is buffered (a thread of ours would only move
+    messages between queues, taking the GIL from ``poll()``: without one ``poll()`` reads at
+    0.76-0.90 of a bare reader's records per CPU second, against 0.58-0.62 with one).
 
     Control: ``assign``/``revoke``/``seek``/``pause``/``resume`` change the buffers (under the
     fetcher's lock) and then librdkafka's assignment, so librdkafka fetches only what is assigned
@@ -514,7 +513,7 @@ class KafkaFetcher(Fetcher):
         self._plane = plane
         self._ktp = plane._ck.TopicPartition
         self._slot_waiters = 0
-        self._read_size = max(max_poll_records, MIN_READ)
+        self._read_size = max(max_poll_records, READ_RECORDS)
         self._topics: set = set()  # topics assigned (member thread writes, the reader reads a snapshot)
 
     # ---- control, mirrored to librdkafka
@@ -588,7 +587,11 @@ class KafkaFetcher(Fetcher):
         return latest
 
     def close(self, timeout: float = 5.0) -> None:
-        super().close(timeout)  # the prefetch thread is out of consume() when this returns
+        super().close(timeout)
+        deadline = time.monotonic() + timeout  # for a poll() in another thread to leave its read
+        with self._lock:
+            while self._busy and time.monotonic() < deadline:
+                self._data_cv.wait(READ_WAIT_S)
         self._kc.close()
 
     def _exclusive(self, call) -> None:
@@ -609,7 +612,6 @@ class KafkaFetcher(Fetcher):
         finally:
             with self._lock:
                 self._release_slot()
-                self._fetch_cv.notify_all()  # the prefetch thread stood aside for this call
 
     def _release_slot(self) -> None:
         super()._release_slot()

@@ -157,16 +157,16 @@ def test_an_offset_kafka_no_longer_holds_is_reset_as_configured(cluster, zk, kaf
 
 def test_poll_reads_librdkafkas_queue_itself_a_bounded_read_at_a_time(cluster, zk, kafka_cluster, topic, consumers):
     """librdkafka reads ahead in its own threads: the fetcher starts no thread of its own, and
-    one read moves at most MIN_READ records (or max_poll_records) into its buffers, each an
+    one read moves at most READ_RECORDS records (or max_poll_records) into its buffers, each an
     object the cyclic GC goes over until it is handed out."""
-    from consumer.dataplane.kafka import MIN_READ
+    from consumer.dataplane.kafka import READ_RECORDS
     cluster.node("n")
-    produce(kafka_cluster.bootstrap_servers, topic, 3 * MIN_READ, partition=0)
+    produce(kafka_cluster.bootstrap_servers, topic, 3 * READ_RECORDS, partition=0)
     c = consumers(topic)
     wait_for(lambda: c.poll(timeout_ms=100, max_records=1), 20, message="the first record")
-    assert 0 < c._fetcher.buffered() < MIN_READ
+    assert 0 < c._fetcher.buffered() < READ_RECORDS
     assert c._fetcher._thread is None
-    assert len(consume(c, 3 * MIN_READ - 1)) == 3 * MIN_READ - 1
+    assert len(consume(c, 3 * READ_RECORDS - 1)) == 3 * READ_RECORDS - 1
 
 
 def test_records_fetched_before_a_partition_error_are_handed_out_first(cluster, zk, kafka_cluster, topic, consumers):
