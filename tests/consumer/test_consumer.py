@@ -331,7 +331,9 @@ def test_no_records_are_handed_out_while_zookeeper_is_away(own_zookeeper, data_d
     ens, zk, _ = own_zookeeper
     fill(data_dir, "t", [15] * 1, zk=zk)
     listener = LostRecorder()
-    with Consumer("g", ["t"], zk=ens.connect, data_dir=data_dir, session_timeout_ms=6000,
+    # The longest session the server grants: its restart below, and the client's reconnection,
+    # take longer than 6 s on a loaded machine (the session expired, the partition was lost).
+    with Consumer("g", ["t"], zk=ens.connect, data_dir=data_dir, session_timeout_ms=12000,
                   auto_offset_reset="earliest", listener=listener) as consumer:
         assert len(consume_until(consumer, 10, max_records=10)) == 10
         ens.servers[0].kill()
