@@ -1,13 +1,23 @@
 """The container run's own logic, without an engine: what bin/test-containers counts as
 consumed, how it reads build times, the engine harness's refusals, and bad input to the
-images' scripts (one line, non-zero exit). The images and the stack themselves run in
-bin/test-containers, not in this suite (a build from nothing takes minutes)."""
+images' scripts (one line, non-zero exit); and the zkgroups image's dependency layer, its
+steps read from docker/Dockerfile and run in a throwaway directory. The images and the stack
+themselves run in bin/test-containers, not in this suite (a build from nothing takes minutes)."""
 import datetime as dt
+import fnmatch
+import importlib.machinery
+import importlib.util
+import importlib.metadata as metadata
 import os
+import re
+import shlex
+import shutil
 import subprocess
 import sys
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from coordinator.testing import dockerengine
 from coordinator.testing.dockerengine import DockerEngine, EngineState, EngineUnavailable, install_missing
@@ -119,3 +129,171 @@ def test_probe_of_a_url_that_does_not_answer_says_so(tmp_path):
     assert done.returncode == 1
     assert done.stderr.startswith("zkgroups-probe: http://127.0.0.1:9/readyz: ")
     assert len(done.stderr.splitlines()) == 1
+
+
+# ---------------------------------------------------------------- the Dockerfile's dependency layer
+
+DOCKERFILE = os.path.join(ROOT, "docker", "Dockerfile")
+
+
+def dockerfile_steps(path):
+    """(INSTRUCTION, arguments) of each step of a Dockerfile: continuation lines joined,
+    comments left out (also those between continuation lines, as Docker does)."""
+    steps, pending = [], ""
+    with open(path) as f:
+        for line in f:
+            stripped = line.strip()
+            if not stripped or stripped.startswith("#"):
+                continue
+            pending += line.rstrip("\n")
+            if pending.endswith("\\"):
+                pending = pending[:-1]
+                continue
+            instruction, _, arguments = pending.strip().partition(" ")
+            steps.append((instruction.upper(), arguments.strip()))
+            pending = ""
+    return steps
+
+
+def dependency_layer(steps):
+    """The steps from the one after the RUN that makes the virtualenv up to (not including) the
+    first COPY of the package's source: what the image installs before it has the code."""
+    venv = next(i for i, (ins, args) in enumerate(steps) if ins == "RUN" and "-m venv" in args)
+    source = next(i for i, (ins, args) in enumerate(steps)
+                  if ins == "COPY" and "coordinator" in shlex.split(args)[:-1])
+    return steps[venv + 1:source]
+
+
+def dockerignored(path):
+    """Whether the build context leaves ``path`` out (.dockerignore: the last matching rule wins)."""
+    ignored = False
+    with open(os.path.join(ROOT, ".dockerignore")) as f:
+        for rule in (line.strip() for line in f):
+            if not rule or rule.startswith("#"):
+                continue
+            keep = rule.startswith("!")
+            pattern = rule.lstrip("!").replace("**/", "")
+            parts = path.split("/")
+            if any(fnmatch.fnmatch("/".join(parts[:n]), pattern) or fnmatch.fnmatch(parts[n - 1], pattern)
+                   for n in range(1, len(parts) + 1)):
+                ignored = not keep
+    return ignored
+
+
+class ImageRoot:
+    """A throwaway directory standing in for the image's file system: an absolute path in the
+    image is the same path under ``root``, also in the commands run."""
+
+    def __init__(self, root):
+        self.root = str(root)
+        self.paths = set()
+        self.workdir = "/"  # in the image
+
+    @property
+    def cwd(self):
+        return self.map(self.workdir)
+
+    def map(self, path):
+        path = os.path.normpath(path if os.path.isabs(path) else os.path.join(self.workdir, path))
+        if path != "/":
+            self.paths.add(path)
+        return self.root + path if path != "/" else self.root
+
+    def command(self, text):
+        """``text`` with each image path that this layer used made a path under ``root``."""
+        for path in sorted(self.paths, key=len, reverse=True):
+            text = re.sub(rf"(?<![\w./-]){re.escape(path)}(?=[/\s\"';]|$)", lambda m: self.root + path, text)
+        return text
+
+
+def play_dependency_layer(image, env, steps):
+    """Run the layer's WORKDIR, COPY and RUN steps as Docker would, in ``image`` (an ImageRoot)."""
+    for instruction, arguments in steps:
+        if instruction == "WORKDIR":
+            image.workdir = os.path.normpath(os.path.join(image.workdir, arguments))
+            os.makedirs(image.cwd, exist_ok=True)
+        elif instruction == "COPY":
+            *sources, dest = shlex.split(arguments)
+            target = image.map(dest)
+            for source in sources:
+                assert not dockerignored(source), f"{source} is left out of the build context by .dockerignore"
+                origin = os.path.join(ROOT, source)
+                if os.path.isdir(origin):
+                    shutil.copytree(origin, target, dirs_exist_ok=True)
+                else:
+                    into_dir = dest.endswith("/") or len(sources) > 1
+                    os.makedirs(target if into_dir else os.path.dirname(target), exist_ok=True)
+                    shutil.copy2(origin, os.path.join(target, os.path.basename(source)) if into_dir else target)
+        elif instruction == "RUN":
+            done = subprocess.run(["sh", "-c", image.command(arguments)], cwd=image.cwd, env=env,
+                                  stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, f"RUN {arguments[:60]}... exited {done.returncode}:\n{done.stderr[-3000:]}"
+        else:
+            raise AssertionError(f"the dependency layer has a {instruction} step, which this test does not play")
+
+
+def unmet(requirements, site_packages):
+    """Those of ``requirements`` (PEP 508 lines) that no distribution in ``site_packages`` satisfies."""
+    have = {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions(path=[site_packages])}
+    missing = []
+    for line in requirements:
+        wanted = Requirement(line)
+        if wanted.marker is not None and not wanted.marker.evaluate({"extra": ""}):
+            continue
+        version = have.get(canonicalize_name(wanted.name))
+        if version is None or not wanted.specifier.contains(version, prereleases=True):
+            missing.append(f"{line} (installed: {version})")
+    return missing
+
+
+@pytest.mark.process
+def test_the_dockerfile_dependency_layer_installs_every_dependency_without_the_code(tmp_path):
+    """The layer's steps, read from the Dockerfile, on a virtualenv made as the RUN before them
+    makes one, with no package code copied and the build context's .dockerignore respected;
+    afterwards every dependency the project declares is installed."""
+    steps = dockerfile_steps(DOCKERFILE)
+    layer = dependency_layer(steps)
+    assert layer, "no steps between the virtualenv and the package's source"
+    image = ImageRoot(tmp_path / "image")
+    image_env = dict(item.split("=", 1) for ins, args in steps if ins == "ENV" for item in shlex.split(args))
+    venv = image.map(image_env["VIRTUAL_ENV"])
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env.update(VIRTUAL_ENV=venv, PATH=os.path.join(venv, "bin") + os.pathsep + env["PATH"], EXTRAS="")
+    made = subprocess.run([os.path.join(venv, "bin", "pip"), "install", "-q", "setuptools>=61", "wheel"],
+                          env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert made.returncode == 0, made.stderr
+    play_dependency_layer(image, env, layer)
+
+    site_packages = subprocess.run([os.path.join(venv, "bin", "python"), "-c", "import site; print(site.getsitepackages()[0])"],
+                                   capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    assert unmet(metadata.requires("zkgroups"), site_packages) == []
+
+
+INSTALL_DEPENDENCIES = os.path.join(ROOT, "docker", "install-dependencies")
+
+
+def test_install_dependencies_reads_what_the_built_metadata_declares():
+    """setuptools' reading of setup.cfg alone gives the requirements the project's metadata has
+    (here: of the installed project), for each extra."""
+    loader = importlib.machinery.SourceFileLoader("install_dependencies", INSTALL_DEPENDENCIES)
+    script = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(script)
+    built = [Requirement(r) for r in metadata.requires("zkgroups")]
+    for extra in ("", "spark", "kafka"):
+        wanted = {(r.name, str(r.specifier)) for r in built
+                  if r.marker is None or "extra" not in str(r.marker) or r.marker.evaluate({"extra": extra})}
+        read = script.requirements(os.path.join(ROOT, "setup.cfg"), [extra] if extra else [])
+        assert {(Requirement(r).name, str(Requirement(r).specifier)) for r in read} == wanted
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "usage: install-dependencies SETUP_CFG [EXTRAS]"),
+    (["nothing.cfg"], "install-dependencies: nothing.cfg: no such file"),
+    ([os.path.join(ROOT, "setup.cfg"), "kafka,nope"],
+     f"install-dependencies: no extra 'nope' in {os.path.join(ROOT, 'setup.cfg')} (there are: docs, kafka, spark, test)"),
+])
+def test_install_dependencies_refuses_bad_input_in_one_line(argv, message):
+    done = _script([sys.executable, INSTALL_DEPENDENCIES, *argv], {})
+    assert done.returncode == 2
+    assert done.stderr == message + "\n"
