@@ -8,9 +8,10 @@
   reached over TCP like real brokers and steered (topics, broker down/up, injected errors)
   through :class:`~coordinator.testing.kafkamock.MockKafkaCluster`; the child is
   :mod:`coordinator.testing.kafkamock_server` (``ctypes`` on the librdkafka confluent-kafka bundles).
-* :mod:`coordinator.testing.dockerengine` — a Docker engine on demand for ``bin/test-containers``:
-  one that answers, else a ``dockerd`` of its own on a private socket and data root (Debian's
-  ``docker.io`` installed where missing), stopped again by whoever started it.
+
+The Docker engine ``bin/test-containers`` starts on demand is not here but in the tests
+(``tests/containers/dockerengine.py``): it installs Debian's ``docker.io`` as root, which no
+installed distribution should ship.
 
 Runtime code (``coordinator``, ``consumer``) never imports this package — except the live demo
 (:mod:`consumer.cli.demo`), which starts its own ZooKeeper: brokers and servers are chosen by

@@ -3,7 +3,7 @@ run, and judged from outside the containers; then everything it started is torn 
 
     bin/test-containers [--base IMAGE] [--records N] [--fresh] [--run-dir DIR]
 
-1. engine: :class:`~coordinator.testing.dockerengine.DockerEngine` (an engine that answers,
+1. engine: :class:`~tests.containers.dockerengine.DockerEngine` (an engine that answers,
    else a ``dockerd`` of its own); Debian's ``docker.io``, ``debootstrap`` and
    ``docker-compose`` are installed where missing.
 2. base: ``docker/make-base-image`` (debootstrap from Debian's mirror, cached), unless
@@ -49,7 +49,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from coordinator.testing.dockerengine import DockerEngine, EngineUnavailable, install_missing  # noqa: E402
+from tests.containers.dockerengine import DockerEngine, EngineUnavailable, install_missing  # noqa: E402
 from coordinator.testing.zkserver import four_letter  # noqa: E402
 
 log = logging.getLogger("zkgroups.test-containers")

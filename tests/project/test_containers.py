@@ -19,8 +19,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from coordinator.testing import dockerengine
-from coordinator.testing.dockerengine import DockerEngine, EngineState, EngineUnavailable, install_missing
+from tests.containers import dockerengine
+from tests.containers.dockerengine import DockerEngine, EngineState, EngineUnavailable, install_missing
 from tests.containers.run import _step_name, consumed_records, layer_times, missing_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -93,6 +93,32 @@ def test_a_docker_host_that_does_not_answer_is_one_line(monkeypatch, tmp_path):
     engine.close()  # nothing was started: nothing to stop
     assert engine.state is EngineState.CLOSED
     assert not os.path.exists(tmp_path / "run")
+
+
+def shipped_modules():
+    """The modules the distribution ships: setup.cfg's packages (options.packages.find)."""
+    import configparser
+    import setuptools
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(os.path.join(ROOT, "setup.cfg"))
+    include = cfg["options.packages.find"]["include"].split()
+    for package in setuptools.find_packages(ROOT, include=include):
+        folder = os.path.join(ROOT, *package.split("."))
+        yield from (os.path.join(folder, name) for name in sorted(os.listdir(folder)) if name.endswith(".py"))
+
+
+def test_no_module_the_distribution_ships_runs_apt_get():
+    """The engine harness installs Debian packages as root: it lives in tests/, not in the wheel."""
+    import ast
+    running = []
+    for path in shipped_modules():
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        if any(isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant)
+               and node.elts[0].value == "apt-get" for node in ast.walk(tree)):
+            running.append(os.path.relpath(path, ROOT))
+    assert running == []
+    assert os.path.join(ROOT, "coordinator", "testing", "zkserver.py") in set(shipped_modules())  # the scan sees the harness
 
 
 def _script(argv, env):

@@ -9,7 +9,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def classes():
-    for package in ("coordinator", "consumer"):
+    for package in ("coordinator", "consumer", os.path.join("tests", "containers")):  # the last: the engine harness
         for folder, _, files in os.walk(os.path.join(ROOT, package)):
             for name in files:
                 if name.endswith(".py"):

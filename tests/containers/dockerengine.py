@@ -1,5 +1,6 @@
 """A Docker engine on demand, for the container run (``bin/test-containers``), the way
-:mod:`coordinator.testing.zkserver` provides ZooKeeper.
+:mod:`coordinator.testing.zkserver` provides ZooKeeper. Part of the tests, not of the
+distribution: it runs ``apt-get`` as root, and only the container run needs it.
 
 :class:`DockerEngine` uses the engine that answers at ``DOCKER_HOST`` (which must then answer)
 or at the default socket. Where none does, it installs Debian's ``docker.io`` when ``dockerd``
