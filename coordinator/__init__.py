@@ -38,6 +38,8 @@ Modules, from the bottom up (each imports only those above it):
   ZooKeeper by the node leading it.
 * :mod:`~coordinator.documents` — the JSON documents of the read views (``groupctl --output
   json`` and the console's API), as pure functions.
+* :mod:`~coordinator.lagtime` — lag in seconds: the age of the oldest unconsumed record and
+  the consumption rate's estimate (pure), the cache of records' timestamps.
 * :mod:`~coordinator.requests` — the queue of groups to rebalance (each queued once, a change
   during a run noticed) and the index of which groups use which topics.
 * :mod:`~coordinator.metrics` — the node's Prometheus metrics.
@@ -52,7 +54,8 @@ Modules, from the bottom up (each imports only those above it):
 
 The import rule: ``coordinator`` never imports ``consumer`` (the client side builds on this
 package, never the other way round), but for ``coordinatord`` (:mod:`coordinator.cli.coordinatord`,
-the composition root), which gives the console a reader of the data plane's log ends; and no
+the composition root), which gives the console a reader of the data plane's log ends and
+records' timestamps; and no
 runtime module imports ``tests`` (``tests/project/test_layering.py`` checks both, and the order above).
 """
 

@@ -75,7 +75,8 @@ def partition_pairs(partitions: Mapping[str, Set[int]]) -> List[Tuple[str, int]]
 def offsets_rows(snapshot: GroupSnapshot, pairs: Sequence[Tuple[str, int]], committed: Mapping,
                  problems: Mapping, ends: Mapping[Tuple[str, int], int]) -> List[dict]:
     """The offsets view of one group: a row per (topic, partition) of ``pairs`` with its
-    committed offset, log end, lag and owner (``problems``: why a committed offset is unreadable)."""
+    committed offset, log end, lag and owner (``problems``: why a committed offset is unreadable);
+    its lag in seconds is None until :func:`coordinator.lagtime.fill` sets it."""
     owners = snapshot.owners()
     rows = []
     for pair in pairs:
@@ -87,7 +88,9 @@ def offsets_rows(snapshot: GroupSnapshot, pairs: Sequence[Tuple[str, int]], comm
                      "log_end_offset": end, "lag": None if current is None or end is None else end - current,
                      "consumer_id": owner, "host": registration.host if registration else None,
                      "client_id": registration.client_id if registration else None,
-                     "error": problems.get(pair)})
+                     "error": problems.get(pair),
+                     # set by coordinator.lagtime.fill where the records' timestamps are read
+                     "lag_seconds": None, "estimated_lag_seconds": None})
     return rows
 
 

@@ -32,8 +32,9 @@ zkgroups_zookeeper_errors_total           counter    op, error           request
 ========================================  =========  ==================  ==========================================
 
 With the console on (:mod:`coordinator.console`), the node's registry also serves, for the
-groups it leads, ``zkgroups_group_total_lag`` {group}, ``zkgroups_group_rebalancing_seconds``
-{group} and ``zkgroups_console_lag_read_timestamp_seconds``
+groups it leads, ``zkgroups_group_total_lag`` {group}, ``zkgroups_group_max_lag_seconds`` and
+``zkgroups_group_max_estimated_lag_seconds`` {group} (lag in seconds: :mod:`coordinator.lagtime`),
+``zkgroups_group_rebalancing_seconds`` {group} and ``zkgroups_console_lag_read_timestamp_seconds``
 (:class:`~coordinator.console.app.ConsoleCollector`).
 
 Rebalance outcomes: ``stable`` / ``empty`` (done: every member acked), ``failed`` (retries

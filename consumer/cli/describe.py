@@ -5,7 +5,9 @@
   ``topic``, ``partition``, ``current_offset`` (the committed offset), ``log_end_offset`` (from
   the data plane: the embedded log or Kafka), ``lag``, and the owning member's ``consumer_id``,
   ``host`` and ``client_id`` (None when the partition is not assigned), plus ``error`` (why a
-  committed offset could not be read).
+  committed offset could not be read), and ``lag_seconds`` (the age of the oldest unconsumed
+  record: :mod:`coordinator.lagtime`; ``estimated_lag_seconds`` is None here, it needs the
+  consumption rate of repeated readings: the console's, ``groupctl exporter``'s).
 * **members**: one row per live member — ``group``, ``consumer_id``, ``host``, ``client_id``,
   ``partitions`` (how many it is assigned), ``assignment`` ({topic: [partitions]}),
   ``strategies``, ``pattern``, ``subscription``, ``error`` (an unreadable registration).
@@ -25,24 +27,27 @@ between may show a partition's new owner next to its previous committed offset.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Sequence, Set, Tuple
+import time
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import click
 from kazoo.exceptions import NoNodeError
 
 from consumer.cli.context import CliContext
+from consumer.dataplane.record_times import RecordTimesReader
 from consumer.records import TopicPartition
-from coordinator import documents, protocol, read
+from coordinator import documents, lagtime, protocol, read
 from coordinator.cli.common import print_table
 from coordinator.documents import GroupSnapshot
-from coordinator.errors import CorruptZnode, UnknownTopic
+from coordinator.errors import CorruptZnode, UnknownTopic, ZkGroupsError
 from coordinator.protocol import NodeInfo
 
 VIEWS = ("offsets", "members", "state")
 
 OFFSETS_COLUMNS = (("GROUP", "group"), ("TOPIC", "topic"), ("PARTITION", "partition"),
                    ("CURRENT-OFFSET", "current_offset"), ("LOG-END-OFFSET", "log_end_offset"), ("LAG", "lag"),
-                   ("CONSUMER-ID", "consumer_id"), ("HOST", "host"), ("CLIENT-ID", "client_id"))
+                   ("CONSUMER-ID", "consumer_id"), ("HOST", "host"), ("CLIENT-ID", "client_id"),
+                   ("LAG-SECONDS", "lag_seconds"))  # last: scripts reading Kafka's columns by position still work
 MEMBERS_COLUMNS = (("GROUP", "group"), ("CONSUMER-ID", "consumer_id"), ("HOST", "host"),
                    ("CLIENT-ID", "client_id"), ("#PARTITIONS", "partitions"))
 MEMBERS_VERBOSE_COLUMNS = MEMBERS_COLUMNS + (("STRATEGIES", "strategies"), ("SUBSCRIPTION", "subscription"),
@@ -114,10 +119,24 @@ def offsets_rows(cli: CliContext, snapshot: GroupSnapshot, counts: Dict[str, int
     return documents.offsets_rows(snapshot, pairs, committed, problems, ends)
 
 
-def all_offsets_rows(cli: CliContext, snapshots: Sequence[GroupSnapshot]) -> List[dict]:
-    """The offsets view of several groups (the data plane's partition counts read once)."""
+def all_offsets_rows(cli: CliContext, snapshots: Sequence[GroupSnapshot], times: Optional[lagtime.RecordTimes] = None,
+                     history: Optional[lagtime.CommitHistory] = None) -> List[dict]:
+    """The offsets view of several groups (the data plane's partition counts read once), with
+    their lag in seconds (:mod:`coordinator.lagtime`): the records' timestamps read through
+    ``times`` (a reader of the data plane's, for this call alone, when None), the rates from
+    ``history`` (readers that read repeatedly)."""
     counts = cli.data_plane.partition_counts() if snapshots else {}
-    return [row for s in snapshots for row in offsets_rows(cli, s, counts)]
+    rows = [row for s in snapshots for row in offsets_rows(cli, s, counts)]
+    at = time.time()
+    reader = RecordTimesReader(cli.data_plane) if times is None else None
+    try:
+        lagtime.fill_rows(rows, at, times or lagtime.RecordTimes(reader), history)
+    except ZkGroupsError as e:  # Kafka unreachable meanwhile: the offsets still stand, their ages are unknown
+        click.echo(f"warning: the records' timestamps could not be read ({e}); lag in seconds is left out", err=True)
+    finally:
+        if reader is not None:
+            reader.close()
+    return rows
 
 
 def end_offsets(cli: CliContext, topic: str, partitions) -> Dict[Tuple[str, int], int]:

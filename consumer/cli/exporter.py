@@ -14,6 +14,12 @@ Metrics (name, type, labels: meaning):
 * ``zkgroups_group_log_end_offset`` gauge {group, topic, partition}: the partition's log end
 * ``zkgroups_group_lag`` gauge {group, topic, partition}: log end minus committed offset
 * ``zkgroups_group_total_lag`` gauge {group}: the group's lag summed
+* ``zkgroups_group_lag_seconds`` gauge {group, topic, partition}: the age of the oldest
+  unconsumed record (:mod:`coordinator.lagtime`; 0 when caught up)
+* ``zkgroups_group_estimated_lag_seconds`` gauge {group, topic, partition}: the lag over the
+  recent consumption rate (absent while the rate is unknown or 0)
+* ``zkgroups_group_max_lag_seconds`` and ``zkgroups_group_max_estimated_lag_seconds`` gauge
+  {group}: the largest of the group's partitions (what to scale a group on)
 * ``zkgroups_exporter_groups`` gauge: groups read at the last refresh
 * ``zkgroups_exporter_last_refresh_timestamp_seconds`` gauge: when (Unix time) they were read
 * ``zkgroups_exporter_refresh_duration_seconds`` gauge: how long the last reading took
@@ -21,7 +27,9 @@ Metrics (name, type, labels: meaning):
   good one is still served)
 
 A partition without a committed offset (or whose log end cannot be read) has no committed
-offset or lag sample, as ``describe`` shows ``-``.
+offset or lag sample, as ``describe`` shows ``-``. The records' timestamps are read only for
+a committed offset not read at an earlier refresh: a group whose commits do not move costs no
+reads of the data plane.
 """
 from __future__ import annotations
 
@@ -38,7 +46,8 @@ from prometheus_client.core import GaugeMetricFamily
 
 from consumer.cli import describe
 from consumer.cli.context import CliContext, pass_cli
-from coordinator import read
+from consumer.dataplane.record_times import RecordTimesReader
+from coordinator import lagtime, read
 from coordinator.cli.common import Seconds, report
 from coordinator.errors import ZkGroupsError
 from coordinator.metrics import MetricsServer, check_port
@@ -66,6 +75,9 @@ class LagExporter:
         self._groups = 0
         self._read_at = 0.0
         self._took = 0.0
+        self._reader = RecordTimesReader(cli.data_plane)
+        self.record_times = lagtime.RecordTimes(self._reader)
+        self.history = lagtime.CommitHistory()
         self.registry.register(self)
 
     def refresh(self, first: bool = False) -> None:
@@ -74,7 +86,7 @@ class LagExporter:
         started = time.monotonic()
         try:
             snapshots = describe.read_groups(self.cli.zk, read.groups(self.cli.zk), skip_unreadable=True)
-            rows = describe.all_offsets_rows(self.cli, snapshots)
+            rows = describe.all_offsets_rows(self.cli, snapshots, self.record_times, self.history)
         except (KazooException, ZkGroupsError) as e:
             if first:
                 raise
@@ -108,13 +120,34 @@ class LagExporter:
                 totals[row["group"]] = totals.get(row["group"], 0) + row["lag"]
         for group, value in sorted(totals.items()):
             total.add_metric([group], value)
+        ages = _age_gauges(rows)
         count = GaugeMetricFamily("zkgroups_exporter_groups", "Groups read at the last refresh.")
         count.add_metric([], groups)
         when = GaugeMetricFamily("zkgroups_exporter_last_refresh_timestamp_seconds", "When the groups were read.")
         when.add_metric([], read_at)
         duration = GaugeMetricFamily("zkgroups_exporter_refresh_duration_seconds", "How long the last reading took.")
         duration.add_metric([], took)
-        return [committed, end, lag, total, count, when, duration]
+        return [committed, end, lag, total, *ages, count, when, duration]
+
+    def close(self) -> None:
+        self._reader.close()
+
+
+def _age_gauges(rows: List[dict]) -> List[GaugeMetricFamily]:
+    """Lag in seconds per partition and each group's largest (absent where unknown)."""
+    out = []
+    for field, help_ in (("lag_seconds", "Age of the oldest unconsumed record."),
+                         ("estimated_lag_seconds", "The lag over the recent consumption rate.")):
+        gauge = GaugeMetricFamily(f"zkgroups_group_{field}", help_, labels=["group", "topic", "partition"])
+        for row in rows:
+            if row[field] is not None:
+                gauge.add_metric([row["group"], row["topic"], str(row["partition"])], row[field])
+        biggest = GaugeMetricFamily(f"zkgroups_group_max_{field}", f"{help_} The group's largest.", labels=["group"])
+        for group, value in sorted(lagtime.group_max(rows, field).items()):
+            if value is not None:
+                biggest.add_metric([group], value)
+        out += [gauge, biggest]
+    return out
 
 
 @click.command()
@@ -139,3 +172,4 @@ def exporter(cli: CliContext, port: int, interval: float) -> None:
             lag.refresh()
     finally:
         server.close()
+        lag.close()

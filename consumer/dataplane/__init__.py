@@ -15,6 +15,9 @@ from an offset (tools, range reads); a *fetcher* — the streaming reader a ``Co
 with fair ``max_poll_records`` hand-out (:class:`consumer.fetcher.Fetcher`'s interface); appends;
 and, for Kafka, a copy of a group's committed offsets where Kafka's own tools read them.
 
+Beside them, :mod:`~consumer.dataplane.record_times` reads the timestamps of the records at
+given offsets from either (lag in seconds: the age of a group's oldest unconsumed record).
+
 Which one: :func:`open_data_plane` — Kafka when bootstrap servers are given (argument, config,
 or ``KAFKA_BOOTSTRAP_SERVERS``), else the embedded log under ``data_dir``. A topic's partition
 count: :func:`topic_partitions` (ZooKeeper's registry for the embedded log, Kafka's metadata).

@@ -35,7 +35,8 @@ the embedded log under ``--data-dir`` (env ``ZKGROUPS_DATA_DIR``), or from Kafka
 An address out of range or taken, or TLS files that cannot be loaded, is one line and exit 1.
 
 This module is the coordinator's composition root: the one module of :mod:`coordinator` that
-imports :mod:`consumer` (its data plane, for the console's log ends), checked by
+imports :mod:`consumer` (its data plane, for the console's log ends and the timestamps of the
+records at committed offsets: lag in seconds), checked by
 tests/project/test_layering.py.
 
 SIGTERM/SIGINT: the leader abandons its current attempt, resigns (another node leads at
@@ -296,7 +297,9 @@ class DataPlaneEnds:
     (what ``groupctl groups describe`` and ``topics describe`` read)."""
 
     def __init__(self, plane):
+        from consumer.dataplane.record_times import RecordTimesReader
         self.plane, self.name = plane, plane.name
+        self.timestamps = RecordTimesReader(plane)  # lag in seconds: the records at committed offsets
 
     @classmethod
     def open(cls, bootstrap_servers: str, kafka: dict, data_dir: str) -> "DataPlaneEnds":
@@ -327,6 +330,7 @@ class DataPlaneEnds:
                                               leaders.get(tp.partition, -1) if kafka else None) for tp in tps]
 
     def close(self) -> None:
+        self.timestamps.close()
         self.plane.close()
 
 

@@ -34,7 +34,7 @@ from urllib.parse import parse_qs, quote, unquote
 import jinja2
 from prometheus_client.core import GaugeMetricFamily
 
-from coordinator import documents, protocol
+from coordinator import documents, lagtime, protocol
 from coordinator.console.lag import DEFAULT_INTERVAL_S, LagSampler, LogEnds, catch_up, sparkline
 from coordinator.console.snapshot import ClusterSnapshot, GroupView
 from coordinator.http import Response
@@ -187,10 +187,13 @@ class Console:
             return rows
         snapshot = self._describe(view.name)
         pairs = [(r["topic"], r["partition"]) for r in rows]
-        return documents.offsets_rows(snapshot, pairs, {pair: r["current_offset"] for pair, r in zip(pairs, rows)},
-                                      {pair: r["error"] for pair, r in zip(pairs, rows) if r["error"]},
-                                      {pair: r["log_end_offset"] for pair, r in zip(pairs, rows)
-                                       if r["log_end_offset"] is not None})
+        shaped = documents.offsets_rows(snapshot, pairs, {pair: r["current_offset"] for pair, r in zip(pairs, rows)},
+                                        {pair: r["error"] for pair, r in zip(pairs, rows) if r["error"]},
+                                        {pair: r["log_end_offset"] for pair, r in zip(pairs, rows)
+                                         if r["log_end_offset"] is not None})
+        for new, old in zip(shaped, rows):  # ages as of the reading, as its offsets are
+            new.update({name: old[name] for name in lagtime.FIELDS})
+        return shaped
 
     def _describe(self, name: str) -> documents.GroupSnapshot:
         view = self.snapshot.group(name)
@@ -348,6 +351,7 @@ class Console:
         return self._render("group.html", page="groups", view=view, state=view.state, coordinator=coordinator,
                             members=members, partitions=partitions, held=held, timeline=timeline,
                             total_lag=sum(lags) if lags else None, capacity=protocol.TIMELINE_ENTRIES,
+                            max_lag_s=reading.max_lag_s.get(view.name),
                             last=_age(view.last_rebalance_ms, now), lag_read=view.name in reading.rows)
 
     def _topic(self, topic: str) -> Response:
@@ -403,6 +407,10 @@ class ConsoleCollector:
       ``groupctl exporter`` serves too);
     * ``zkgroups_group_rebalancing_seconds`` {group}: how long the group's state has said
       Rebalancing (absent otherwise);
+    * ``zkgroups_group_max_lag_seconds`` {group}: the age of the group's oldest unconsumed
+      record at the last reading (:mod:`coordinator.lagtime`; absent while unknown);
+    * ``zkgroups_group_max_estimated_lag_seconds`` {group}: its largest lag over its recent
+      consumption rate (absent while the rate is unknown or 0);
     * ``zkgroups_console_lag_read_timestamp_seconds``: when lag was last read."""
 
     def __init__(self, console: NodeConsole):
@@ -419,6 +427,10 @@ class ConsoleCollector:
         for group, value in sorted(reading.total_lag.items()):
             if value is not None and leads(group):
                 lag.add_metric([group], value)
+        ages = [_group_gauge(name, help_, values, leads) for name, help_, values in (
+            ("zkgroups_group_max_lag_seconds", "Age of the group's oldest unconsumed record.", reading.max_lag_s),
+            ("zkgroups_group_max_estimated_lag_seconds", "The group's largest lag over its recent consumption rate.",
+             reading.max_estimated_lag_s))]
         rebalancing = GaugeMetricFamily("zkgroups_group_rebalancing_seconds",
                                         "How long the group's state has said Rebalancing.", labels=["group"])
         now = time.time()
@@ -428,4 +440,12 @@ class ConsoleCollector:
                 rebalancing.add_metric([name], max(0.0, now - s.updated / 1000.0))
         when = GaugeMetricFamily("zkgroups_console_lag_read_timestamp_seconds", "When the console last read lag.")
         when.add_metric([], reading.at)
-        return [lag, rebalancing, when]
+        return [lag, *ages, rebalancing, when]
+
+
+def _group_gauge(name: str, help_: str, values: Dict[str, Optional[float]], leads) -> GaugeMetricFamily:
+    gauge = GaugeMetricFamily(name, help_, labels=["group"])
+    for group, value in sorted(values.items()):
+        if value is not None and leads(group):
+            gauge.add_metric([group], value)
+    return gauge

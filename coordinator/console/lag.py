@@ -9,6 +9,13 @@ pipelined over all groups) and the log ends of the partitions they name from the
 :mod:`coordinator.documents`, so the console's offsets documents are the CLI's. The round's
 rows replace the last ones whole. A failed round keeps the last reading and is counted.
 
+Lag in seconds (:mod:`coordinator.lagtime`): after the offsets, the timestamp of the record
+at each lagging partition's committed offset is read from the data plane
+(:meth:`LogEnds.timestamps`, one bounded read per spot not read in an earlier round), and
+each row's age is taken as of when its committed offset was read; the estimate divides the
+lag by the committed offset's growth over the newest :data:`coordinator.lagtime.RATE_WINDOW`
+rounds of :class:`History`.
+
 ZooKeeper cost per round: per group, one listing of ``offsets/``, one per topic under it, and
 one read per partition; 10,000 groups of one partition is about 30,000 pipelined reads (a few
 seconds of one core). Raise ``--lag-interval`` for very many groups.
@@ -28,7 +35,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, 
 
 from kazoo.exceptions import NoNodeError
 
-from coordinator import documents, protocol
+from coordinator import documents, lagtime, protocol
 from coordinator.console.snapshot import ClusterSnapshot, GroupView
 from coordinator.errors import CorruptZnode, ZkGroupsError
 from coordinator.zkclient import wait_in_order
@@ -59,15 +66,22 @@ class LogEnds(Protocol):
     def details(self, topic: str, partitions: Sequence[int]) -> List[dict]:
         """``topics describe``'s rows (:func:`coordinator.documents.topic_partition_row`)."""
 
+    def timestamps(self, spots: Sequence[lagtime.Spot]) -> Dict[lagtime.Spot, int]:
+        """The timestamp (ms) of the record at each (topic, partition, offset) it could read
+        (:class:`consumer.dataplane.record_times.RecordTimesReader`)."""
+
 
 @dataclass
 class Reading:
-    """One round: each group's offsets rows and total lag, each topic's partition rows, when
+    """One round: each group's offsets rows, total lag and largest lag in seconds (the age of
+    its oldest unconsumed record, and the rate's estimate), each topic's partition rows, when
     it was read and how long it took, and the data plane's partition counts."""
     at: float = 0.0
     took_s: float = 0.0
     rows: Dict[str, List[dict]] = field(default_factory=dict)
     total_lag: Dict[str, Optional[int]] = field(default_factory=dict)
+    max_lag_s: Dict[str, Optional[float]] = field(default_factory=dict)
+    max_estimated_lag_s: Dict[str, Optional[float]] = field(default_factory=dict)
     topics: Dict[str, List[dict]] = field(default_factory=dict)
     counts: Dict[str, int] = field(default_factory=dict)
     data_plane: str = ""
@@ -171,6 +185,7 @@ class LagSampler:
                  interval_s: float = DEFAULT_INTERVAL_S):
         self.client, self.snapshot, self.ends, self.interval_s = client, snapshot, ends, interval_s
         self.history = History()
+        self.record_times = lagtime.RecordTimes(ends.timestamps) if ends is not None else None
         self._reading = Reading()
         self.failures = 0
         self.last_error = ""
@@ -208,8 +223,9 @@ class LagSampler:
             self.last_error = f"{type(e).__name__}: {e}"
             log.warning("console: reading lag failed (%s); showing the last reading", self.last_error)
             return
-        reading.took_s = time.monotonic() - started
         self.history.add(reading.at, reading.rows)
+        self._estimate(reading)
+        reading.took_s = time.monotonic() - started
         self._reading = reading
         self.last_error = ""
 
@@ -221,8 +237,9 @@ class LagSampler:
             {t: n for t, n in topics.items() if n is not None}
         reading = Reading(at=time.time(), counts=counts, data_plane=ends.name if ends else "")
         names = sorted(groups)
-        for i in range(0, len(names), BATCH):
-            self._read_groups([groups[g] for g in names[i:i + BATCH]], counts, reading)
+        batches = [self._read_groups([groups[g] for g in names[i:i + BATCH]], counts, reading)
+                   for i in range(0, len(names), BATCH)]
+        self._ages(batches)
         if ends is not None:
             for topic, count in sorted(counts.items()):
                 try:
@@ -231,7 +248,9 @@ class LagSampler:
                     continue
         return reading
 
-    def _read_groups(self, views: List[GroupView], counts: Dict[str, int], reading: Reading) -> None:
+    def _read_groups(self, views: List[GroupView], counts: Dict[str, int], reading: Reading) -> Tuple[List[dict], float]:
+        """Read the groups' offsets rows into ``reading``; returns them and when their committed
+        offsets were read (what their lag in seconds is as of)."""
         client = self.client
         listings = [(v, client.get_children_async(protocol.offsets_path(v.name))) for v in views]
         wait_in_order([a for _, a in listings])
@@ -260,7 +279,9 @@ class LagSampler:
                     for t, parts in sorted(offset_topics.items()) for p in sorted(parts)]
             plans.append((snapshot, partitions, pairs, gets))
         wait_in_order([a for *_, gets in plans for _, a in gets])
+        read_at = time.time()
         log_ends = self._log_ends([(partitions, counts) for _, partitions, _, _ in plans])
+        batch: List[dict] = []
         for snapshot, partitions, pairs, gets in plans:
             committed: Dict[Pair, Optional[int]] = {}
             problems: Dict[Pair, str] = {}
@@ -274,8 +295,39 @@ class LagSampler:
                     committed[pair], problems[pair] = None, e.problem
             rows = documents.offsets_rows(snapshot, pairs, committed, problems, log_ends)
             reading.rows[snapshot.group] = rows
+            batch += rows
             lags = [r["lag"] for r in rows if r["lag"] is not None]
             reading.total_lag[snapshot.group] = sum(lags) if lags else None
+        return batch, read_at
+
+    def _ages(self, batches: List[Tuple[List[dict], float]]) -> None:
+        """Each row's ``lag_seconds``: the records at the committed offsets of every batch read
+        at once (a spot read before is not read again)."""
+        if self.record_times is None:
+            return
+        spots = lagtime.lagging(row for rows, _ in batches for row in rows)
+        try:
+            stamps = self.record_times.timestamps(spots)
+        except ZkGroupsError as e:  # the data plane failed meanwhile: the offsets stand, their ages are unknown
+            log.warning("console: reading the records' timestamps failed (%s); lag in seconds unknown", e)
+            stamps = {}
+        for rows, at in batches:
+            lagtime.fill(rows, at, stamps)
+
+    def _estimate(self, reading: Reading) -> None:
+        """Each lagging row's ``estimated_lag_seconds`` from the history's consumption rate, and
+        the groups' largest lag in seconds."""
+        for group, rows in reading.rows.items():
+            for row in rows:
+                if row["lag"]:
+                    times, committed, _ = self.history.series(group, row["topic"], row["partition"])
+                    row["estimated_lag_seconds"] = lagtime.estimated_lag_seconds(
+                        row["lag"], lagtime.consumption_rate(times, committed))
+                elif row["lag"] == 0:
+                    row["estimated_lag_seconds"] = 0.0
+        rows = [row for group_rows in reading.rows.values() for row in group_rows]
+        reading.max_lag_s = lagtime.group_max(rows)
+        reading.max_estimated_lag_s = lagtime.group_max(rows, "estimated_lag_seconds")
 
     def _log_ends(self, wanted: Iterable[Tuple[Dict[str, Set[int]], Dict[str, int]]]) -> Dict[Pair, int]:
         """The log end of every partition the groups name (each topic asked once)."""

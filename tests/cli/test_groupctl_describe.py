@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 
 from coordinator import protocol
 from coordinator.topics import TopicRegistry
@@ -35,16 +36,25 @@ def as_cells(rows, keys):
 
 def assert_json_is_the_table(groupctl, args, top, keys):
     """``args`` with --output json is one JSON document whose ``top`` list says what the
-    table of ``args`` says; returns the JSON rows."""
+    table of ``args`` says; returns the JSON rows. Ages (``lag_seconds``) grow between the two
+    reads: they agree within a second."""
     shown = table(ok(groupctl(*args)))
     document = json.loads(ok(groupctl(*args, "--output", "json")))
     assert list(document) == [top]
-    assert as_cells(document[top], keys) == shown, (document, shown)
+    ages = [i for i, k in enumerate(keys) if k == "lag_seconds"]
+    cells = as_cells(document[top], keys)
+    for i in ages:
+        for row, shown_row in zip(cells, shown):
+            assert (row[i] == "-") == (shown_row[i] == "-"), (row, shown_row)
+            if row[i] != "-":
+                assert abs(float(row[i]) - float(shown_row[i])) <= 1, (row, shown_row)
+                row[i] = shown_row[i]
+    assert cells == shown, (document, shown)
     return document[top]
 
 
 OFFSETS_KEYS = ["group", "topic", "partition", "current_offset", "log_end_offset", "lag", "consumer_id", "host",
-                "client_id"]
+                "client_id", "lag_seconds"]
 MEMBERS_KEYS = ["group", "consumer_id", "host", "client_id", "partitions"]
 STATE_KEYS = ["group", "coordinator", "assignment_strategy", "state", "members", "generation"]
 
@@ -68,14 +78,20 @@ def test_offsets_view_is_kafkas_describe_and_json_says_the_same(groupctl, cluste
     cid = member.consumer_id
     out = ok(groupctl("groups", "describe", "g"))
     assert header(out) == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "CONSUMER-ID",
-                           "HOST", "CLIENT-ID"]
-    assert table(out) == [["g", "t", "0", "2", "5", "3", cid, HOST, "-"],
-                          ["g", "t", "1", "2", "3", "1", cid, HOST, "-"],
-                          ["g", "u", "0", "2", "2", "0", "-", "-", "-"]]
-    assert ok(groupctl("groups", "describe", "g", "--offsets")) == out
+                           "HOST", "CLIENT-ID", "LAG-SECONDS"]
+    assert [row[:9] for row in table(out)] == [["g", "t", "0", "2", "5", "3", cid, HOST, "-"],
+                                               ["g", "t", "1", "2", "3", "1", cid, HOST, "-"],
+                                               ["g", "u", "0", "2", "2", "0", "-", "-", "-"]]
+    # the records at offset 2 were stamped 1002 ms after the epoch (fill's); u is caught up
+    ages = [row[9] for row in table(out)]
+    assert [abs(float(age) - (time.time() - 1.002)) <= 1 for age in ages[:2]] == [True, True] and ages[2] == "0.0"
+    assert [row[:9] for row in table(ok(groupctl("groups", "describe", "g", "--offsets")))] == \
+        [row[:9] for row in table(out)]
     rows = assert_json_is_the_table(groupctl, ["groups", "describe", "g"], "offsets", OFFSETS_KEYS)
+    assert abs(rows[0].pop("lag_seconds") - (time.time() - 1.002)) <= 1
     assert rows[0] == {"group": "g", "topic": "t", "partition": 0, "current_offset": 2, "log_end_offset": 5, "lag": 3,
-                       "consumer_id": cid, "host": HOST, "client_id": "", "error": None}
+                       "consumer_id": cid, "host": HOST, "client_id": "", "error": None,
+                       "estimated_lag_seconds": None}
     assert rows[2]["consumer_id"] is None and rows[2]["host"] is None
 
 
@@ -129,7 +145,7 @@ def test_all_groups_in_every_view_leaves_out_an_unreadable_group_with_a_warning(
     result = groupctl("groups", "describe", "--all-groups")
     rows = table(ok(result))
     assert [row[:3] for row in rows] == [["g", "t", "0"], ["g", "t", "1"], ["g", "u", "0"], ["idle", "u", "0"]]
-    assert rows[3][3:] == ["0", "2", "2", "-", "-", "-"]
+    assert rows[3][3:9] == ["0", "2", "2", "-", "-", "-"] and abs(float(rows[3][9]) - (time.time() - 1.0)) <= 1
     (warning,) = result.stderr.splitlines()
     assert warning.startswith(f"warning: group broken left out: {protocol.state_path('broken')}: group state is not JSON")
     assert_json_is_the_table(groupctl, ["groups", "describe", "--all-groups"], "offsets", OFFSETS_KEYS)

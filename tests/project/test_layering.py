@@ -31,7 +31,8 @@ def imported(path):
 
 #: The coordinator's composition root: coordinatord builds the console's log-end reader from the
 #: data plane (the embedded log or Kafka), and may import exactly these modules of ``consumer``.
-COMPOSITION_ROOT = {os.path.join("coordinator", "cli", "coordinatord.py"): {"consumer.dataplane", "consumer.records"}}
+COMPOSITION_ROOT = {os.path.join("coordinator", "cli", "coordinatord.py"): {"consumer.dataplane", "consumer.records",
+                                                                      "consumer.dataplane.record_times"}}
 
 
 @pytest.mark.parametrize("package,forbidden", [("coordinator", ("consumer", "tests")), ("consumer", ("tests",))])
