@@ -1,6 +1,8 @@
-"""The Grafana dashboard and Prometheus alert rules shipped in monitoring/: checked offline with
-``promtool check rules`` and ``promtool test rules`` (Debian's ``prometheus`` package; bin/setup
-installs it), one unit test per alert, and every query names metrics zkgroups exports."""
+"""The Grafana dashboard, Prometheus alert rules and example prometheus.yml shipped in monitoring/:
+checked offline with ``promtool check rules``, ``promtool test rules`` and ``promtool check
+config`` (Debian's ``prometheus`` package; bin/setup installs it), one unit test per alert, and
+every query names metrics zkgroups exports. tests/console/test_prometheus.py loads them into a
+running Prometheus."""
 import json
 import os
 import re
@@ -21,8 +23,10 @@ from coordinator.metrics import CoordinatorMetrics
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RULES = os.path.join(ROOT, "monitoring", "prometheus", "zkgroups-alerts.yml")
 RULE_TESTS = os.path.join(ROOT, "monitoring", "prometheus", "zkgroups-alerts-test.yml")
+CONFIG = os.path.join(ROOT, "monitoring", "prometheus", "prometheus.yml")
 DASHBOARD = os.path.join(ROOT, "monitoring", "grafana", "zkgroups.json")
 METRIC = re.compile(r"\bzkgroups_[a-z0-9_]+\b")
+RECORDED = re.compile(r"\b[a-z_]+:[a-z0-9_]+:[a-z0-9_]+\b")  # level:metric:operations
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="no promtool: install Debian's prometheus package "
                                                              "(bin/setup does) to check the alert rules")
@@ -60,9 +64,10 @@ def exported_names():
     return names
 
 
-def rules():
+def rules(kind: str = "alert"):
+    """The rules file's alerting rules (``kind="record"``: its recording rules)."""
     with open(RULES) as f:
-        return [rule for group in yaml.safe_load(f)["groups"] for rule in group["rules"]]
+        return [rule for group in yaml.safe_load(f)["groups"] for rule in group["rules"] if kind in rule]
 
 
 def dashboard_queries():
@@ -97,8 +102,12 @@ def test_every_alert_names_exported_metrics_and_has_a_unit_test():
     alerts = rules()
     assert {"ZkgroupsGroupFailed", "ZkgroupsGroupRebalancingTooLong", "ZkgroupsLagGrowing", "ZkgroupsNoController",
             "ZkgroupsShardWithoutLeader", "ZkgroupsCommitFailures"} <= {r["alert"] for r in alerts}
+    recorded = {r["record"] for r in rules("record")}
+    for rule in rules("record"):
+        assert RECORDED.fullmatch(rule["record"]) and set(METRIC.findall(rule["expr"])) <= known, rule["record"]
     for rule in alerts:
-        assert set(METRIC.findall(rule["expr"])) <= known, rule["alert"]
+        assert set(RECORDED.findall(rule["expr"])) <= recorded, rule["alert"]
+        assert set(METRIC.findall(RECORDED.sub("", rule["expr"]))) <= known, rule["alert"]
         assert rule["alert"] in tested, f"{rule['alert']} has no unit test that fires it"
         assert rule["labels"]["severity"] in ("warning", "critical") and rule["annotations"]["summary"]
 
@@ -118,5 +127,37 @@ def test_promtool_parses_every_dashboard_query(tmp_path):
     records = [{"record": f"zkgroups:dashboard:{i}", "expr": expr} for i, (_, expr) in enumerate(dashboard_queries())]
     path = tmp_path / "dashboard-queries.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": records}]}))
+    checked = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+@needs_promtool
+def test_promtool_checks_the_example_prometheus_yml():
+    checked = subprocess.run([PROMTOOL, "check", "config", CONFIG], capture_output=True, text=True, timeout=60,
+                             cwd=os.path.dirname(CONFIG))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    with open(CONFIG) as f:
+        config = yaml.safe_load(f)
+    assert config["rule_files"] == ["zkgroups-alerts.yml"]
+    assert {"zkgroups-coordinators", "zkgroups-consumers", "zkgroups-exporter", "zkgroups-spark"} == \
+        {job["job_name"] for job in config["scrape_configs"]}
+
+
+@needs_promtool
+def test_the_rules_rendered_for_a_fast_clock_differ_only_in_durations(tmp_path):
+    """What tests/console/test_prometheus.py loads: the shipped rules with each ``for:``, range
+    window and seconds threshold divided by 60, every other character the same."""
+    from tests.support.prometheus import shortened_rules
+    with open(RULES) as f:
+        text = f.read()
+    short = shortened_rules(text)
+    by_name = {r.get("alert") or r["record"]: r for g in yaml.safe_load(short)["groups"] for r in g["rules"]}
+    assert by_name["ZkgroupsGroupFailed"]["for"] == "5s" and by_name["ZkgroupsLagGrowing"]["for"] == "15s"
+    assert "[10s]" in by_name["ZkgroupsLagGrowing"]["expr"] and "[20s]" in by_name["ZkgroupsGroupFailed"]["expr"]
+    assert by_name["ZkgroupsGroupRebalancingTooLong"]["expr"].endswith("> 5")
+    duration = re.compile(r"(for:\s*|\[)\d+(ms|s|m|h)|(_seconds\)\s*>\s*)\d+")
+    assert duration.sub("D", short) == duration.sub("D", text)
+    path = tmp_path / "short.yml"
+    path.write_text(short)
     checked = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stdout + checked.stderr
