@@ -5,6 +5,9 @@ Modules, from the bottom up (each imports only those above it; ``tests/project/t
 checks the order):
 
 * :mod:`~consumer.records` — value types (``TopicPartition``, ``ConsumerRecord``, ...).
+* :mod:`~consumer.kafka_python` — kafka-python's keywords zkgroups does not take, and what instead.
+* :mod:`~consumer.deserializers` — kafka-python's key and value deserializers, applied.
+* :mod:`~consumer.iteration` — what ``for record in consumer`` holds between records.
 * :mod:`~consumer.hashing` — Kafka's murmur2 key partitioner.
 * :mod:`~consumer.log` — the embedded, durable, partitioned log (the default data plane).
 * :mod:`~consumer.partition_buffer` — one partition's positions and buffered records in a
@@ -27,6 +30,7 @@ checks the order):
   consumer's fetcher, its poll thread and its rebalance listener.
 * :mod:`~consumer.streams` — the streams of a ``{topic: n}`` subscription.
 * :mod:`~consumer.metrics` — a consumer's Prometheus metrics (opt-in).
+* :mod:`~consumer.config` — the consumer's configuration and subscription.
 * :mod:`~consumer.consumer` — the kafka-python-style ``Consumer``.
 * :mod:`~consumer.futures` — what became of a sent record: ``FutureRecordMetadata``,
   ``DeliveryFailed``.
@@ -49,22 +53,25 @@ from importlib import import_module
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
-    from consumer.consumer import Consumer, ConsumerConfig, ConsumerRebalanceListener, WakeupException
+    from consumer.config import ConsumerConfig
+    from consumer.consumer import Consumer, ConsumerRebalanceListener, WakeupException
     from consumer.log import Log
     from consumer.futures import DeliveryFailed, FutureRecordMetadata
     from consumer.producer import Producer
-    from consumer.records import ConsumerRecord, OffsetAndTimestamp, RecordMetadata, TopicPartition
+    from consumer.records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
     from coordinator.errors import (CommitFailedError, FetchFailed, IllegalStateError, InvalidConfig, LogCorrupted,
-                                    NoOffsetForPartition, OffsetOutOfRange, ZkGroupsError, ZooKeeperUnavailable)
+                                    NoOffsetForPartition, OffsetOutOfRange, RecordDeserializationError,
+                                    ZkGroupsError, ZooKeeperUnavailable)
     from coordinator.zkclient import close_client, start_client
 
 _EXPORTS = {
-    "Consumer": "consumer.consumer", "ConsumerConfig": "consumer.consumer",
+    "Consumer": "consumer.consumer", "ConsumerConfig": "consumer.config",
     "ConsumerRebalanceListener": "consumer.consumer", "WakeupException": "consumer.consumer",
     "Producer": "consumer.producer", "FutureRecordMetadata": "consumer.futures",
     "DeliveryFailed": "consumer.futures", "Log": "consumer.log",
     "TopicPartition": "consumer.records", "ConsumerRecord": "consumer.records",
     "RecordMetadata": "consumer.records", "OffsetAndTimestamp": "consumer.records",
+    "OffsetAndMetadata": "consumer.records", "RecordDeserializationError": "coordinator.errors",
     "CommitFailedError": "coordinator.errors", "NoOffsetForPartition": "coordinator.errors",
     "OffsetOutOfRange": "coordinator.errors", "IllegalStateError": "coordinator.errors",
     "ZkGroupsError": "coordinator.errors", "InvalidConfig": "coordinator.errors",

@@ -17,88 +17,38 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field as dataclass_field
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Union
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Union
 
 from kazoo.client import KazooClient
 
 from coordinator import config as cfg
-from coordinator import protocol
-from coordinator.assignors import STRATEGIES
-from coordinator.errors import CommitFailedError, IllegalStateError, InvalidConfig, ZkGroupsError
-from coordinator.acl import parse_auth
+from coordinator.errors import CommitFailedError, IllegalStateError, UnknownTopic, ZkGroupsError
 from coordinator.lifecycle import Lifecycle
-from coordinator.metrics import check_port
+from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
+from consumer.config import ConsumerConfig, Topics, build_consumer_config, subscription_of
 from consumer.dataplane import DataPlane, open_data_plane
+from consumer.deserializers import Deserializers
 from consumer.handoff import Handoff, Revocation
+from consumer.iteration import Unyielded
 from consumer.log import Columns
 from consumer.member import GroupMember
-from consumer.metrics import ConsumerMetrics
+from consumer.metrics import ConsumerMetrics, snapshot
 from consumer.partition_changes import CommittedPositions, PartitionChanges
-from consumer.records import ConsumerRecord, OffsetAndTimestamp, TopicPartition
+from consumer.records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from consumer.streams import Stream, Streams
 
 log = logging.getLogger("zkgroups.consumer")
 
-START_POSITIONS = ("committed", "earliest", "latest", "timestamp")
 #: poll(0) still waits this long for a lease renewal's round trip (only when the lease lapsed).
 LEASE_RENEWAL_MIN_WAIT_S = 0.05
-
-
-#: What ``Consumer(topics=...)`` takes: topic names (one name as a string), or {topic: streams}.
-Topics = Union[None, str, Iterable[str], Mapping[str, int]]
+#: How long one wait of the iterator's for records lasts (it waits again until consumer_timeout_ms).
+ITERATION_POLL_MS = 500
 
 
 class WakeupException(ZkGroupsError):
     """``poll()`` was interrupted by ``wakeup()``."""
-
-
-@dataclass
-class ConsumerConfig:
-    auto_offset_reset: str = "latest"          # earliest | latest | none (no committed offset)
-    enable_auto_commit: bool = True            # commit positions from poll() and before partitions are revoked
-    auto_commit_interval_ms: int = 5000        # at most this often
-    max_poll_records: int = 500                # records one poll() returns at most, fairly across partitions
-    max_poll_interval_ms: int = 300000         # no poll() for this long: leave the group (rejoin on the next poll)
-    session_timeout_ms: int = cfg.DEFAULT_SESSION_TIMEOUT_MS   # the ZooKeeper session: liveness
-    fetch_max_bytes: int = 52428800            # bytes one fetch reads at most
-    max_partition_fetch_bytes: int = 1048576   # bytes one fetch reads from a partition at most
-    fetch_max_wait_ms: int = 100               # idle partitions are looked at again this often
-    client_id: str = "zkgroups"                # shown in groups describe and the metrics
-    assignment_strategy: tuple = ("sticky", "range")   # preferred first; range: what older members list
-    start_position: str = "committed"          # committed | earliest | latest | timestamp (seed 002)
-    start_timestamp_ms: int = 0                # for start_position = "timestamp"
-    connect_timeout_s: float = 10.0            # to connect (else ZooKeeperUnavailable); a later loss is waited out
-    bootstrap_servers: str = ""                # Kafka brokers; "" (and no KAFKA_BOOTSTRAP_SERVERS): the embedded log
-    kafka_commit_offsets: bool = False         # also copy commits to Kafka (after ZooKeeper's) for Kafka's tools
-    metrics_port: Optional[int] = None         # serve Prometheus metrics on this port (0: any free one); None: off
-    group_instance_id: str = ""                # a static member (Kafka's group.instance.id); "": dynamic
-    static_grace_ms: int = 0                   # how long a static member's partitions wait for it; 0: session_timeout_ms
-    zk_auth: Any = dataclass_field(default=None, repr=False)  # the group's ZooKeeper identity: user:password or @file
-
-    def validate(self) -> None:
-        self.zk_auth = parse_auth(self.zk_auth, "zk_auth")  # a file reference is read now; errors never show it
-        if self.auto_offset_reset not in ("earliest", "latest", "none"):
-            raise InvalidConfig(f"auto_offset_reset must be earliest, latest or none, not {self.auto_offset_reset!r}")
-        if self.start_position not in START_POSITIONS:
-            raise InvalidConfig(f"start_position must be one of {', '.join(START_POSITIONS)}")
-        cfg.positive(self, "auto_commit_interval_ms", "max_poll_records", "max_poll_interval_ms",
-                     "session_timeout_ms", "fetch_max_bytes", "max_partition_fetch_bytes")
-        if self.metrics_port is not None:
-            check_port(self.metrics_port, "metrics_port")
-        if self.group_instance_id:
-            protocol.validate_name(self.group_instance_id, "group instance id")
-        if self.static_grace_ms < 0:
-            raise InvalidConfig("static_grace_ms must not be negative (0: the session timeout)")
-        if isinstance(self.assignment_strategy, str):
-            self.assignment_strategy = (self.assignment_strategy,)
-        self.assignment_strategy = tuple(self.assignment_strategy)
-        unknown = [s for s in self.assignment_strategy if s not in STRATEGIES]
-        if unknown or not self.assignment_strategy:
-            raise InvalidConfig(f"assignment_strategy: unknown strategy {unknown[0]!r} (known: "
-                                f"{', '.join(sorted(STRATEGIES))})" if unknown else
-                                "assignment_strategy must name at least one strategy")
 
 
 class ConsumerRebalanceListener:
@@ -190,13 +140,16 @@ class Consumer(Lifecycle[ConsumerState]):
                  listener: Optional[ConsumerRebalanceListener] = None, consumer_id: Optional[str] = None,
                  log_options: Optional[dict] = None, kafka: Optional[dict] = None, **config: Any) -> None:
         super().__init__(ConsumerState.ACTIVE)
-        self.config = cfg.build(ConsumerConfig, config, "consumer config")
+        self.config = build_consumer_config(config)
         zk = zk or cfg.default_connect()
         data_dir = data_dir or cfg.default_data_dir()
         self.group_id = group_id
-        self._subscription, kind = _subscription_of(topics, pattern, exclude)
+        self._subscription, kind = subscription_of(topics, pattern, exclude)
         self.listener = listener or ConsumerRebalanceListener()
         self._handed_out_at: Optional[float] = None
+        self._deserializers = Deserializers(self.config.key_deserializer, self.config.value_deserializer) \
+            if self.config.key_deserializer or self.config.value_deserializer else None
+        self._unyielded = Unyielded(self._still_fetched)  # the iterator's records not yielded yet
         self._handoff = Handoff()
         self._committed = CommittedPositions()
         self._user_paused: Set[TopicPartition] = set()
@@ -291,10 +244,18 @@ class Consumer(Lifecycle[ConsumerState]):
 
     # ------------------------------------------------------------ poll
 
+    def metrics(self, raw: bool = False) -> Dict[str, float]:
+        """This consumer's metrics now (kafka-python's call): {sample name with its labels:
+        value}, as Prometheus would scrape them (``zkgroups_consumer_lag{partition="0",topic="t"}``).
+        Without ``metrics_port`` only what is read at a scrape (positions, lag, owned
+        partitions, generation); with it the counters of records, bytes and commits too.
+        ``raw=True``: prometheus_client's metric families instead."""
+        return snapshot(self, self._metrics, raw)
+
     @property
-    def metrics(self) -> Optional[ConsumerMetrics]:
-        """This consumer's metrics (``metrics.server.url``: where they are served); None without ``metrics_port``."""
-        return self._metrics
+    def metrics_server(self):
+        """Where ``metrics_port`` serves the metrics (``.url``, ``.port``); None without it."""
+        return None if self._metrics is None else self._metrics.server
 
     def poll(self, timeout_ms: int = 0, max_records: Optional[int] = None) -> Dict[TopicPartition, List[ConsumerRecord]]:
         """Up to ``max_records`` (default ``max_poll_records``) records, fairly across partitions,
@@ -306,10 +267,17 @@ class Consumer(Lifecycle[ConsumerState]):
         a data-plane error such as LogCorrupted or FetchFailed once for the partition it
         concerns, after every record of that partition before the unreadable offset was returned
         (the others keep flowing; ``seek`` past the damage to go on), and IllegalStateError once
-        closed."""
-        if self._metrics is not None:
-            return self._metrics.timed_poll(self._poll, timeout_ms, max_records)
-        return self._poll(timeout_ms, max_records)
+        closed. With a ``key_deserializer`` or ``value_deserializer``, RecordDeserializationError
+        once a record they fail on is next (:mod:`consumer.deserializers`)."""
+        self._give_back_unyielded()
+        batch = self._counted_poll(timeout_ms, max_records)
+        if self._deserializers is None or not batch:
+            return batch
+        batch, back, failure = self._deserializers.batch(batch)
+        self._fetcher.give_back(back)  # the failing record stays next: its place is not lost
+        if failure is not None and not batch:
+            raise failure
+        return batch
 
     @property
     def columnar(self) -> bool:
@@ -328,6 +296,7 @@ class Consumer(Lifecycle[ConsumerState]):
         the data plane has no columns (:attr:`columnar` is False: call ``poll()``)."""
         if not self.columnar:
             raise IllegalStateError(f"{self._plane.describe()} hands out records, not columns: call poll()")
+        self._give_back_unyielded()
         return self._poll(timeout_ms, max_records, self._fetcher.poll_columns)
 
     def _poll(self, timeout_ms: int, max_records: Optional[int], take: Optional[Callable] = None) -> dict:
@@ -372,10 +341,44 @@ class Consumer(Lifecycle[ConsumerState]):
             self._in_poll = False
             self._last_poll = time.monotonic()
 
-    def __iter__(self) -> Iterator[ConsumerRecord]:
+    def __iter__(self) -> "Consumer":
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        """The next record (``for record in consumer``), waiting up to ``consumer_timeout_ms``
+        (default: until closed) for one; StopIteration then, or once closed. A record counts as
+        consumed once it is yielded: a loop left by ``break`` leaves the position after the last
+        record it saw, and the rest of the batch comes next (:mod:`consumer.iteration`)."""
+        timeout = self.config.consumer_timeout_ms
+        deadline = None if timeout is None else time.monotonic() + timeout / 1000.0
+        convert = None if self._deserializers is None else self._deserializers.one
         while self._state is not ConsumerState.CLOSED:
-            for records in self.poll(timeout_ms=500).values():
-                yield from records
+            record = self._unyielded.pop(self._fetcher.generation, convert)
+            if record is not None:
+                return record
+            wait_ms = ITERATION_POLL_MS if deadline is None else (deadline - time.monotonic()) * 1000.0
+            if wait_ms <= 0:
+                break
+            generation = self._fetcher.generation  # before the poll: a change during it is seen
+            self._unyielded.fill(self._counted_poll(min(wait_ms, ITERATION_POLL_MS), None), generation)
+        raise StopIteration
+
+    def _counted_poll(self, timeout_ms: float, max_records: Optional[int]) -> dict:
+        if self._metrics is not None:
+            return self._metrics.timed_poll(self._poll, timeout_ms, max_records)
+        return self._poll(timeout_ms, max_records)
+
+    def _still_fetched(self, tp: TopicPartition, end: int) -> bool:
+        try:
+            return self._fetcher.position(tp) == end
+        except ZkGroupsError:
+            return False  # revoked
+
+    def _give_back_unyielded(self, partitions: Optional[Iterable[TopicPartition]] = None) -> None:
+        """Hand the iterator's records not yet yielded back to the fetcher (of ``partitions``,
+        default all): the next poll or iteration returns them again."""
+        if self._unyielded:
+            self._fetcher.give_back(self._unyielded.take(partitions))
 
     def _may_hand_out(self, remaining: float) -> bool:
         """Whether records of owned partitions may be returned now: connected, and the session
@@ -454,9 +457,13 @@ class Consumer(Lifecycle[ConsumerState]):
     def commit_async(self, offsets: Optional[Dict[TopicPartition, int]] = None,
                      callback: Optional[Callable] = None) -> Future:
         """Commit on a background thread (one at a time, in order); ``callback(offsets,
-        exception_or_None)`` runs there. Returns a Future."""
+        exception_or_None)`` runs there, with ``offsets`` as {partition: OffsetAndMetadata}
+        (kafka-python's). Returns a ``concurrent.futures.Future``: its result is None, or
+        the commit's exception."""
         if offsets is None:
             offsets = self.positions_of(self._member.owned())
+        offsets = {tp: o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(getattr(o, "offset", o))
+                   for tp, o in offsets.items()}
 
         def run():
             try:
@@ -466,6 +473,8 @@ class Consumer(Lifecycle[ConsumerState]):
                 error = e
             if callback:
                 callback(offsets, error)
+            if error is not None:
+                raise error
         return self._async_commits.submit(run)
 
     def _maybe_auto_commit(self) -> None:
@@ -476,19 +485,25 @@ class Consumer(Lifecycle[ConsumerState]):
             except ZkGroupsError as e:
                 log.warning("consumer %s: auto-commit failed: %s", self.consumer_id, e)
 
-    def committed(self, tp: TopicPartition) -> Optional[int]:
+    def committed(self, tp: TopicPartition, metadata: bool = False) -> Union[None, int, OffsetAndMetadata]:
         """The group's committed offset of ``tp`` (any partition, owned or not; None if nothing
-        was committed). Raises ZooKeeperUnavailable when ZooKeeper cannot be reached."""
-        return self._member.committed(tp)
+        was committed), as an OffsetAndMetadata with ``metadata=True``. Raises
+        ZooKeeperUnavailable when ZooKeeper cannot be reached."""
+        offset = self._member.committed(tp)
+        return OffsetAndMetadata(offset) if metadata and offset is not None else offset
 
     def position(self, tp: TopicPartition) -> int:
-        """The offset of the next record ``poll()`` returns for ``tp``. IllegalStateError for a
-        partition this consumer does not own (or whose start offset is not known yet)."""
-        return self._fetcher.position(tp)
+        """The offset of the next record ``poll()`` (or the iterator) hands out for ``tp``.
+        IllegalStateError for a partition this consumer does not own (or whose start offset is
+        not known yet)."""
+        fetched = self._fetcher.position(tp)
+        first = self._unyielded.first_offset(tp, fetched)
+        return fetched if first is None else first
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """Fetch ``tp`` from ``offset`` next (buffered records are dropped; a reported fetch
         error of ``tp`` is cleared). IllegalStateError for a partition this consumer does not own."""
+        self._unyielded.take([tp])
         self._fetcher.seek(tp, offset)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
@@ -511,10 +526,27 @@ class Consumer(Lifecycle[ConsumerState]):
 
     def offsets_for_times(self, timestamps: Dict[TopicPartition, int]) -> Dict[TopicPartition, Optional[OffsetAndTimestamp]]:
         """For each partition (owned or not) the earliest offset whose timestamp is at least the
-        given one (milliseconds), or None if there is none."""
+        given one (milliseconds) and that record's own timestamp, or None if there is none."""
         found = self._plane.offsets_for_times(timestamps)
-        return {tp: None if offset is None else OffsetAndTimestamp(offset, timestamps[tp])
+        return {tp: None if offset is None else OffsetAndTimestamp(offset, self._timestamp_at(tp, offset, timestamps[tp]))
                 for tp, offset in found.items()}
+
+    def _timestamp_at(self, tp: TopicPartition, offset: int, asked: int) -> int:
+        """The timestamp of ``tp``'s record at ``offset`` (``asked`` if it is gone: retention)."""
+        records = self._plane.fetch(tp, offset, max_records=1)
+        return records[0].timestamp if records and records[0].offset == offset else asked
+
+    def topics(self) -> Set[str]:
+        """Every topic registered in ZooKeeper (``/brokers/topics``: the topics the coordinator
+        assigns, on either data plane); kafka-python's ``topics()``."""
+        return set(TopicRegistry(self._client).all_partitions())
+
+    def partitions_for_topic(self, topic: str) -> Set[int]:
+        """The partition ids of ``topic`` as registered in ZooKeeper; empty if there is no such topic."""
+        try:
+            return set(range(TopicRegistry(self._client).partitions(topic)))
+        except UnknownTopic:
+            return set()
 
     # ------------------------------------------------------------ flow control
 
@@ -522,6 +554,7 @@ class Consumer(Lifecycle[ConsumerState]):
         """Stop fetching and returning ``partitions`` until ``resume`` (kept across rebalances
         for partitions that stay; partitions not owned are remembered but have no effect)."""
         self._user_paused |= set(partitions)
+        self._give_back_unyielded(partitions)
         self._fetcher.pause(partitions)
 
     def resume(self, *partitions: TopicPartition) -> None:
@@ -578,7 +611,7 @@ class Consumer(Lifecycle[ConsumerState]):
         out = {}
         for tp in partitions:
             try:
-                out[tp] = self._fetcher.position(tp)
+                out[tp] = self.position(tp)
             except (KeyError, ZkGroupsError):
                 continue
         return out
@@ -619,11 +652,13 @@ class Consumer(Lifecycle[ConsumerState]):
     # ------------------------------------------------------------ lifecycle
 
     def close(self, autocommit: bool = True) -> None:
-        """Commit (if auto-commit and ``autocommit``), run on_partitions_revoked, leave the group.
-        Once; later calls do nothing. Waits at most one session timeout for an unreachable
-        ZooKeeper, then reports the partitions lost and leaves by session expiry."""
+        """Commit (if auto-commit and ``autocommit``) what was handed out, run
+        on_partitions_revoked, leave the group. Once; later calls do nothing. Waits at most one
+        session timeout for an unreachable ZooKeeper, then reports the partitions lost and
+        leaves by session expiry."""
         if not self._set_state(ConsumerState.CLOSING, expect={ConsumerState.ACTIVE, ConsumerState.EVICTED}):
             return
+        self._give_back_unyielded()
         if self._streams is not None:
             self._streams.stop()
         try:
@@ -658,17 +693,7 @@ class Consumer(Lifecycle[ConsumerState]):
     def __enter__(self) -> "Consumer":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _subscription_of(topics: Topics, pattern: Optional[str], exclude: bool):
-    """({topic or regex: streams}, its kind in the member's registration) of a Consumer's
-    ``topics`` or ``pattern``."""
-    if (topics is None) == (pattern is None):
-        raise InvalidConfig("give either topics or pattern")
-    if pattern is not None:
-        return {pattern: 1}, protocol.PATTERN_BLACK_LIST if exclude else protocol.PATTERN_WHITE_LIST
-    if isinstance(topics, str):  # Consumer("billing", "orders"): one topic, not five letters
-        topics = [topics]
-    return (dict(topics) if isinstance(topics, dict) else {t: 1 for t in topics}), protocol.PATTERN_STATIC
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        """Close; without committing when an exception leaves the ``with`` block (its records
+        may not have been processed: kafka-python 3 does the same)."""
+        self.close(autocommit=exc_type is None)

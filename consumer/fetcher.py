@@ -48,7 +48,8 @@ Thread-safety and guarantees
 All state is guarded by one lock (with two condition variables: one the prefetch thread waits
 on, one ``poll()`` waits on). The log is read *outside* the lock. Every partition state (a
 :class:`~consumer.partition_buffer.PartitionBuffer`, which also holds its buffered records) carries
-an epoch that is bumped by ``seek``/``assign`` and the state object is dropped by ``revoke``;
+an epoch that is bumped by ``seek``/``assign`` and the state object is dropped by ``revoke``
+(each of them also changes :attr:`Fetcher.generation`, the consumer's iterator's cue);
 a fetch whose partition changed while it was in flight is discarded when it completes. The
 ``on_error`` callback runs in whichever thread did the read (the prefetch thread or a
 ``poll()`` caller), never under the lock, so it may call ``seek``/``revoke``/``wakeup``.
@@ -206,8 +207,7 @@ class Fetcher(Lifecycle[FetcherState]):
                 return  # started before: start-once
             if not self._reads_ahead:
                 return
-            self._thread = threading.Thread(target=self._run, name="zkgroups-fetcher",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._run, name="zkgroups-fetcher", daemon=True)
             self._thread.start()
 
     def close(self, timeout: float = 5.0) -> None:
@@ -254,9 +254,9 @@ class Fetcher(Lifecycle[FetcherState]):
     def revoke(self, tps: Iterable[TopicPartition]) -> None:
         """Stop fetching ``tps`` and drop their buffers. Unknown partitions are ignored."""
         with self._lock:
-            for tp in tps:
-                tp = TopicPartition(*tp)
+            for tp in map(TopicPartition._make, tps):
                 if self._parts.pop(tp, None) is not None:
+                    self._epoch += 1
                     i = self._order.index(tp)
                     del self._order[i]
                     if i < self._poll_next:
@@ -273,6 +273,11 @@ class Fetcher(Lifecycle[FetcherState]):
     def assigned(self) -> Set[TopicPartition]:
         with self._lock:
             return set(self._parts)
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever a partition is assigned, revoked or repositioned."""
+        return self._epoch
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """Drop ``tp``'s buffer and fetch from ``offset`` next; clears a reported error."""
@@ -297,8 +302,7 @@ class Fetcher(Lifecycle[FetcherState]):
     def end_offsets(self, tps: Iterable[TopicPartition]) -> Dict[TopicPartition, int]:
         """Latest offsets asked of the log now (also refreshes ``highwater``)."""
         out = {}
-        for tp in tps:
-            tp = TopicPartition(*tp)
+        for tp in map(TopicPartition._make, tps):
             out[tp] = latest = self._log.latest_offset(tp.topic, tp.partition)
             with self._lock:
                 st = self._parts.get(tp)
@@ -326,10 +330,8 @@ class Fetcher(Lifecycle[FetcherState]):
         assigned are ignored (a revoke may race with the caller; the consumer API checks its
         own assignment). Pause state ends with ``revoke``."""
         with self._lock:
-            for tp in tps:
-                st = self._parts.get(TopicPartition(*tp))
-                if st is not None:
-                    st.paused = True
+            for st in filter(None, map(self._parts.get, map(TopicPartition._make, tps))):
+                st.paused = True
             self._fetch_cv.notify_all()  # paused buffers stop counting towards the bound
 
     def resume(self, tps: Iterable[TopicPartition]) -> None:

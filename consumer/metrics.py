@@ -26,6 +26,9 @@ zkgroups_consumer_log_end_offset               gauge      topic, partition  the 
 zkgroups_consumer_lag                          gauge      topic, partition  records behind the log end
 =============================================  =========  ================  ==================================
 
+``Consumer.metrics()`` returns the same samples as a dict (:func:`snapshot`), with or without
+``metrics_port``; without it, only the scrape-time view (no counters).
+
 Not provided: lag of partitions the consumer does not own (``groupctl exporter`` shows every
 group's), and counts from before the consumer was created.
 """
@@ -155,3 +158,17 @@ class _ConsumerCollector:
                 end.add_metric(key, ends[tp])
                 lag.add_metric(key, max(0, ends[tp] - pos))
         return [info, since, generation, rebalances, owned_gauge, position, end, lag]
+
+
+def snapshot(consumer, metrics: Optional[ConsumerMetrics], raw: bool = False):
+    """``Consumer.metrics()``: {sample name with its labels: value} of ``metrics``' registry,
+    or without one of what a scrape reads from the consumer; ``raw``: the metric families."""
+    families = list(metrics.registry.collect() if metrics is not None else _ConsumerCollector(consumer).collect())
+    if raw:
+        return families
+    out = {}
+    for family in families:
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return out

@@ -77,7 +77,7 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from kazoo.client import KazooClient
 
@@ -85,12 +85,21 @@ from consumer.dataplane import bootstrap_servers_from
 from consumer.futures import DeliveryFailed, FutureRecordMetadata, _Batch, _KafkaFuture, _LogFuture
 from consumer.hashing import partition_for_key
 from consumer.log import Log
+from consumer.kafka_python import KAFKA_PYTHON_PRODUCER
+from coordinator.config import refuse_unknown
 from coordinator.errors import IllegalStateError, InvalidConfig, InvalidPartitions, UnknownTopic, ZkGroupsError
 from coordinator.lifecycle import Lifecycle
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 
 log = logging.getLogger("zkgroups.producer")
+
+#: The embedded log's settings a producer passes to the Log it opens (``log_options``).
+LOG_OPTIONS = ("fsync", "fsync_interval_ms", "segment_bytes", "retention_bytes", "retention_ms")
+#: The producer's own keywords, for "did you mean" (the constructors' signatures hold them).
+PRODUCER_KEYWORDS = ("linger_ms", "batch_size", "auto_create_topics", "auto_create_partitions",
+                     "metadata_max_age_ms", "max_block_ms", "request_timeout_ms", "futures", "kafka",
+                     "key_serializer", "value_serializer", "zk_auth", "bootstrap_servers", "log", "data_dir")
 
 #: Kafka: ``send`` serves librdkafka's delivery reports once per this many records.
 SERVE_EVERY = 1000
@@ -153,12 +162,42 @@ class Producer(Lifecycle[ProducerState]):
         return super().__new__(cls)
 
     def send(self, topic: str, value: bytes, key: Optional[bytes] = None, partition: Optional[int] = None,
-             timestamp: Optional[int] = None,
-             headers: Optional[Sequence[Tuple[str, bytes]]] = None) -> Optional[FutureRecordMetadata]:
+             timestamp: Optional[int] = None, headers: Optional[Sequence[Tuple[str, bytes]]] = None,
+             timestamp_ms: Optional[int] = None) -> Optional[FutureRecordMetadata]:
         """Queue one record; its future (None with ``futures=False``) resolves once it is
-        written. Raises UnknownTopic, InvalidPartitions, TypeError at once, and a failure of an
-        earlier write once."""
+        written. ``timestamp_ms`` is kafka-python's name for ``timestamp``. Raises UnknownTopic,
+        InvalidPartitions, TypeError at once, and a failure of an earlier write once."""
         raise NotImplementedError
+
+    def partitions_for(self, topic: str) -> Set[int]:
+        """The partition ids of ``topic`` (kafka-python's call); UnknownTopic if there is none."""
+        return set(range(self._refresh(topic).partitions))
+
+    def metrics(self, raw: bool = False) -> Dict[str, float]:
+        """What the producer holds now (kafka-python's call): ``records_buffered`` (sent, not yet
+        written: the log's buffers, or librdkafka's queue) and, on the embedded log,
+        ``records_written_total``. ``raw`` is accepted for kafka-python's signature."""
+        raise NotImplementedError
+
+    def _refresh(self, topic: str) -> "_TopicInfo":
+        raise NotImplementedError
+
+    def _serializing(self, key_serializer: Optional[Callable], value_serializer: Optional[Callable]) -> None:
+        """With kafka-python's ``key_serializer``/``value_serializer``: ``send`` applies them
+        first (an instance attribute, so a producer without them pays nothing per record)."""
+        if key_serializer is None and value_serializer is None:
+            return
+        serialize_key = _serializer("key_serializer", key_serializer)
+        serialize_value = _serializer("value_serializer", value_serializer)
+        send = type(self).send
+
+        def serializing_send(topic, value, key=None, partition=None, timestamp=None, headers=None, timestamp_ms=None):
+            if serialize_value is not None and value is not None:
+                value = serialize_value(topic, headers, value)
+            if serialize_key is not None and key is not None:
+                key = serialize_key(topic, headers, key)
+            return send(self, topic, value, key, partition, timestamp, headers, timestamp_ms)
+        self.send = serializing_send  # type: ignore[method-assign]
 
     def flush(self, timeout: Optional[float] = None) -> None:
         """Return when every record sent before is written and its future resolved."""
@@ -173,6 +212,29 @@ class Producer(Lifecycle[ProducerState]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _serializer(name: str, serializer) -> Optional[Callable]:
+    """``serializer`` (a function of the value, or kafka-python 3's object with
+    ``serialize(topic, headers, data)``) as a function of (topic, headers, data)."""
+    if serializer is None:
+        return None
+    serialize = getattr(serializer, "serialize", None)
+    if callable(serialize):
+        return lambda topic, headers, data: serialize(topic, list(headers or ()), data)
+    if not callable(serializer):
+        raise InvalidConfig(f"{name} must be callable (value -> bytes) or have serialize(), "
+                            f"got {type(serializer).__name__}")
+    return lambda topic, headers, data: serializer(data)
+
+
+def _log_options(options: Mapping[str, Any]) -> Dict[str, Any]:
+    """``options`` if each is a setting of the embedded log; else one line for the first that
+    is not (with what to use instead, for kafka-python's keywords)."""
+    for key in options:
+        if key not in LOG_OPTIONS:
+            refuse_unknown("producer config", key, LOG_OPTIONS + PRODUCER_KEYWORDS, KAFKA_PYTHON_PRODUCER)
+    return dict(options)
 
 
 def _whole_numbers(**values) -> None:
@@ -191,8 +253,10 @@ class _LogProducer(Producer):
                  kafka=None, linger_ms: Optional[int] = None, batch_size: Optional[int] = None,
                  auto_create_topics: bool = False, auto_create_partitions: int = 1,
                  metadata_max_age_ms: int = 5000, log: Optional[Log] = None, zk_auth=None, futures: bool = True,
-                 **log_options):
+                 key_serializer=None, value_serializer=None, **log_options):
         super().__init__(ProducerState.OPEN)
+        log_options = _log_options(log_options)
+        self._serializing(key_serializer, value_serializer)
         linger_ms = 5 if linger_ms is None else linger_ms
         batch_size = 16384 if batch_size is None else batch_size
         _whole_numbers(linger_ms=(linger_ms, 0), batch_size=(batch_size, 1),
@@ -224,6 +288,7 @@ class _LogProducer(Producer):
         self._write_lock = threading.RLock()
         self._wake = threading.Condition(self._lock)  # the linger thread waits for records (or close)
         self._has_pending = False              # records buffered since the last _write_all
+        self._written = 0                      # records written, for metrics()
         self._stop = threading.Event()
         self._error: Optional[BaseException] = None
         self._thread = None
@@ -231,7 +296,8 @@ class _LogProducer(Producer):
             self._thread = threading.Thread(target=self._linger_loop, name="producer-linger", daemon=True)
             self._thread.start()
 
-    def send(self, topic, value, key=None, partition=None, timestamp=None, headers=None) -> FutureRecordMetadata:
+    def send(self, topic, value, key=None, partition=None, timestamp=None, headers=None,
+             timestamp_ms=None) -> FutureRecordMetadata:
         if self._state is _CLOSED:
             raise IllegalStateError("the producer is closed")
         if self._error is not None:
@@ -253,6 +319,8 @@ class _LogProducer(Producer):
             info = self._refresh(topic)  # maybe partitions were just added
             _check_partition(topic, partition, info)
         if timestamp is None:
+            timestamp = timestamp_ms
+        if timestamp is None:
             timestamp = time.time_ns() // 1_000_000
         elif type(timestamp) is not int:
             raise TypeError(f"timestamp must be an int (milliseconds), got {type(timestamp).__name__}")
@@ -272,6 +340,11 @@ class _LogProducer(Producer):
         if index + 1 >= self.batch_size or self._thread is None:
             self._write(tp)
         return future
+
+    def metrics(self, raw: bool = False) -> Dict[str, float]:
+        with self._lock:
+            buffered = sum(len(batch.records) for batch in self._buffers.values())
+        return {"records_buffered": buffered, "records_written_total": self._written}
 
     def flush(self, timeout: Optional[float] = None) -> None:
         """Write every buffered record now (in this thread: ``timeout`` is not needed)."""
@@ -309,12 +382,14 @@ class _LogProducer(Producer):
         return _cache_topic(self._topics, topic, partitions, self.metadata_max_age)
 
     def _append(self, batch: _Batch) -> None:
+        count = len(batch.records)  # resolving releases them
         try:
             base = self._log.append(batch.topic, batch.partition, batch.records)
         except BaseException as e:
             batch.resolve(-1, e)
             raise
         batch.resolve(base, None)
+        self._written += count  # under _write_lock
 
     def _write(self, tp: Tuple[str, int]) -> None:
         """Cut one partition's buffer and append it."""
@@ -369,14 +444,15 @@ class _KafkaProducer(Producer):
                  auto_create_topics: bool = False, auto_create_partitions: int = 1,
                  metadata_max_age_ms: int = 5000, max_block_ms: int = 60_000, request_timeout_ms: int = 10_000,
                  log: Optional[Log] = None, zk_auth=None, futures: bool = True,
-                 **log_options):  # zk_auth: unused, Kafka needs no ZooKeeper
+                 key_serializer=None, value_serializer=None, **log_options):  # zk_auth: unused, Kafka needs no ZooKeeper
         super().__init__(ProducerState.OPEN)
         from consumer.dataplane.kafka import KafkaDataPlane
         from coordinator.kafka import confluent_kafka
-        if log_options:
+        if _log_options(log_options):
             raise InvalidConfig(f"{', '.join(sorted(log_options))}: settings of the embedded log, not of Kafka")
         _whole_numbers(linger_ms=(linger_ms, 0), batch_size=(batch_size, 1), max_block_ms=(max_block_ms, 0),
                        metadata_max_age_ms=(metadata_max_age_ms, 0), request_timeout_ms=(request_timeout_ms, 1))
+        self._serializing(key_serializer, value_serializer)
         self._plane = KafkaDataPlane(bootstrap_servers_from(bootstrap_servers), kafka,
                                      timeout_s=request_timeout_ms / 1000.0)
         overrides = {}
@@ -405,7 +481,8 @@ class _KafkaProducer(Producer):
         self._idle_thread = threading.Thread(target=self._serve_when_idle, name="producer-deliveries", daemon=True)
         self._idle_thread.start()
 
-    def send(self, topic, value, key=None, partition=None, timestamp=None, headers=None) -> FutureRecordMetadata:
+    def send(self, topic, value, key=None, partition=None, timestamp=None, headers=None,
+             timestamp_ms=None) -> FutureRecordMetadata:
         # The same checks as _LogProducer.send, written out: a shared helper would cost each record a call.
         if self._state is _CLOSED:
             raise IllegalStateError("the producer is closed")
@@ -422,6 +499,8 @@ class _KafkaProducer(Producer):
             partition = -1  # librdkafka's partitioner: murmur2 for keys (as Java), else random
         elif not (type(partition) is int and 0 <= partition < info.partitions):
             _check_partition(topic, partition, self._refresh(topic))  # maybe partitions were just added
+        if timestamp is None:
+            timestamp = timestamp_ms
         if timestamp is None:
             timestamp = 0  # librdkafka stamps it
         elif type(timestamp) is not int:

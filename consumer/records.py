@@ -216,8 +216,19 @@ class RecordMetadata(NamedTuple):
 
 
 class OffsetAndTimestamp(NamedTuple):
+    """What ``offsets_for_times`` found: the first record at or after the asked-for time, and
+    that record's own timestamp (milliseconds)."""
     offset: int
     timestamp: int
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A commit as kafka-python writes one. ``commit()`` takes it in place of an offset;
+    ``committed(tp, metadata=True)`` returns one. The offset znode holds the offset alone (the
+    format Kafka's ZooKeeper tools read), so ``metadata`` is not stored: it reads back ``""``."""
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
 
 
 @contextmanager

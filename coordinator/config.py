@@ -12,7 +12,7 @@ import difflib
 import math
 import os
 import sys
-from typing import Any, Mapping, Type, TypeVar
+from typing import Any, Mapping, Optional, Type, TypeVar
 
 from coordinator.errors import InvalidConfig
 
@@ -49,15 +49,26 @@ def _shown(value, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def build(cls: Type[T], values: Mapping[str, Any], source: str = "config") -> T:
-    """Instantiate dataclass ``cls`` from ``values``, rejecting unknown keys and wrong types."""
+def refuse_unknown(source: str, raw_key: str, known, hints: Optional[Mapping[str, str]] = None) -> None:
+    """Raise InvalidConfig for an unknown key: what to use instead if ``hints`` knows the key,
+    else the closest known key if one is close."""
+    key = raw_key.replace("-", "_")
+    if hints and key in hints:
+        raise InvalidConfig(f"{source}: {raw_key!r} is not taken here: {hints[key]}")
+    close = difflib.get_close_matches(key, known, n=1)
+    raise InvalidConfig(f"{source}: unknown key {raw_key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+
+
+def build(cls: Type[T], values: Mapping[str, Any], source: str = "config",
+          hints: Optional[Mapping[str, str]] = None) -> T:
+    """Instantiate dataclass ``cls`` from ``values``, rejecting unknown keys and wrong types.
+    ``hints``: {a key another client takes: what to use here instead}, for its refusal."""
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for raw_key, value in values.items():
         key = raw_key.replace("-", "_")
         if key not in fields:
-            hint = difflib.get_close_matches(key, fields, n=1)
-            raise InvalidConfig(f"{source}: unknown key {raw_key!r}" + (f" (did you mean {hint[0]!r}?)" if hint else ""))
+            refuse_unknown(source, raw_key, fields, hints)
         default = fields[key].default
         if default is not None and default is not dataclasses.MISSING and value is not None:
             expected = type(default)

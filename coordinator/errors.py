@@ -104,6 +104,18 @@ class FetchFailed(ZkGroupsError):
         self.retriable = bool(getattr(cause, "retriable", False))
 
 
+class RecordDeserializationError(ZkGroupsError):
+    """A consumer's ``key_deserializer`` or ``value_deserializer`` raised on a record (Kafka's
+    ``RecordDeserializationException``). The partition's position stays at that record:
+    ``seek(tp, offset + 1)`` skips it; every record before it was returned first. ``cause``
+    is the deserializer's exception."""
+
+    def __init__(self, topic: str, partition: int, offset: int, which: str, cause: BaseException) -> None:
+        super().__init__(f"{which} failed on {topic}-{partition} at offset {offset}: "
+                         f"{type(cause).__name__}: {cause}; seek past it to go on")
+        self.topic, self.partition, self.offset, self.cause = topic, partition, offset, cause
+
+
 class ConsumerRebalanceFailedException(RetriableError):
     """A group could not be rebalanced within max.rebalance.retries attempts (tried again later)."""
 

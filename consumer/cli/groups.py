@@ -508,8 +508,8 @@ def _consume_records(c, committer: "_Committer", group: str, max_records: Option
                                      show_pos=True)
     with c, (progress or contextlib.nullcontext()):
         committer.consumer = c
-        if c.metrics is not None:
-            report(f"metrics served at {c.metrics.server.url}", "zkgroups.groupctl", port=c.metrics.server.port)
+        if c.metrics_server is not None:
+            report(f"metrics served at {c.metrics_server.url}", "zkgroups.groupctl", port=c.metrics_server.port)
         last, generation = time.monotonic(), c.group_metadata().generation
         try:
             while (max_records is None or count < max_records) and not stopping.is_set():

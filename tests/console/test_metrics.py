@@ -195,7 +195,7 @@ def test_consumer_metrics_move_with_records_and_commits(zk_connect, zk, data_dir
     c = Consumer("billing", ["orders"], zk=zk_connect, data_dir=data_dir, auto_offset_reset="earliest",
                  enable_auto_commit=False, max_poll_records=7, metrics_port=0)
     try:
-        url = c.metrics.server.url
+        url = c.metrics_server.url
         got, nbytes, polls = 0, 0, 0
         while got < 25:
             batch = c.poll(timeout_ms=200)
