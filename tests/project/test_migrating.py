@@ -23,7 +23,7 @@ EXAMPLES = [b for b in re.findall(r"```python\n(.*?)```", guide(), re.S) if b.st
 
 
 def test_the_guide_has_runnable_examples():
-    assert len(EXAMPLES) >= 3
+    assert len(EXAMPLES) >= 4
 
 
 @pytest.mark.timeout(120)
@@ -37,7 +37,7 @@ def test_a_moved_example_runs(index, cluster, zk, zk_connect, data_dir, monkeypa
     monkeypatch.chdir(os.path.dirname(data_dir))  # the examples write ./data
     exec(compile(EXAMPLES[index].replace('"127.0.0.1:2181"', repr(zk_connect)), f"migrating.md #{index}", "exec"), {})
     out = capsys.readouterr().out
-    assert {0: "value=b'stop'", 1: "resume at 2", 2: "ping {'foo': 'bar'}"}[index] in out
+    assert {0: "value=b'stop'", 1: "resume at 2", 2: "ping {'foo': 'bar'}", 3: "sent 5"}[index] in out
 
 
 @pytest.mark.parametrize("table", [KAFKA_PYTHON_CONSUMER, KAFKA_PYTHON_PRODUCER])
