@@ -220,3 +220,15 @@ def test_a_loop_left_by_break_loses_nothing_on_kafka(cluster, zk, zk_connect, ka
         assert offsets_until_break(again, 7) == list(range(3, 10))
     with member() as last:  # the clean exit above committed all ten
         assert last.committed(tp) == 10
+
+
+def test_a_pattern_matches_whole_topic_names_as_kafkas_java_client(cluster, zk, zk_connect, data_dir):
+    from coordinator.topics import TopicRegistry
+    cluster.node("n")
+    for topic in ("orders", "orders-eu", "old-orders"):
+        TopicRegistry(zk).create(topic, 1)
+    with Consumer("g", pattern="orders", zk=zk_connect, data_dir=data_dir, session_timeout_ms=2000) as exact, \
+            Consumer("h", pattern="orders.*", zk=zk_connect, data_dir=data_dir, session_timeout_ms=2000) as prefix:
+        wait_for(lambda: exact.poll(50) == {} and exact.assignment() == {TopicPartition("orders", 0)}
+                 and prefix.poll(50) == {} and {tp.topic for tp in prefix.assignment()} == {"orders", "orders-eu"},
+                 message="each pattern's topics")
