@@ -18,9 +18,11 @@ first Ctrl-C or SIGTERM into a stop after the current batch, and reports in one 
 went wrong. Output with an offset in two files (possible only if files were put there by
 hand) is exit 3.
 
-The Spark master: ``--master``, else ``$SPARK_MASTER``, else spark-submit's ``--master``,
-else ``local[WORKERS]`` (one slot per worker; a failed worker is started again by the
-driver, within the death budget).
+The Spark master: ``--master``, else spark-submit's (its ``--master``, ``--conf
+spark.master=…`` or ``spark-defaults.conf``), else ``$SPARK_MASTER``, else ``local[WORKERS]``
+(one slot per worker; a failed worker is started again by the driver, within the death
+budget). Under spark-submit the driver's stderr goes to spark-submit's stderr, not merged into
+its stdout, so ``--json`` prints the summary alone on stdout.
 
 On Kafka (``--bootstrap-servers`` or ``KAFKA_BOOTSTRAP_SERVERS``; librdkafka properties from
 ``--kafka-config FILE``, as for ``groupctl``) the workers read the brokers themselves: only
@@ -52,7 +54,8 @@ from coordinator.errors import InvalidConfig, UnknownTopic, ZkGroupsError
 from coordinator.metrics import check_port
 from consumer.cli.context import BOOTSTRAP_SERVERS, kafka_settings
 from consumer.dataplane import ENV_BOOTSTRAP_SERVERS
-from consumer.spark.driver import check_spark_conf, local_session
+from consumer.spark.driver import check_spark_conf
+from consumer.spark.session import local_session, stderr_apart
 from consumer.spark.sink import DEFAULT_BATCH_SIZE, RECORDS_DIR, run_pipeline
 
 
@@ -121,7 +124,7 @@ def _fail(message: str, code: int = 1):
                    "(larger: fewer, bigger files; a worker holds up to this many records per partition).")
 # -- Spark: master, triggers, worker deaths
 @click.option("--master", default=None,
-              help="Spark master [$SPARK_MASTER, else spark-submit's --master, else local[WORKERS]].")
+              help="Spark master [spark-submit's, else $SPARK_MASTER, else local[WORKERS]].")
 @click.option("--trigger-interval", type=Seconds(max=None), metavar="SECONDS",
               help="Stream: cut a batch when it is full or when this much time has passed, whichever comes first.")
 @click.option("--max-worker-deaths", default=3, show_default=True, type=click.IntRange(0),
@@ -149,6 +152,7 @@ def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, gro
     Exit 0 done; 1 error (one line); 2 usage, or a drain not finished; 3 output with an offset in
     two files.
     """
+    stderr_apart()  # under spark-submit: stdout carries the summary alone
     _setup_logging(verbose)
     protocol.validate_name(group, "group")
     protocol.validate_name(topic)

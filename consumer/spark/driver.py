@@ -27,9 +27,7 @@ inside the pickled :class:`~consumer.spark.executor.WorkerSpec`: never as Spark 
 from __future__ import annotations
 
 import logging
-import os
 import re
-import sys
 import threading
 import time
 import uuid
@@ -54,6 +52,7 @@ from consumer.spark.deaths import (DEATH_POLL_INTERVAL_S, DeathBudget, failed_at
                                    spent_line)
 from consumer.spark.executor import Batch, WorkerSpec, WorkerSummary, read_committed, task, worker_consumer_id
 from consumer.spark.progress import ProgressReporter, progress_log, read_progress
+from consumer.spark.session import ENV_SPARK_MASTER, local_session, spark_master  # noqa: F401 (their old home)
 
 log = logging.getLogger("zkgroups.spark")
 
@@ -65,10 +64,6 @@ DEATH_WINDOW_S = 60.0
 PROGRESS_LOG_INTERVAL_S = 10.0
 #: Worker defaults (any ConsumerConfig key can be overridden through ``consumer_config``).
 WORKER_DEFAULTS = dict(auto_offset_reset="earliest", max_poll_records=10000)
-
-#: The project root: Spark's Python workers must be able to import this package.
-_PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 
 class SparkJobError(ZkGroupsError):
     """A group job cannot start (configuration) or its Spark job failed."""
@@ -153,61 +148,6 @@ def check_spark_conf(conf) -> None:
 
 def _spark_context(spark):
     return getattr(spark, "sparkContext", spark)
-
-
-#: Where a master comes from when none is passed: this variable, else spark-submit's --master.
-ENV_SPARK_MASTER = "SPARK_MASTER"
-
-
-def spark_master(master: Optional[str] = None, default: str = "local[2]") -> Tuple[Optional[str], str]:
-    """``(master to set on the builder or None, the master the session will have)``: ``master``
-    if given, else ``$SPARK_MASTER``, else the one spark-submit was given (its master is in
-    the SparkConf it prepared: then nothing is set), else ``default``."""
-    if master:
-        return master, master
-    if os.environ.get(ENV_SPARK_MASTER, "").strip():
-        chosen = os.environ[ENV_SPARK_MASTER].strip()
-        return chosen, chosen
-    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # under spark-submit: its JVM and conf are there already
-        from pyspark import SparkConf
-        submitted = SparkConf().get("spark.master", None)
-        if submitted:
-            return None, submitted
-    return default, default
-
-
-def local_session(master: Optional[str] = None, app_name: str = "zkgroups", conf: Optional[Dict[str, str]] = None,
-                  log_level: str = "WARN", default_master: str = "local[2]"):
-    """A SparkSession on ``master`` (:func:`spark_master`: the given one, ``$SPARK_MASTER``,
-    spark-submit's ``--master``, else ``default_master``); the UI and the console progress
-    bar are off, and Spark's status store records every task's end at once
-    (``spark.ui.liveUpdate.period=0``: the worker deaths' clock, :mod:`consumer.spark.deaths`),
-    unless ``conf`` says otherwise.
-
-    On a local master the Python workers run this interpreter and can import this project:
-    ``PYSPARK_PYTHON`` (if unset) becomes ``sys.executable`` and the project root goes on
-    ``PYTHONPATH`` before the JVM starts. On a cluster master nothing of the driver's
-    interpreter or paths is pushed to the executors: zkgroups must be installed there (or
-    shipped with ``--py-files``).
-    """
-    from pyspark.sql import SparkSession
-
-    chosen, effective = spark_master(master, default_master)
-    if effective.startswith("local"):
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-        if _PROJECT_ROOT not in paths:
-            os.environ["PYTHONPATH"] = os.pathsep.join([_PROJECT_ROOT, *paths])
-    settings = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
-                "spark.ui.liveUpdate.period": "0ms", "spark.sql.shuffle.partitions": "4", **(conf or {})}
-    builder = SparkSession.builder.appName(app_name)
-    if chosen is not None:
-        builder = builder.master(chosen)
-    for k, v in settings.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(log_level)
-    return spark
 
 
 # ---------------------------------------------------------------- the job

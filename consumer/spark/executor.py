@@ -56,6 +56,7 @@ from coordinator.zkclient import close_client, start_client
 from consumer.log import Columns
 from consumer.records import ConsumerRecord, TopicPartition
 from consumer.spark.batching import BatchCutter, BatchEnd, ColumnRun, Run, end_offset, first_offset
+from consumer.spark.publisher import ProgressPublisher
 
 log = logging.getLogger("zkgroups.spark")
 
@@ -64,7 +65,7 @@ BARRIER_CHECK_INTERVAL_S = 0.05
 BARRIER_TIMEOUT_S = 10.0      # beyond the session timeout: a dead worker's znode is gone by then
 DRAIN_POLL_TIMEOUT_MS = 50    # drain: idle workers look at the group's progress this often
 STOP_FILE_CHECK_INTERVAL_S = 0.2
-PROGRESS_INTERVAL_S = 1.0     # a worker publishes its progress znode at most this often
+PROGRESS_INTERVAL_S = 1.0     # a worker's progress znode is at most this old (and written at most this often)
 ERROR_RECORD_TIMEOUT_S = 2.0  # a failing worker waits at most this long to record its error
 
 
@@ -248,7 +249,8 @@ class _Worker:
         self._generation_at_barrier: Optional[int] = None  # this member's, while a worker had not flushed
         self._barrier_s = 0.0
         self._next_progress = 0.0
-        self._progress_created = False
+        self._last_lag: Optional[int] = None
+        self.publisher: Optional[ProgressPublisher] = None
 
         worker = self
 
@@ -268,7 +270,6 @@ class _Worker:
 
     def run(self) -> dict:
         from kazoo.recipe.watchers import DataWatch
-        from consumer.consumer import Consumer
 
         logging.getLogger("kazoo").setLevel(logging.ERROR)
         spec, started = self.spec, time.time()
@@ -281,20 +282,7 @@ class _Worker:
             if early:
                 reason = early  # stopped or drained already: do not join (and rebalance) the group at all
             else:
-                client.create(f"{protocol.spark_workers_path(spec.run_id)}/{self.ctx.consumer_id}", b"",
-                              ephemeral=True, makepath=True)
-                self.consumer = Consumer(spec.group_id, spec.topics, zk=client, data_dir=spec.data_dir,
-                                         bootstrap_servers=spec.bootstrap_servers, kafka=spec.kafka,
-                                         listener=self.listener, consumer_id=self.ctx.consumer_id,
-                                         log_options=spec.log_options, enable_auto_commit=False,
-                                         **spec.consumer_config)
-                self.columnar = self.consumer.columnar
-                failed = True
-                try:
-                    reason = self._loop(client)
-                    failed = False
-                finally:
-                    self._close(failed)
+                reason = self._member(client)
         except Exception as e:
             self._record_error(client, e)
             raise
@@ -308,6 +296,33 @@ class _Worker:
             stop_rebalances=(max(0, self._generation_at_barrier - self._generation_at_stop)
                              if self._generation_at_barrier is not None else 0),
             barrier_s=self._barrier_s))
+
+    def _member(self, client) -> str:
+        """Join the group, run the loop, leave; the progress znode kept fresh meanwhile."""
+        from consumer.consumer import Consumer
+
+        spec = self.spec
+        client.create(f"{protocol.spark_workers_path(spec.run_id)}/{self.ctx.consumer_id}", b"",
+                      ephemeral=True, makepath=True)
+        self.consumer = Consumer(spec.group_id, spec.topics, zk=client, data_dir=spec.data_dir,
+                                 bootstrap_servers=spec.bootstrap_servers, kafka=spec.kafka,
+                                 listener=self.listener, consumer_id=self.ctx.consumer_id,
+                                 log_options=spec.log_options, enable_auto_commit=False, **spec.consumer_config)
+        self.columnar = self.consumer.columnar
+        self.publisher = ProgressPublisher(client, f"{protocol.spark_progress_path(spec.run_id)}/{self.ctx.consumer_id}",
+                                           PROGRESS_INTERVAL_S).start()
+        failed = True
+        try:
+            reason = self._loop(client)
+            failed = False
+            return reason
+        finally:
+            try:
+                self._close(failed)
+            finally:
+                if failed:
+                    self.publisher.flush()  # what the failed attempt did, for the summary
+                self.publisher.close()
 
     def _rebalances(self) -> int:
         return self.consumer.group_metadata().rebalances if self.consumer else 0
@@ -365,7 +380,7 @@ class _Worker:
                 self._commit(force=True)
                 if reason != "drained":
                     self._barrier(client)
-                self._publish_progress(client, force=True)  # after the barrier: the stop path waits for nothing else
+                self._publish_progress(force=True)  # after the barrier: the stop path waits for nothing else
                 return reason
             timeout = spec.poll_timeout_ms
             if spec.mode == "drain":
@@ -386,33 +401,25 @@ class _Worker:
                 self._next_trigger = time.monotonic() + spec.trigger_interval_s
                 self._flush_partial()
             self._commit()
-            self._publish_progress(client)
+            self._publish_progress()
 
     def _flush_partial(self) -> None:
         partial = self.batches.partial()
         if partial:
             self._process(partial)
 
-    def _publish_progress(self, client, force: bool = False) -> None:
-        """Write this attempt's progress znode (at most every PROGRESS_INTERVAL_S unless
-        ``force``): the driver's progress lines and the summary's count of every attempt
-        read it. Persistent, so a killed attempt's count stays until the run ends. Only
-        for reporting: trouble writing it is logged, never fatal."""
+    def _publish_progress(self, force: bool = False) -> None:
+        """Refresh the lag (at most every PROGRESS_INTERVAL_S unless ``force``) and hand the
+        counts to the progress znode's publisher (:mod:`consumer.spark.publisher`); ``force``
+        writes them now. The driver's progress lines and the summary's count of every attempt
+        read that znode."""
         now = time.monotonic()
-        if not force and now < self._next_progress:
-            return
-        self._next_progress = now + PROGRESS_INTERVAL_S
-        data = protocol.encode_spark_progress(protocol.SparkProgress(
-            self.ctx.records, self.ctx.batches, self._lag(), time.time()))
-        path = f"{protocol.spark_progress_path(self.spec.run_id)}/{self.ctx.consumer_id}"
-        try:
-            if self._progress_created:
-                client.set(path, data)
-            else:
-                client.create(path, data, makepath=True)
-                self._progress_created = True
-        except KazooException as e:
-            log.debug("worker %s: progress not published: %s", self.ctx.consumer_id, e)
+        if force or now >= self._next_progress:
+            self._next_progress = now + PROGRESS_INTERVAL_S
+            self._last_lag = self._lag()
+            self.publisher.update(self.ctx.records, self.ctx.batches, self._last_lag)
+        if force:
+            self.publisher.flush()
 
     def _lag(self) -> Optional[int]:
         """Records behind the end offsets of this member's partitions (None: not known now)."""
@@ -497,6 +504,7 @@ class _Worker:
         self.handled.update(ready)
         self.ctx.batches += 1
         self.ctx.records += sum(map(len, ready.values()))
+        self.publisher.update(self.ctx.records, self.ctx.batches, self._last_lag)  # in ZooKeeper within a second
         if finished:  # a partition reached the drain snapshot: let the group see it now
             self._commit(force=True)
             self._next_group_check = 0.0

@@ -235,6 +235,78 @@ def test_failed_worker_is_retried_and_output_is_exactly_once(spark, zk, zk_conne
     assert sum(keys.values()) == 16000 and len(keys) == KEYS
 
 
+class KillOnceReported:
+    """process hook: the first attempt to reach its second batch waits (bounded) until its
+    progress znode counts what it processed before this batch, while this ``process`` call
+    holds its loop; notes that count in <dir>/<consumer id> and SIGKILLs its Python worker.
+    Once per test (the note)."""
+
+    def __init__(self, zk_connect, directory):
+        self.zk_connect, self.dir = zk_connect, str(directory)
+
+    def __call__(self, batch):
+        ctx = batch.worker
+        if ctx.attempt != 0 or ctx.batches != 1:
+            return
+        try:
+            os.close(os.open(os.path.join(self.dir, "once"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        from coordinator.zkclient import close_client, start_client
+        client = start_client(self.zk_connect)
+        path = f"{protocol.spark_progress_path(ctx.run_id)}/{ctx.consumer_id}"
+        try:
+            wait_for(lambda: client.exists(path) and protocol.decode_spark_progress(
+                client.get(path)[0], path).records == ctx.records, 20, message="progress published")
+        except Exception:
+            pass  # not published: the summary's count says so
+        finally:
+            close_client(client)
+        with open(os.path.join(self.dir, ctx.consumer_id), "w") as f:
+            f.write(str(ctx.records))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_killed_attempts_progress_is_what_it_processed_a_second_before(spark, zk, zk_connect, coordinator,
+                                                                          data_dir, tmp_path):
+    """A killed attempt counts in ``records_all_attempts`` with what it had processed a second
+    before its death, although its loop never came round again: here its second ``process``
+    call (of several batches of one poll) holds the loop until the first is in ZooKeeper."""
+    fill(zk, data_dir, "t", 2, 3000)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    job = GroupJob(spark, "gk", ["t"], KillOnceReported(zk_connect, notes), zk=zk_connect, data_dir=data_dir,
+                   workers=2, align=500, consumer_config=WORKER_CONFIG)
+    summary = job.run()
+    (victim,) = set(os.listdir(notes)) - {"once"}
+    assert summary.complete and summary.task_failures >= 1
+    processed = int((notes / victim).read_text())
+    assert processed >= 500 and summary.attempts[victim] == processed
+    assert summary.records_all_attempts == summary.records + processed
+
+
+def test_progress_is_published_within_its_interval_while_the_loop_is_busy(zk):
+    """Counts handed over while the caller never comes back reach ZooKeeper within the interval;
+    a flush writes the latest at once and an older write never lands over it."""
+    from consumer.spark.publisher import ProgressPublisher
+
+    path = "/progress/a"
+    publisher = ProgressPublisher(zk, path, 0.2).start()
+    try:
+        def reported():
+            return zk.exists(path) and protocol.decode_spark_progress(zk.get(path)[0], path)
+
+        for n in range(1, 4):
+            publisher.update(n * 100, n, None)
+            wait_for(lambda: reported() and reported().records == n * 100, 10, message=f"update {n} published")
+        publisher.update(400, 4, 7)
+        publisher.flush()
+        assert reported()[:3] == (400, 4, 7)
+    finally:
+        publisher.close()
+    assert reported()[:3] == (400, 4, 7)
+
+
 def always_fail(batch):
     raise ValueError(f"bad record at {batch!r}")
 
