@@ -10,10 +10,11 @@ node holding shards until its session expires, every node SIGKILLed. Each alert 
 then firing, and resolves once its condition ends. The node leading the Failed group and the
 lagging one is SIGKILLed while both alerts fire: they fire on (the same alerts, active since the
 same moment) until the node taking the shard over reports both groups. Then every dashboard
-query returns data over the run."""
+query returns data over the run. A second test has Prometheus scrape a Spark group job's driver."""
 from __future__ import annotations
 
 import contextlib
+import shutil
 import subprocess
 import threading
 import time
@@ -42,7 +43,19 @@ SHARDS = 4
 #: (over 5 s, for 1 s) to fire before the group is Failed.
 NODE_ARGS = ["--metrics-port", "0", "--shards", str(SHARDS), "--rebalance-timeout-ms", "10000",
              "--max-rebalance-retries", "0", "--failed-retry-interval-ms", "60000", "--lag-interval", "0.5"]
-COORDINATORS, CONSUMERS = "zkgroups-coordinators", "zkgroups-consumers"
+COORDINATORS, CONSUMERS, SPARK = "zkgroups-coordinators", "zkgroups-consumers", "zkgroups-spark"
+
+
+def example_config(tmp_path) -> dict:
+    """monitoring/prometheus/prometheus.yml as the tests run it: scrapes and evaluations every
+    second, the rules shortened for that clock."""
+    with open(CONFIG) as f:
+        config = yaml.safe_load(f)
+    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    with open(RULES) as f:
+        (tmp_path / "zkgroups-alerts.yml").write_text(shortened_rules(f.read()))
+    config["rule_files"] = [str(tmp_path / "zkgroups-alerts.yml")]
+    return config
 
 
 class Nodes:
@@ -131,13 +144,8 @@ def repeating(step, interval: float):
 
 def test_alerts_fire_and_resolve_in_prometheus_and_survive_a_failover(tmp_path, subprocess_env, zk_connect, zk,
                                                                         data_dir, groupctl):
-    with open(CONFIG) as f:
-        config = yaml.safe_load(f)
-    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
-    (tmp_path / "zkgroups-alerts.yml").write_text(shortened_rules(open(RULES).read()))
-    config["rule_files"] = [str(tmp_path / "zkgroups-alerts.yml")]
     started = time.time()
-    with PrometheusServer(str(tmp_path), config, jobs=[COORDINATORS, CONSUMERS]) as prom:
+    with PrometheusServer(str(tmp_path), example_config(tmp_path), jobs=[COORDINATORS, CONSUMERS]) as prom:
         nodes = Nodes(prom, zk_connect, data_dir, subprocess_env, tmp_path)
         consumer = None
         try:
@@ -230,3 +238,52 @@ def test_alerts_fire_and_resolve_in_prometheus_and_survive_a_failover(tmp_path, 
                 consumer.close()
     for path in tmp_path.glob("n*.log"):
         assert "Traceback" not in path.read_text(), path
+
+
+@pytest.mark.spark
+def test_prometheus_scrapes_a_spark_group_jobs_driver(tmp_path, zk, zk_connect, data_dir):
+    """A stream job of two workers with ``metrics_port=0``, scraped in the example's Spark job:
+    its run, both workers up, the records processed going up and the lag, through Prometheus' API."""
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    if shutil.which("java") is None:
+        pytest.skip("pyspark needs a Java runtime")
+    from consumer.spark import GroupJob, ParquetBatchWriter, local_session
+    from coordinator.coordinator import Coordinator, CoordinatorConfig
+    from tests.spark.test_spark import WORKER_CONFIG, Producer
+
+    # Acks may be slow while the Python workers start: a generic rebalance timeout.
+    node = Coordinator(zk_connect, "n1", CoordinatorConfig(session_timeout_ms=2000, rebalance_timeout_ms=10000,
+                                                           rebalance_backoff_ms=50, failed_retry_interval_ms=1000))
+    node.start()
+    spark = local_session("local[2]", "zkgroups-prometheus-tests", log_level="ERROR")
+    runner = None
+    try:
+        fill(data_dir, "sp", [200, 200], zk=zk)
+        writer = ParquetBatchWriter(str(tmp_path / "out"), fsync=False, align=100)
+        job = GroupJob(spark, "gsp", ["sp"], writer, zk=zk_connect, data_dir=data_dir, workers=2, mode="stream",
+                       duration_s=90, align=100, batch_end=writer.existing_end, metrics_port=0,
+                       progress_interval_s=None, consumer_config=WORKER_CONFIG)
+        with PrometheusServer(str(tmp_path), example_config(tmp_path), jobs=[SPARK]) as prom, \
+                Producer(data_dir, "sp", 2, 2, pause_s=0.05):
+            runner = threading.Thread(target=job.run, daemon=True)
+            runner.start()
+            server = wait_for(lambda: job.metrics_server, 90, message="the driver's metrics server")
+            prom.set_targets(SPARK, [f"127.0.0.1:{server.port}"])
+            # (the lag is absent while a worker does not know its own yet)
+            wait_for(lambda: prom.query(f'zkgroups_spark_workers_up{{job="{SPARK}"}} == 2')
+                     and prom.query("increase(zkgroups_spark_records_processed_total[5s]) > 0")
+                     and prom.query("zkgroups_spark_lag >= 0"), 90, 0.5,
+                     "both workers up, records processed and the lag known, in Prometheus")
+            [info] = prom.query("zkgroups_spark_info == 1")
+            assert {k: info["metric"][k] for k in ("group", "run", "mode", "job")} == \
+                {"group": "gsp", "run": job.run_id, "mode": "stream", "job": SPARK}
+            job.request_stop()
+            runner.join(60)
+            assert not runner.is_alive()
+    finally:
+        if runner is not None and runner.is_alive():
+            job.request_stop()
+            runner.join(60)
+        spark.stop()
+        node.close()
