@@ -27,7 +27,7 @@ from coordinator.errors import CommitFailedError, IllegalStateError, UnknownTopi
 from coordinator.lifecycle import Lifecycle
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
-from consumer.config import ConsumerConfig, Topics, build_consumer_config, subscription_of
+from consumer.config import ConsumerConfig, Topics, build_consumer_config, subscription_of  # noqa: F401 (ConsumerConfig: importable from here too)
 from consumer.dataplane import DataPlane, open_data_plane
 from consumer.deserializers import Deserializers
 from consumer.handoff import Handoff, Revocation

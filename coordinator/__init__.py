@@ -43,8 +43,14 @@ Modules, from the bottom up (each imports only those above it):
 * :mod:`~coordinator.requests` — the queue of groups to rebalance (each queued once, a change
   during a run noticed) and the index of which groups use which topics.
 * :mod:`~coordinator.metrics` — the node's Prometheus metrics.
-* :mod:`~coordinator.groups` — the groups a node leads (its shards'): registration, watches,
-  the request queue and its handler threads.
+* :mod:`~coordinator.shard_terms` — the shards a node leads, as both its threads see them:
+  terms, groups not verified yet, retries due (one lock).
+* :mod:`~coordinator.shard_follower` — a node's event thread: registration, the shards'
+  placement and terms, the watches of topics and members, the requests it queues.
+* :mod:`~coordinator.rebalance_handlers` — a node's handler threads: take a queued group and
+  rebalance it.
+* :mod:`~coordinator.groups` — the groups a node leads (its shards'): the follower and the
+  handlers wired together.
 * :mod:`~coordinator.coordinator` — the node (and its ``CoordinatorConfig``): the controller
   election and epoch, the connection's state, the groups it leads.
 * :mod:`~coordinator.http` — the node's one HTTP server: metrics, health probes, the console.

@@ -44,7 +44,7 @@ from coordinator.controller import Controller
 from coordinator.errors import InvalidConfig
 from coordinator.fencing import (Leadership, bump_epoch, controller_fence, fenced, fenced_commit,
                                  highest_recorded_epoch)
-from coordinator.groups import Event, GroupCoordinator
+from coordinator.groups import GroupCoordinator
 from coordinator.kafka import check_bootstrap_servers
 from coordinator.lifecycle import Lifecycle
 from coordinator.metrics import CoordinatorMetrics
@@ -294,7 +294,7 @@ class Coordinator(Lifecycle[NodeState]):
             if controller is not None and term and not term.ended:
                 controller.reconnected()
             if groups:
-                groups.events.put((Event.CONNECTED, None))
+                groups.reconnected()
         elif state == KazooState.LOST:
             if term:
                 term.end("ZooKeeper session lost")

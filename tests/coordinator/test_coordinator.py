@@ -278,14 +278,14 @@ def test_a_topic_grown_during_a_shard_handover_is_rebalanced_by_the_takeover(clu
         if group == "g" and not grown:
             grown.append(True)
             TopicRegistry(zk).add_partitions("t", 3)
-            wait_for(lambda: taking.groups.topics.get("t") == 3, message="the growth in the new node's view")
+            wait_for(lambda: taking.groups.follower.topics.get("t") == 3, message="the growth in the new node's view")
         learn(group, registrations)
     monkeypatch.setattr(taking.groups.index, "update", update)
     leaving.close()
     wait_for(lambda: grown, 20, message="the takeover's run of g")
     after = wait_stable(zk, "g", 1, after_generation=s.generation, timeout=20)
     assert after.assignment == {"t": {0: m.consumer_id + "-0", 1: m.consumer_id + "-0", 2: m.consumer_id + "-0"}}
-    assert taking.groups.checks == 0  # rebalanced without a periodic check
+    assert taking.groups.follower.checks == 0  # rebalanced without a periodic check
     wait_for(lambda: len(m.recorder.owned) == 3, message="the member owns the new partition")
     lines = wait_for(lambda: [r.getMessage() for r in caplog.records
                               if f"group g generation {after.generation} " in r.getMessage()], message="its line")

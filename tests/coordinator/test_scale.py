@@ -7,7 +7,7 @@ import pytest
 from kazoo.protocol.serialization import Transaction
 
 from coordinator import protocol
-from coordinator.groups import FULL_CHECK_EVERY
+from coordinator.shard_follower import FULL_CHECK_EVERY
 from coordinator.fencing import Deposed, Fence
 from coordinator.plan import Plan, Snapshot
 from coordinator.rebalance import write_commands
@@ -53,10 +53,10 @@ def test_unchanged_groups_are_not_read_again_by_the_periodic_check(checking, zk)
         wait_stable(zk, group, 2)
     wait_for(lambda: set(node.groups.rebalancer.verified) == {"g1", "g2"}, message="both groups verified")
     # Between two full checks (every FULL_CHECK_EVERY-th check reads every group in full).
-    wait_for(lambda: node.groups.checks % FULL_CHECK_EVERY == 1, message="a full check done")
+    wait_for(lambda: node.groups.follower.checks % FULL_CHECK_EVERY == 1, message="a full check done")
     runs = counting_runs(node)
     commands = command_count(zk, "g1")
-    wait_for(lambda: node.groups.checks % FULL_CHECK_EVERY == FULL_CHECK_EVERY - 1, message="light checks")
+    wait_for(lambda: node.groups.follower.checks % FULL_CHECK_EVERY == FULL_CHECK_EVERY - 1, message="light checks")
     assert runs == []
     assert command_count(zk, "g1") == commands
 
@@ -142,7 +142,7 @@ def test_a_node_taking_groups_over_trusts_a_recorded_verification_only_while_not
         wait_for(lambda: read_state(zk, group).verified, message=f"{group}: its verification recorded")
     before = {g: (read_state(zk, g).generation, command_count(zk, g)) for g in groups}
     # a must not find the change itself (its 100 ms check would verify and record it afresh).
-    monkeypatch.setattr(a.groups, "_periodic_check", lambda full: None)
+    monkeypatch.setattr(a.groups.follower, "_periodic_check", lambda full: None)
     owner = sorted(zk.get_children(protocol.owners_path("changed", "t")))[0]
     stream = zk.get(protocol.owners_path("changed", "t", owner))[0]
     zk.delete(protocol.owners_path("changed", "t", owner))  # the recorded verification no longer holds

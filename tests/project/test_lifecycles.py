@@ -46,5 +46,5 @@ def test_every_class_that_keeps_a_state_does_it_through_lifecycle():
 def test_the_stateful_classes_are_on_lifecycle():
     # The check above would pass on an empty tree: the classes it must find.
     found = {cls.name for _, cls in classes() if on_lifecycle(cls)}
-    assert {"Coordinator", "GroupCoordinator", "Controller", "TopicMirror", "Term", "ClusterSnapshot",
+    assert {"Coordinator", "ShardFollower", "RebalanceHandlers", "Controller", "TopicMirror", "Term", "ClusterSnapshot",
             "GroupMember", "Consumer", "Fetcher", "Producer", "DeathBudget", "DockerEngine"} <= found
