@@ -15,11 +15,18 @@ import subprocess
 
 import pytest
 
+from coordinator.config import tomllib
 from coordinator.testing.zkserver import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOLS = {name: os.path.join(ROOT, "bin", name) for name in ("groupctl", "coordinatord", "pipeline")}
 BOUND_S = 30
+CASES_FILE = os.path.join(ROOT, "docs", "_ext", "bad_input_cases.toml")
+
+
+def bad_input_cases():
+    with open(CASES_FILE, "rb") as f:
+        return tomllib.load(f)["cases"]
 
 # Files a case can name as {name}: written as <name>.toml into the test's directory.
 FILES = {
@@ -41,172 +48,9 @@ FILES = {
 }
 DIRECTORY = "config_dir"  # {config_dir}: a directory where a file is expected
 
-# (tool, arguments, what the line must say). Cases that do not give --zk get --zk {dead}
-# --zk-timeout 1 first; the data directory is {tmp}/data (ZKGROUPS_DATA_DIR).
-CASES = [
-    # -- connect strings (every tool, and the environment)
-    ("groupctl", "--zk 127.0.0.1:notaport topics list", "port 'notaport'"),
-    ("groupctl", "--zk '' topics list", "it is empty"),
-    ("groupctl", "--zk 127.0.0.1:2181/bad//chroot topics list", "empty component"),
-    ("groupctl", "--zk :2181 topics list", "has no host"),
-    ("groupctl", "--zk host:0 topics list", "port '0'"),
-    ("groupctl", "--zk host:70000 topics list", "port '70000'"),
-    ("groupctl", "--zk 'a:1,,b:2' topics list", "empty host entry"),
-    ("groupctl", "--zk host topics list", "has no port"),
-    ("groupctl", "--zk host:2181/app/ topics list", "ends with '/'"),
-    ("groupctl", "--zk host:2181/a/../b topics list", "'..' component"),
-    ("groupctl", "--zk host:2181/zookeeper/x topics list", "reserves"),
-    ("groupctl", "--zk 'host name:2181' topics list", "not a host name"),
-    ("coordinatord", "--zk 127.0.0.1:notaport", "port 'notaport'"),
-    ("coordinatord", "--zk ''", "it is empty"),
-    ("coordinatord", "--zk 127.0.0.1:2181/bad//chroot", "empty component"),
-    ("coordinatord", "--zk :2181", "has no host"),
-    ("coordinatord", "--zk host:0", "port '0'"),
-    ("coordinatord", "--zk host:70000", "port '70000'"),
-    ("coordinatord", "--zk 'a:1,,b:2'", "empty host entry"),
-    # -- the node's HTTP server (checked before ZooKeeper is contacted)
-    ("coordinatord", "--zk {dead} --http-addr host:99999", "port must be a number"),
-    ("coordinatord", "--zk {dead} --http-addr '[::1]9464'", "IPv6"),
-    ("coordinatord", "--zk {dead} --http-addr :0 --metrics-port 0", "not both"),
-    ("coordinatord", "--zk {dead} --http-addr :0 --http-tls-cert {tmp}/c.pem", "needs both"),
-    ("coordinatord", "--zk {dead} --http-addr :0 --http-tls-cert {tmp}/c.pem --http-tls-key {tmp}/k.pem",
-     "does not exist"),
-    ("coordinatord", "--zk {dead} --http-allowed-host proxy.example", "need --http-addr"),
-    ("coordinatord", "--zk {dead} --http-addr :0 --lag-interval 0", "--lag-interval"),
-    ("pipeline", "--zk :2181 --topic t --out {tmp}/out", "has no host"),
-    ("pipeline", "--zk 'a:1,,b:2' --topic t --out {tmp}/out", "empty host entry"),
-    ("pipeline", "--zk h:1/x/ --topic t --out {tmp}/out", "ends with '/'"),
-    # -- ZooKeeper not answering: bounded by the timeout
-    ("groupctl", "--zk {dead} --zk-timeout 0.5 topics list", "did not answer within 0.5s"),
-    ("groupctl", "--zk {dead}/app --zk-timeout 0.5 topics list", "did not answer within 0.5s"),
-    ("coordinatord", "--zk {dead} --zk-timeout 0.5", "did not answer within 0.5s"),
-    ("coordinatord", "--zk {dead}/app --zk-timeout 0.5 --session-timeout-ms 1000", "did not answer within 0.5s"),
-    ("pipeline", "--zk {dead} --zk-timeout 0.5 --data-dir {tmp} --topic t --out {tmp}/out",
-     "did not answer within 0.5s"),
-    # -- durations
-    ("groupctl", "--zk-timeout 0 topics list", "--zk-timeout"),
-    ("groupctl", "--zk-timeout -1 topics list", "--zk-timeout"),
-    ("groupctl", "--zk-timeout nan topics list", "not a finite number"),
-    ("groupctl", "--zk-timeout inf topics list", "--zk-timeout"),
-    ("groupctl", "--zk-timeout 1e300 topics list", "--zk-timeout"),
-    ("coordinatord", "--zk-timeout nan", "not a finite number"),
-    ("coordinatord", "--zk-timeout 0", "--zk-timeout"),
-    ("pipeline", "--topic t --out {tmp}/out --duration nan", "not a finite number"),
-    ("pipeline", "--topic t --out {tmp}/out --zk-timeout -2", "--zk-timeout"),
-    # -- numbers, range-checked before anything is allocated
-    ("groupctl", "topics create t --partitions 1000000000", "the most partitions a topic may have (10,000)"),
-    ("groupctl", "topics create t --partitions 10001", "the most partitions a topic may have (10,000)"),
-    ("groupctl", "topics create t --partitions 0", "0 is not in the range x>=1"),
-    ("groupctl", "topics create t --partitions -1", "-1 is not in the range x>=1"),
-    ("groupctl", "topics create t --partitions many", "not a valid integer"),
-    ("groupctl", "topics add-partitions t --to 1000000000", "the most partitions a topic may have"),
-    ("groupctl", "topics add-partitions t --to 10001", "the most partitions a topic may have"),
-    ("groupctl", "topics add-partitions t --to 0", "0 is not in the range x>=1"),
-    ("groupctl", "produce t --generate 1 --size 100GB", "'100GB' is not a valid integer"),
-    ("groupctl", "produce t --generate 1 --size 100000000000", "the largest record value (1,048,576)"),
-    ("groupctl", "produce t --generate 1 --size 1048577", "the largest record value (1,048,576)"),
-    ("groupctl", "produce t --generate 1 --size 0", "0 is not in the range x>=1"),
-    ("groupctl", "produce t --generate 0", "0 is not in the range x>=1"),
-    ("groupctl", "produce t --generate -5", "-5 is not in the range x>=1"),
-    ("groupctl", "produce t --partition -1", "-1 is not in the range x>=0"),
-    ("groupctl", "produce t --partition 10000", "the highest partition there can be"),
-    ("groupctl", "consume g t --max-records 0", "0 is not in the range x>=1"),
-    ("groupctl", "consume g t --max-records -3", "-3 is not in the range x>=1"),
-    ("groupctl", "consume g t --idle-exit 0", "--idle-exit"),
-    ("groupctl", "consume g t --idle-exit -1", "--idle-exit"),
-    ("groupctl", "consume g t --idle-exit nan", "not a finite number"),
-    ("groupctl", "consume g t --session-timeout-ms 10", "10 is not in the range x>=100"),
-    ("groupctl", "consume g t --session-timeout-ms 99999999999", "largest session timeout"),
-    ("groupctl", "groups reset-offsets g --topic t --to-offset -1", "-1 is not in the range x>=0"),
-    ("groupctl", "groups reset-offsets g --topic t --to-datetime yesterday", "is not ISO 8601"),
-    ("groupctl", "groups reset-offsets g --topic t --to-datetime 2026-13-45", "is not ISO 8601"),
-    ("groupctl", "groups reset-offsets g --topic t --by-duration 1h", "is not an ISO-8601 duration"),
-    ("groupctl", "groups reset-offsets g --topic t --by-duration -PT1H", "is not an ISO-8601 duration"),
-    ("groupctl", "groups reset-offsets g --topic t:1,x --to-latest", "partitions are numbers from 0 to 9999"),
-    ("groupctl", "groups reset-offsets g --topic t:10000 --to-latest", "partitions are numbers from 0 to 9999"),
-    ("groupctl", "groups reset-offsets g --topic t --shift-by 1 --to-current", "give exactly one of"),
-    ("groupctl", "groups reset-offsets g --to-latest", "Missing option '--topic'"),
-    ("groupctl", "groups reset-offsets g --from-file {tmp}/missing.csv", "No such file or directory"),
-    ("groupctl", "groups reset-offsets g --from-file {not_utf8}", "not UTF-8"),
-    ("groupctl", "groups reset-offsets g --from-file {not_toml}", "expected topic,partition,offset"),
-    ("groupctl", "groups describe g --output yaml", "'yaml' is not one of 'table', 'json'"),
-    ("groupctl", "groups describe g --members --state", "give at most one of --offsets, --members, --state"),
-    ("groupctl", "--log-format xml topics list", "'xml' is not one of 'text', 'json'"),
-    ("groupctl", "consume g t --log-format xml", "'xml' is not one of 'text', 'json'"),
-    ("coordinatord", "--log-format xml", "'xml' is not one of 'text', 'json'"),
-    ("coordinatord", "--session-timeout-ms 99999999999", "session_timeout_ms must be at most"),
-    ("coordinatord", "--session-timeout-ms 0", "session_timeout_ms must be > 0"),
-    ("coordinatord", "--session-timeout-ms soon", "not a valid integer"),
-    ("coordinatord", "--max-rebalance-retries -1", "must be >= 0"),
-    ("coordinatord", "--max-rebalance-retries 1000", "max_rebalance_retries must be at most 100"),
-    ("coordinatord", "--rebalance-timeout-ms -5", "rebalance_timeout_ms must be > 0"),
-    ("pipeline", "--topic t --out {tmp}/out --workers 0", "0 is not in the range x>=1"),
-    ("pipeline", "--topic t --out {tmp}/out --workers 100000", "the most partitions a topic may have"),
-    ("pipeline", "--topic t --out {tmp}/out --batch-size 0", "0 is not in the range x>=1"),
-    ("pipeline", "--topic t --out {tmp}/out --session-timeout-ms 0", "0 is not in the range x>=1"),
-    ("pipeline", "--topic t --out {tmp}/out --session-timeout-ms 99999999999", "largest session timeout"),
-    # -- names, checked before any path is built (and before connecting)
-    ("groupctl", "topics describe ../../etc", "topic name '../../etc' is illegal"),
-    ("groupctl", "topics create ../x", "topic name '../x' is illegal"),
-    ("groupctl", "topics create 'bad name'", "is illegal"),
-    ("groupctl", "topics create " + "x" * 250, "longer than 249"),
-    ("groupctl", "topics create ..", "cannot be '..'"),
-    ("groupctl", "topics add-partitions ../x --to 2", "topic name '../x' is illegal"),
-    ("groupctl", "produce ../x", "topic name '../x' is illegal"),
-    ("groupctl", "groups describe ../x", "group name '../x' is illegal"),
-    ("groupctl", "groups delete ../x", "group name '../x' is illegal"),
-    ("groupctl", "groups reset-offsets ../x --topic t --to-earliest", "group name '../x' is illegal"),
-    ("groupctl", "groups reset-offsets g --topic ../x --to-earliest", "topic name '../x' is illegal"),
-    ("groupctl", "consume ../x t", "group name '../x' is illegal"),
-    ("groupctl", "consume g ../x", "topic name '../x' is illegal"),
-    ("groupctl", "consume g t --consumer-id ../x", "consumer id name '../x' is illegal"),
-    ("groupctl", "consume g --pattern '('", "is not a regular expression"),
-    ("pipeline", "--topic ../x --out {tmp}/out", "topic name '../x' is illegal"),
-    ("pipeline", "--group 'bad name' --topic t --out {tmp}/out", "group name 'bad name' is illegal"),
-    # -- configuration files
-    ("groupctl", "consume g t --config {config_dir}", "is a directory"),
-    ("groupctl", "consume g t --config {unreadable}", "is not readable"),
-    ("groupctl", "consume g t --config {tmp}/missing.toml", "does not exist"),
-    ("groupctl", "consume g t --config {not_a_table}", "[consumer] must be a table"),
-    ("groupctl", "consume g t --config {zk_number}", "zk must be a string, got 5"),
-    ("groupctl", "consume g t --config {zk_bad}", "zk: bad ZooKeeper connect string"),
-    ("groupctl", "consume g t --config {data_dir_number}", "data_dir must be a string, got 7"),
-    ("groupctl", "consume g t --config {wrong_type}", "max_poll_records must be int"),
-    ("groupctl", "consume g t --config {unknown_key}", "unknown key 'max_pol_records'"),
-    ("groupctl", "consume g t --config {huge_session}", "session_timeout_ms must be at most"),
-    ("groupctl", "consume g t --config {not_toml}", "is not valid TOML"),
-    ("groupctl", "consume g t --config {not_utf8}", "not UTF-8"),
-    ("groupctl", "consume g t --config /dev/zero", "is larger than"),
-    ("coordinatord", "--config {config_dir}", "is a directory"),
-    ("coordinatord", "--config {unreadable}", "is not readable"),
-    ("coordinatord", "--config {tmp}/missing.toml", "does not exist"),
-    ("coordinatord", "--config {not_a_table}", "[coordinator] must be a table"),
-    ("coordinatord", "--config {zk_number}", "zk must be a string, got 5"),
-    ("coordinatord", "--config {zk_bad}", "zk: bad ZooKeeper connect string"),
-    ("coordinatord", "--config {node_id_number}", "node_id must be a string, got 12"),
-    ("coordinatord", "--config {wrong_type}", "session_timeout_ms must be int, got 'long'"),
-    ("coordinatord", "--config {unknown_key}", "unknown key 'rebalance_timout_ms'"),
-    ("coordinatord", "--config {zk_timeout_negative}", "zk_timeout must be > 0"),
-    ("coordinatord", "--config {wait_for_zk_text}", "wait_for_zk must be true or false"),
-    ("coordinatord", "--config {too_many_threads}", "handler_threads must be at most 64"),
-    ("coordinatord", "--config {nan_ratio}", "must be a finite number"),
-    ("coordinatord", "--config {not_toml}", "is not valid TOML"),
-    ("coordinatord", "--config /dev/zero", "is larger than"),
-    # -- usage: one line and a pointer to --help
-    ("groupctl", "topics frobnicate", "No such command 'frobnicate'"),
-    ("groupctl", "--bogus topics list", "No such option"),
-    ("groupctl", "consume", "Missing argument 'GROUP'"),
-    ("groupctl", "produce t --generate 3 --key-separator :", "cannot be combined"),
-    ("groupctl", "produce t -f {config_dir}", "Is a directory"),
-    ("coordinatord", "--bogus", "No such option"),
-    ("coordinatord", "--log-level LOUD", "'LOUD' is not one of"),
-    ("coordinatord", "extra", "unexpected extra argument"),
-    ("pipeline", "--out {tmp}/out", "Missing option '--topic'"),
-    ("pipeline", "--topic t --out {tmp}/out --conf foo", "--conf 'foo' is not KEY=VALUE"),
-    ("pipeline", "--topic t --out {tmp}/out --conf spark.speculation=true", "spark.speculation"),
-    ("pipeline", "--topic t --out {tmp}/out --mode sideways", "'sideways' is not one of"),
-    ("pipeline", "--topic t --out {tmp}/out --data-dir {tmp}/missing", "does not exist"),
-]
+#: (tool, arguments, what the line must say): docs/_ext/bad_input_cases.toml, which the
+#: troubleshooting page shows as a table (the docs build imports nothing of the tests).
+CASES = [tuple(case) for case in bad_input_cases()]
 
 
 def run_tool(tool: str, args, env, timeout: float = BOUND_S) -> subprocess.CompletedProcess:
