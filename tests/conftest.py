@@ -5,9 +5,11 @@ ZK_CONNECT points the suite at an external ZooKeeper; otherwise a local server i
 """
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import sys
+import types
 import uuid
 
 import pytest
@@ -17,6 +19,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from coordinator.zkclient import close_client, start_client  # noqa: E402
+from coordinator.testing import zkserver  # noqa: E402
 from coordinator.testing.zkserver import provide_zookeeper  # noqa: E402
 
 
@@ -40,16 +43,55 @@ def pytest_xdist_make_scheduler(config, log):
     return HeavyTogether(config, log)
 
 
+#: The harness's ways to start a ZooKeeper server (coordinator/testing/zkserver.py). A test whose
+#: code, or one of its fixtures' code, names one starts a server however the ``zk_server``
+#: fixture does not: it gets the ``zk`` marker all the same.
+ZOOKEEPER_STARTERS = frozenset({"Ensemble", "provide_zookeeper", "start_container"})
+
+
+def _names(code: types.CodeType) -> set:
+    """The global and attribute names a function's code uses, those of its nested functions too."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
+def starts_zookeeper(item) -> bool:
+    """Whether the test, or a fixture it uses, names a :data:`ZOOKEEPER_STARTERS` entry point."""
+    functions = [getattr(item, "obj", None)]
+    info = getattr(item, "_fixtureinfo", None)
+    for definitions in (info.name2fixturedefs.values() if info is not None else ()):
+        functions += [definition.func for definition in definitions]
+    codes = [getattr(inspect.unwrap(f), "__code__", None) for f in functions if callable(f)]
+    return any(ZOOKEEPER_STARTERS & _names(code) for code in codes if code is not None)
+
+
 def pytest_collection_modifyitems(items):
-    """Tests that need a ZooKeeper server get the ``zk`` marker and tests that start processes
-    the ``process`` marker, so ``-m "not zk and not process and not slow and not kafka and not
-    spark"`` is the fast subset (pure logic and the file-system log)."""
+    """Tests that need a ZooKeeper server get the ``zk`` marker (by the ``zk_server`` fixture, or
+    by naming the harness's server starters) and tests that start processes the ``process``
+    marker, so ``-m "not zk and not process and not slow and not kafka and not spark"`` is the
+    fast subset (pure logic and the file-system log), which starts no JVM."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
-        if "zk_server" in fixtures:
+        if "zk_server" in fixtures or starts_zookeeper(item):
             item.add_marker(pytest.mark.zk)
         if "subprocess_env" in fixtures:
             item.add_marker(pytest.mark.process)
+
+
+@pytest.fixture(autouse=True)
+def _zookeeper_only_in_zk_tests(request, monkeypatch):
+    """A server started where the marking above did not see it (through a helper, say) would
+    start a JVM in the fast subset: in a test without the ``zk`` marker the harness refuses."""
+    if request.node.get_closest_marker("zk") is not None:
+        return
+
+    def refuse(server):
+        pytest.fail(f"{request.node.nodeid} starts a ZooKeeper server but has no zk marker: "
+                    "add @pytest.mark.zk (or use the zk_server fixture)", pytrace=False)
+    monkeypatch.setattr(zkserver.Server, "start", refuse)
 
 
 @pytest.fixture(scope="session")
