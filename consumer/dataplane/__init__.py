@@ -7,7 +7,9 @@ its records are read from and written to. Two implementations:
   topics registered in ZooKeeper (``/brokers/topics``). The default.
 * :mod:`~consumer.dataplane.kafka` — Kafka brokers through librdkafka (confluent-kafka).
   Consumers only ``assign()`` the partitions the coordinator gave them, at positions zkgroups
-  chose: Kafka's own group protocol is never used, so zkgroups stays the one decider.
+  chose: Kafka's own group protocol is never used, so zkgroups stays the one decider. Its
+  fetcher is :mod:`~consumer.dataplane.kafka_fetcher`; :mod:`~consumer.dataplane.kafka_messages`
+  reads librdkafka's messages and errors for both.
 
 What every data plane offers (:class:`DataPlane`): topics and their partition counts; the
 earliest and latest offsets and the offset for a time; a bounded batch read of one partition

@@ -159,7 +159,7 @@ def test_poll_reads_librdkafkas_queue_itself_a_bounded_read_at_a_time(cluster, z
     """librdkafka reads ahead in its own threads: the fetcher starts no thread of its own, and
     one read moves at most READ_RECORDS records (or max_poll_records) into its buffers, each an
     object the cyclic GC goes over until it is handed out."""
-    from consumer.dataplane.kafka import READ_RECORDS
+    from consumer.dataplane.kafka_fetcher import READ_RECORDS
     cluster.node("n")
     produce(kafka_cluster.bootstrap_servers, topic, 3 * READ_RECORDS, partition=0)
     c = consumers(topic)
