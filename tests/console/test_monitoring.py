@@ -52,7 +52,8 @@ def exported_names():
     console = SimpleNamespace(node=SimpleNamespace(groups=None), sampler=LagSampler(None, None, None),
                               snapshot=ClusterSnapshot(None))
     node.registry.register(ConsoleCollector(console))
-    registries = [node.registry, ConsumerMetrics(_IdleConsumer()).registry, LagExporter(None).registry]
+    idle_cli = SimpleNamespace(data_plane=None)  # enough of a CliContext: nothing is read before a refresh
+    registries = [node.registry, ConsumerMetrics(_IdleConsumer()).registry, LagExporter(idle_cli).registry]
     names = set()
     for registry in registries:
         for family in registry.collect():
