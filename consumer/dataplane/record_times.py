@@ -54,8 +54,9 @@ class RecordTimesReader:
         if client is not None:
             client.close()
 
-    def _clamped(self, spots: Sequence[Spot]) -> Dict[Spot, Spot]:
-        """{where to read: the spot asked}: an offset below the earliest held reads the earliest."""
+    def _clamped(self, spots: Sequence[Spot]) -> Dict[Spot, List[Spot]]:
+        """{where to read: the spots asked}: an offset below the earliest held reads the earliest
+        (so may several: groups at different offsets retention passed)."""
         tps = sorted({TopicPartition(t, p) for t, p, _ in spots})
         earliest: Dict[TopicPartition, int] = {}
         for topic in sorted({tp.topic for tp in tps}):
@@ -63,10 +64,13 @@ class RecordTimesReader:
                 earliest.update(self.plane.earliest_offsets([tp for tp in tps if tp.topic == topic]))
             except UnknownTopic:
                 continue
-        return {(t, p, max(o, earliest[TopicPartition(t, p)])): (t, p, o) for t, p, o in spots
-                if TopicPartition(t, p) in earliest}
+        out: Dict[Spot, List[Spot]] = {}
+        for t, p, o in spots:
+            if TopicPartition(t, p) in earliest:
+                out.setdefault((t, p, max(o, earliest[TopicPartition(t, p)])), []).append((t, p, o))
+        return out
 
-    def _embedded(self, spots: Dict[Spot, Spot]) -> Dict[Spot, int]:
+    def _embedded(self, spots: Dict[Spot, List[Spot]]) -> Dict[Spot, int]:
         out = {}
         for (topic, partition, offset), asked in spots.items():
             try:
@@ -74,10 +78,10 @@ class RecordTimesReader:
             except (OffsetOutOfRange, UnknownTopic):
                 continue  # deleted meanwhile: asked again next time
             if records:
-                out[asked] = records[0].timestamp
+                out.update(dict.fromkeys(asked, records[0].timestamp))
         return out
 
-    def _kafka_round(self, spots: List[Spot], asked: Dict[Spot, Spot]) -> Dict[Spot, int]:
+    def _kafka_round(self, spots: List[Spot], asked: Dict[Spot, List[Spot]]) -> Dict[Spot, int]:
         ck = confluent_kafka()
         client = self._kafka_client()
         wanted = {(t, p): o for t, p, o in spots}
@@ -93,7 +97,7 @@ class RecordTimesReader:
                         continue
                     kind, ts = message.timestamp()
                     if kind != ck.TIMESTAMP_NOT_AVAILABLE:
-                        out[asked[(*pair, wanted[pair])]] = ts
+                        out.update(dict.fromkeys(asked[(*pair, wanted[pair])], ts))
                     del wanted[pair]
                     client.pause([ck.TopicPartition(*pair)])
         finally:

@@ -194,3 +194,17 @@ def test_the_exporter_serves_lag_seconds_per_partition_and_group(stamped, cluste
     finally:
         exporter.close()
         cli.close()
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("stamped", ["kafka"], indirect=True)
+def test_below_what_retention_kept_the_age_is_the_earliest_records(stamped, cluster, zk, zk_connect, data_dir,
+                                                                  kafka_cluster):
+    """Records 0-5 of partition 0 deleted under a group committed at 2: its oldest record it can
+    still consume is 6 (the mock carries DeleteRecords as Kafka's retention would)."""
+    topic, servers, base = stamped
+    held_back_member(cluster, zk, topic, {0: 2, 1: 2})
+    kafka_cluster.delete_records(topic, 0, 6)
+    rows, span = describe(zk_connect, data_dir, servers, "g")
+    assert near_truth(rows[0]["lag_seconds"], base, 6, span), rows[0]
+    assert near_truth(rows[1]["lag_seconds"], base, 2, span), rows[1]

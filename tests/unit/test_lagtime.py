@@ -144,8 +144,9 @@ def test_the_reader_reads_one_record_a_spot_and_the_earliest_held_below_it():
     plane = FakePlane()
     reader = RecordTimesReader(plane)
     # offset 1 was deleted by retention: the oldest record the group can still consume is 3
-    assert reader([("t", 0, 5), ("t", 1, 1), ("gone", 0, 4), ("t", 0, 12)]) == {("t", 0, 5): 5000, ("t", 1, 1): 3000}
-    assert plane.fetched == [("t", 0, 5, 1), ("t", 1, 3, 1), ("t", 0, 12, 1)]
+    assert reader([("t", 0, 5), ("t", 1, 1), ("gone", 0, 4), ("t", 0, 12), ("t", 1, 2)]) == \
+        {("t", 0, 5): 5000, ("t", 1, 1): 3000, ("t", 1, 2): 3000}
+    assert plane.fetched == [("t", 0, 5, 1), ("t", 1, 3, 1), ("t", 0, 12, 1)]  # 3 of t-1 read once for both
 
 
 def test_kafka_rounds_never_hold_a_partition_twice():
