@@ -149,10 +149,12 @@ def test_alerts_fire_and_resolve_in_prometheus_and_survive_a_failover(tmp_path, 
         nodes = Nodes(prom, zk_connect, data_dir, subprocess_env, tmp_path)
         consumer = None
         try:
-            # n1 is the controller throughout; n3's session is long, so its shards wait for it (phase 4)
-            nodes.start("n1", 1000)
+            # n1 is the controller throughout; n3's session is long, so its shards wait for it (phase 4).
+            # The 10 s rebalance timeout and n2's 2 s session keep the Failed group unreported for
+            # about 13 s after n2 dies: within the rule's 20 min, divided by 60.
+            nodes.start("n1", 2000)
             wait_for(lambda: getattr(read.leader(zk), "node_id", None) == "n1", 20, message="n1 leads")
-            nodes.start("n2", 1000)
+            nodes.start("n2", 2000)
             nodes.start("n3", 5000)
             wait_for(lambda: {n for n, _, verified in read.shard_leaders(zk).values() if verified} == {"n1", "n2", "n3"}
                      and read.all_verified(zk), 30, message="every shard placed and verified")
@@ -225,7 +227,7 @@ def test_alerts_fire_and_resolve_in_prometheus_and_survive_a_failover(tmp_path, 
             since = time.time()
             nodes.kill("n1")
             fires(prom, "ZkgroupsNoController", {}, since)
-            nodes.start("n4", 1000)
+            nodes.start("n4", 2000)
             resolves(prom, "ZkgroupsNoController", {})
 
             # Every dashboard query, as Grafana runs it (a range query), has data over the run.
