@@ -75,8 +75,8 @@ class LagExporter:
         self._groups = 0
         self._read_at = 0.0
         self._took = 0.0
-        self._reader = RecordTimesReader(cli.data_plane)
-        self.record_times = lagtime.RecordTimes(self._reader)
+        self._reader = None  # the data plane is opened by the first refresh, not here
+        self.record_times = lagtime.RecordTimes(self._read_times)
         self.history = lagtime.CommitHistory()
         self.registry.register(self)
 
@@ -129,8 +129,14 @@ class LagExporter:
         duration.add_metric([], took)
         return [committed, end, lag, total, *ages, count, when, duration]
 
+    def _read_times(self, spots):
+        if self._reader is None:
+            self._reader = RecordTimesReader(self.cli.data_plane)
+        return self._reader(spots)
+
     def close(self) -> None:
-        self._reader.close()
+        if self._reader is not None:
+            self._reader.close()
 
 
 def _age_gauges(rows: List[dict]) -> List[GaugeMetricFamily]:
