@@ -112,9 +112,10 @@ def test_list_and_describe_a_live_group(groupctl, cluster, zk, zk_connect, data_
         out = ok(groupctl("groups", "describe", "g"))
         host = socket.gethostname()
         cid = c.consumer_id
-        assert table(out, "GROUP") == [["g", "t", "0", "10", "15", "5", cid, host, "zkgroups"],
-                                       ["g", "t", "1", "20", "20", "0", cid, host, "zkgroups"],
-                                       ["g", "t", "2", "0", "0", "0", cid, host, "zkgroups"]]
+        assert [row[:9] for row in table(out, "GROUP")] == [["g", "t", "0", "10", "15", "5", cid, host, "zkgroups"],
+                                                            ["g", "t", "1", "20", "20", "0", cid, host, "zkgroups"],
+                                                            ["g", "t", "2", "0", "0", "0", cid, host, "zkgroups"]]
+        assert [row[9] == "0.0" for row in table(out, "GROUP")] == [False, True, True]  # LAG-SECONDS
         assert table(ok(groupctl("groups", "describe", "g", "--state")), "GROUP") == \
             [["g", "n", "sticky", "Stable", "1", str(state.generation)]]
         assert table(ok(groupctl("groups", "describe", "g", "--members")), "GROUP") == [["g", cid, host, "zkgroups", "3"]]
@@ -123,9 +124,9 @@ def test_list_and_describe_a_live_group(groupctl, cluster, zk, zk_connect, data_
     # after a clean leave: no members, nothing assigned, offsets kept
     wait_for(lambda: read_state(zk, "g").state == protocol.EMPTY, message="group Empty")
     out = ok(groupctl("groups", "describe", "g"))
-    assert table(out, "GROUP") == [["g", "t", "0", "10", "15", "5", "-", "-", "-"],
-                                   ["g", "t", "1", "20", "20", "0", "-", "-", "-"],
-                                   ["g", "t", "2", "0", "0", "0", "-", "-", "-"]]
+    assert [row[:9] for row in table(out, "GROUP")] == [["g", "t", "0", "10", "15", "5", "-", "-", "-"],
+                                                        ["g", "t", "1", "20", "20", "0", "-", "-", "-"],
+                                                        ["g", "t", "2", "0", "0", "0", "-", "-", "-"]]
     assert table(ok(groupctl("groups", "describe", "g", "--state")), "GROUP")[0][3:5] == ["Empty", "0"]
     assert table(ok(groupctl("groups", "describe", "g", "--members")), "GROUP") == []
     assert [line.split() for line in ok(groupctl("groups", "list")).splitlines()[1:]][0][:2] == ["g", "Empty"]
@@ -143,8 +144,8 @@ def test_describe_shows_members_of_a_groupctl_consume_process(groupctl, cluster,
     cid = members(zk, "g")[0]
     host = socket.gethostname()
     out = ok(groupctl("groups", "describe", "g"))
-    assert table(out, "GROUP") == [["g", "t", "0", "3", "3", "0", cid, host, "zkgroups"],
-                                   ["g", "t", "1", "3", "3", "0", cid, host, "zkgroups"]]
+    assert table(out, "GROUP") == [["g", "t", "0", "3", "3", "0", cid, host, "zkgroups", "0.0"],
+                                   ["g", "t", "1", "3", "3", "0", cid, host, "zkgroups", "0.0"]]
     assert table(ok(groupctl("groups", "describe", "g", "--state")), "GROUP") == \
         [["g", "n", "sticky", "Stable", "1", str(state.generation)]]
     assert table(ok(groupctl("groups", "describe", "g", "--members", "--verbose")), "GROUP") == \
