@@ -29,9 +29,9 @@ from consumer.records import TopicPartition
 from coordinator import protocol, read
 from coordinator.errors import CommitFailedError
 from coordinator.topics import TopicRegistry
-from tests.console.test_metrics import COORDINATORD, served_url
+from tests.console.test_metrics import COORDINATORD, process, served_url
 from tests.console.test_monitoring import RULES, dashboard_queries
-from tests.support.helpers import fill, ok, wait_for
+from tests.support.helpers import GROUPCTL, fill, ok, wait_for
 from tests.support.prometheus import PROMETHEUS, PrometheusServer, shortened_rules
 
 pytestmark = pytest.mark.skipif(PROMETHEUS is None, reason="no prometheus: install Debian's prometheus package "
@@ -43,7 +43,8 @@ SHARDS = 4
 #: (over 5 s, for 1 s) to fire before the group is Failed.
 NODE_ARGS = ["--metrics-port", "0", "--shards", str(SHARDS), "--rebalance-timeout-ms", "10000",
              "--max-rebalance-retries", "0", "--failed-retry-interval-ms", "60000", "--lag-interval", "0.5"]
-COORDINATORS, CONSUMERS, SPARK = "zkgroups-coordinators", "zkgroups-consumers", "zkgroups-spark"
+COORDINATORS, CONSUMERS, EXPORTER, SPARK = ("zkgroups-coordinators", "zkgroups-consumers", "zkgroups-exporter",
+                                            "zkgroups-spark")
 
 
 def example_config(tmp_path) -> dict:
@@ -145,9 +146,10 @@ def repeating(step, interval: float):
 def test_alerts_fire_and_resolve_in_prometheus_and_survive_a_failover(tmp_path, subprocess_env, zk_connect, zk,
                                                                         data_dir, groupctl):
     started = time.time()
-    with PrometheusServer(str(tmp_path), example_config(tmp_path), jobs=[COORDINATORS, CONSUMERS]) as prom:
+    with PrometheusServer(str(tmp_path), example_config(tmp_path), jobs=[COORDINATORS, CONSUMERS, EXPORTER]) as prom:
         nodes = Nodes(prom, zk_connect, data_dir, subprocess_env, tmp_path)
         consumer = None
+        stack = contextlib.ExitStack()
         try:
             # n1 is the controller throughout; n3's session is long, so its shards wait for it (phase 4).
             # The 10 s rebalance timeout and n2's 2 s session keep the Failed group unreported for
@@ -216,6 +218,15 @@ def test_alerts_fire_and_resolve_in_prometheus_and_survive_a_failover(tmp_path, 
             resolves(prom, "ZkgroupsGroupFailed", {"group": failed})
             resolves(prom, "ZkgroupsLagGrowing", {"group": lagging})
 
+            # The lag exporter, scraped from here on (after the failover: its lag would have kept
+            # the lag alert up on its own).
+            exporter_log = tmp_path / "exporter.log"
+            exporter = stack.enter_context(process(
+                GROUPCTL + ["--zk", zk_connect, "--data-dir", data_dir, "exporter", "--port", "0", "--interval", "0.5"],
+                subprocess_env, exporter_log))
+            prom.set_targets(EXPORTER, [urllib.parse.urlsplit(served_url(exporter_log, r"exporter serving (http://\S+)"))
+                                        .netloc])
+
             # 4. n3 dies holding shards: they have no leader until its 5 s session expires.
             resolves(prom, "ZkgroupsShardWithoutLeader", {})  # (n2's shards may have waited a moment)
             since = time.time()
@@ -230,15 +241,21 @@ def test_alerts_fire_and_resolve_in_prometheus_and_survive_a_failover(tmp_path, 
             nodes.start("n4", 2000)
             resolves(prom, "ZkgroupsNoController", {})
 
+            wait_for(lambda: prom.query(f'zkgroups_group_total_lag{{job="{EXPORTER}",group="{lagging}"}} == 0')
+                     and prom.query(f'zkgroups_exporter_groups{{job="{EXPORTER}"}} >= 3'), 30, 0.5,
+                     "the exporter's lag in Prometheus")
+            assert exporter.poll() is None
+
             # Every dashboard query, as Grafana runs it (a range query), has data over the run.
             empty = [(title, expr) for title, expr in dashboard_queries()
                      if not prom.query_range(expr, started, time.time(), 1.0)]
             assert not empty, empty
         finally:
+            stack.close()
             nodes.close()
             if consumer is not None:
                 consumer.close()
-    for path in tmp_path.glob("n*.log"):
+    for path in [*tmp_path.glob("n*.log"), tmp_path / "exporter.log"]:
         assert "Traceback" not in path.read_text(), path
 
 
