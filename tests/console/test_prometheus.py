@@ -1,8 +1,8 @@
 """The shipped alert rules and Grafana dashboard in a running Prometheus: Debian's ``prometheus``
 server, started by the test with monitoring/prometheus/prometheus.yml, scraping coordinatord
-processes (the console on) and a consumer's metrics port every second, with the rules rendered
-by :func:`tests.support.prometheus.shortened_rules` (every duration divided by 60: ``for: 5m``
-is 5 s; the expressions otherwise as shipped).
+processes (the console on), a consumer's metrics port and ``groupctl exporter`` every second,
+with the rules rendered by :func:`tests.support.prometheus.shortened_rules` (every duration
+divided by 60: ``for: 5m`` is 5 s; the expressions otherwise as shipped).
 
 Real parts drive each alert: a member that never acks (the group Rebalancing, then Failed), a
 group whose log grows past its committed offset, a consumer whose commits are refused, a SIGKILLed
@@ -189,8 +189,8 @@ def test_alerts_fire_and_resolve_in_prometheus_and_survive_a_failover(tmp_path, 
                     fires(prom, "ZkgroupsCommitFailures", commit_labels, started)
                 resolves(prom, "ZkgroupsGroupRebalancingTooLong", {"group": failed})  # Failed now
                 resolves(prom, "ZkgroupsCommitFailures", commit_labels)
-                alerts = {("ZkgroupsGroupFailed", failed): fires(prom, "ZkgroupsGroupFailed", {"group": failed}, started),
-                          ("ZkgroupsLagGrowing", lagging): fires(prom, "ZkgroupsLagGrowing", {"group": lagging}, started)}
+                alerts = {(name, group): fires(prom, name, {"group": group}, started)
+                          for name, group in (("ZkgroupsGroupFailed", failed), ("ZkgroupsLagGrowing", lagging))}
 
                 # 2. The node reporting both groups dies mid-alert; another takes the shard and runs
                 # the group again (another 10 s) before it reports it Failed.
@@ -224,8 +224,8 @@ def test_alerts_fire_and_resolve_in_prometheus_and_survive_a_failover(tmp_path, 
             exporter = stack.enter_context(process(
                 GROUPCTL + ["--zk", zk_connect, "--data-dir", data_dir, "exporter", "--port", "0", "--interval", "0.5"],
                 subprocess_env, exporter_log))
-            prom.set_targets(EXPORTER, [urllib.parse.urlsplit(served_url(exporter_log, r"exporter serving (http://\S+)"))
-                                        .netloc])
+            exporter_url = served_url(exporter_log, r"exporter serving (http://\S+)")
+            prom.set_targets(EXPORTER, [urllib.parse.urlsplit(exporter_url).netloc])
 
             # 4. n3 dies holding shards: they have no leader until its 5 s session expires.
             resolves(prom, "ZkgroupsShardWithoutLeader", {})  # (n2's shards may have waited a moment)
