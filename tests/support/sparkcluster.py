@@ -128,7 +128,7 @@ class SparkTestbed:
         """The driver's environment: this Python on the driver and (as installed there) on the
         executors; nothing of an outer Spark setup."""
         env = {k: v for k, v in (base or os.environ).items() if not k.startswith(("SPARK_", "PYSPARK_"))}
-        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != ROOT]
         env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, PYTHONUNBUFFERED="1",
                    PYTHONPATH=os.pathsep.join([ROOT, *paths]))
         env.pop("KAFKA_BOOTSTRAP_SERVERS", None)
