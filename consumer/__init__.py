@@ -31,6 +31,10 @@ checks the order):
 * :mod:`~consumer.streams` — the streams of a ``{topic: n}`` subscription.
 * :mod:`~consumer.metrics` — a consumer's Prometheus metrics (opt-in).
 * :mod:`~consumer.config` — the consumer's configuration and subscription.
+* :mod:`~consumer.poll_interval` — ``max_poll_interval_ms``: the watchdog that makes a member
+  leave when the application stops calling ``poll()``.
+* :mod:`~consumer.commits` — a consumer's commits: fenced writes, auto-commit, ``commit_async``.
+* :mod:`~consumer.hand_out` — the heart of ``poll()``: records only within the member's lease.
 * :mod:`~consumer.consumer` — the kafka-python-style ``Consumer``.
 * :mod:`~consumer.futures` — what became of a sent record: ``FutureRecordMetadata``,
   ``DeliveryFailed``.
@@ -54,7 +58,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
     from consumer.config import ConsumerConfig
-    from consumer.consumer import Consumer, ConsumerRebalanceListener, WakeupException
+    from consumer.consumer import Consumer, ConsumerRebalanceListener
+    from consumer.hand_out import WakeupException
     from consumer.log import Log
     from consumer.futures import DeliveryFailed, FutureRecordMetadata
     from consumer.producer import Producer
@@ -66,7 +71,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
 
 _EXPORTS = {
     "Consumer": "consumer.consumer", "ConsumerConfig": "consumer.config",
-    "ConsumerRebalanceListener": "consumer.consumer", "WakeupException": "consumer.consumer",
+    "ConsumerRebalanceListener": "consumer.consumer", "WakeupException": "consumer.hand_out",
     "Producer": "consumer.producer", "FutureRecordMetadata": "consumer.futures",
     "DeliveryFailed": "consumer.futures", "Log": "consumer.log",
     "TopicPartition": "consumer.records", "ConsumerRecord": "consumer.records",

@@ -14,42 +14,34 @@ from __future__ import annotations
 
 import enum
 import logging
-import threading
-import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Union
 
 from kazoo.client import KazooClient
 
 from coordinator import config as cfg
-from coordinator.errors import CommitFailedError, IllegalStateError, UnknownTopic, ZkGroupsError
+from coordinator.errors import IllegalStateError, UnknownTopic, ZkGroupsError
 from coordinator.lifecycle import Lifecycle
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 from consumer.config import ConsumerConfig, Topics, build_consumer_config, subscription_of  # noqa: F401 (ConsumerConfig: importable from here too)
 from consumer.dataplane import DataPlane, open_data_plane
+from consumer.dataplane.record_times import RecordTimesReader
 from consumer.deserializers import Deserializers
+from consumer.commits import Commits
+from consumer.hand_out import HandOut, WakeupException  # noqa: F401 (WakeupException: poll()'s, importable from here)
 from consumer.handoff import Handoff, Revocation
 from consumer.iteration import Unyielded
 from consumer.log import Columns
 from consumer.member import GroupMember
 from consumer.metrics import ConsumerMetrics, snapshot
-from consumer.partition_changes import CommittedPositions, PartitionChanges
+from consumer.poll_interval import PollInterval
+from consumer.partition_changes import PartitionChanges
 from consumer.records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from consumer.streams import Stream, Streams
 
 log = logging.getLogger("zkgroups.consumer")
-
-#: poll(0) still waits this long for a lease renewal's round trip (only when the lease lapsed).
-LEASE_RENEWAL_MIN_WAIT_S = 0.05
-#: How long one wait of the iterator's for records lasts (it waits again until consumer_timeout_ms).
-ITERATION_POLL_MS = 500
-
-
-class WakeupException(ZkGroupsError):
-    """``poll()`` was interrupted by ``wakeup()``."""
-
 
 class ConsumerRebalanceListener:
     """Override any of these; they run on the thread that calls ``poll()``."""
@@ -113,19 +105,18 @@ class Consumer(Lifecycle[ConsumerState]):
     -----------------
     * The **application thread** calls the public methods (one thread at a time, as with
       kafka-python; :meth:`wakeup` is the one call safe from any thread). Listener callbacks
-      run on it, inside ``poll()`` and ``close()``. It alone touches ``_user_paused`` and
-      ``_next_auto_commit``.
+      run on it, inside ``poll()`` and ``close()``. It alone touches ``_user_paused``, the
+      iterator's records (``_unyielded``, :mod:`consumer.iteration`) and the hand-out loop
+      (``_hand_out``, :mod:`consumer.hand_out`).
     * The **member thread** (:class:`~consumer.member.GroupMember`) and the **fetcher's**
       prefetch thread (the embedded log's; on Kafka, fetch errors come in ``poll()``'s reads)
       act through ``_changes``
       (:class:`~consumer.partition_changes.PartitionChanges`, its own thread rules), which
       leaves what the application's thread must do in ``_handoff``.
-    * The **watchdog** thread evicts the member when ``poll()`` is not called in time; the
-      **commit-async** thread runs :meth:`commit_async`'s commits.
-    * ``_committed`` (:class:`~consumer.partition_changes.CommittedPositions`, thread-safe)
-      is what was last committed. ``_in_poll`` and ``_last_poll`` are written by the
-      application thread and read by the others without a lock (a stale read delays an
-      eviction by one check).
+    * The **watchdog** thread (``poll_interval``, :mod:`consumer.poll_interval`) evicts the
+      member when ``poll()`` is not called in time; the **commit-async** thread runs
+      :meth:`commit_async`'s commits (``_commits``, :mod:`consumer.commits`, whose committed
+      positions are thread-safe).
     """
 
     TRANSITIONS = {
@@ -146,17 +137,12 @@ class Consumer(Lifecycle[ConsumerState]):
         self.group_id = group_id
         self._subscription, kind = subscription_of(topics, pattern, exclude)
         self.listener = listener or ConsumerRebalanceListener()
-        self._handed_out_at: Optional[float] = None
         self._deserializers = Deserializers(self.config.key_deserializer, self.config.value_deserializer) \
             if self.config.key_deserializer or self.config.value_deserializer else None
-        self._unyielded = Unyielded(self._still_fetched)  # the iterator's records not yielded yet
         self._handoff = Handoff()
-        self._committed = CommittedPositions()
         self._user_paused: Set[TopicPartition] = set()
-        self._last_poll = time.monotonic()
-        self._in_poll = False
-        self._wakeup = False
-        self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000.0
+        self.poll_interval = PollInterval(self.config.max_poll_interval_ms, self._evict_overdue,
+                                          lambda: self._state is not ConsumerState.CLOSED)
         self._streams: Optional[Streams] = None
         self._metrics: Optional[ConsumerMetrics] = None  # with metrics_port: counted per poll and commit
         self._own_client = isinstance(zk, str)
@@ -171,8 +157,7 @@ class Consumer(Lifecycle[ConsumerState]):
             if self._own_client:
                 close_client(self._client)
             raise
-        self._watchdog = threading.Thread(target=self._watch_poll_interval, name="poll-watchdog", daemon=True)
-        self._watchdog.start()
+        self.poll_interval.start()
 
     def _join(self, data_dir: str, kafka: Optional[dict], log_options: Optional[dict], kind: str,
               consumer_id: Optional[str]) -> None:
@@ -187,8 +172,10 @@ class Consumer(Lifecycle[ConsumerState]):
             max_partition_fetch_bytes=self.config.max_partition_fetch_bytes,
             fetch_max_bytes=self.config.fetch_max_bytes, fetch_max_wait_ms=self.config.fetch_max_wait_ms,
             on_error=self._on_fetch_error)
-        self._changes = PartitionChanges(self, self._plane, self._fetcher, self._handoff, self._committed)
-        self._async_commits = ThreadPoolExecutor(1, thread_name_prefix="commit-async")
+        self._unyielded = Unyielded(self._fetcher)  # the iterator's records not yielded yet
+        self._commits = Commits(self.group_id, lambda: self.consumer_id, self._plane, self.config,
+                                lambda: self.positions_of(self._member.owned()))
+        self._changes = PartitionChanges(self, self._plane, self._fetcher, self._handoff, self._commits.committed)
         self._fetcher.start()
         self._member = GroupMember(self._client, self.group_id, self._subscription, kind,
                                    self.config.assignment_strategy, self.config.client_id, self._changes, consumer_id,
@@ -196,6 +183,9 @@ class Consumer(Lifecycle[ConsumerState]):
                                    group_instance_id=self.config.group_instance_id or None,
                                    static_grace_ms=self.config.static_grace_ms or None)
         self._changes.member = self._member
+        self._commits.write = self._member.commit if self._metrics is None else \
+            (lambda changed: self._metrics.timed_commit(self._member.commit, changed))
+        self._hand_out = HandOut(self._member, self._changes, self._fetcher, self._commits.maybe_auto_commit)
         self._member.start(report_every=self.config.connect_timeout_s)
 
     @classmethod
@@ -224,7 +214,7 @@ class Consumer(Lifecycle[ConsumerState]):
         them go): this member owned their partitions at that moment. What an application stamps
         itself after ``poll()`` returns can be later than the ownership (a process frozen just
         then); this cannot. None before the first records."""
-        return self._handed_out_at
+        return self._hand_out.handed_out_at
 
     def group_metadata(self) -> GroupMetadata:
         """This member's id, generation and connection, for logs and tools (no I/O)."""
@@ -269,7 +259,7 @@ class Consumer(Lifecycle[ConsumerState]):
         (the others keep flowing; ``seek`` past the damage to go on), and IllegalStateError once
         closed. With a ``key_deserializer`` or ``value_deserializer``, RecordDeserializationError
         once a record they fail on is next (:mod:`consumer.deserializers`)."""
-        self._give_back_unyielded()
+        self._unyielded.give_back()
         batch = self._counted_poll(timeout_ms, max_records)
         if self._deserializers is None or not batch:
             return batch
@@ -296,7 +286,7 @@ class Consumer(Lifecycle[ConsumerState]):
         the data plane has no columns (:attr:`columnar` is False: call ``poll()``)."""
         if not self.columnar:
             raise IllegalStateError(f"{self._plane.describe()} hands out records, not columns: call poll()")
-        self._give_back_unyielded()
+        self._unyielded.give_back()
         return self._poll(timeout_ms, max_records, self._fetcher.poll_columns)
 
     def _poll(self, timeout_ms: int, max_records: Optional[int], take: Optional[Callable] = None) -> dict:
@@ -305,41 +295,15 @@ class Consumer(Lifecycle[ConsumerState]):
         self._check_open()
         if self._member.fenced is not None:
             raise self._member.fenced
-        deadline = time.monotonic() + timeout_ms / 1000.0
-        self._last_poll = time.monotonic()
-        self._in_poll = True
+        self.poll_interval.entered()
         try:
             if self._state is ConsumerState.EVICTED and self._set_state(ConsumerState.ACTIVE,
                                                                          expect={ConsumerState.EVICTED}):
                 log.info("consumer %s rejoins group %s", self.consumer_id, self.group_id)
                 self._member.rejoin()
-            while True:
-                self._changes.run_callbacks()
-                remaining = deadline - time.monotonic()
-                if not self._may_hand_out(remaining):
-                    # Another member may own our partitions by now: hand out nothing.
-                    self._check_wakeup()
-                    if time.monotonic() >= deadline:
-                        return {}
-                    continue
-                self._maybe_auto_commit()
-                remaining = deadline - time.monotonic()
-                records = take(max_records, timeout=max(0.0, min(remaining, 0.5)))
-                if records:
-                    handed_out_at = time.time()
-                    if self._member.holds_lease():
-                        self._handed_out_at = handed_out_at
-                        return records
-                    # The lease lapsed while we waited (the process may have been frozen): keep
-                    # them until a round trip confirms the session that owns them.
-                    self._fetcher.give_back(records)
-                    continue
-                self._check_wakeup()
-                if remaining <= 0:
-                    return {}
+            return self._hand_out.poll(timeout_ms, max_records, take)
         finally:
-            self._in_poll = False
-            self._last_poll = time.monotonic()
+            self.poll_interval.left()
 
     def __iter__(self) -> "Consumer":
         return self
@@ -349,54 +313,18 @@ class Consumer(Lifecycle[ConsumerState]):
         (default: until closed) for one; StopIteration then, or once closed. A record counts as
         consumed once it is yielded: a loop left by ``break`` leaves the position after the last
         record it saw, and the rest of the batch comes next (:mod:`consumer.iteration`)."""
-        timeout = self.config.consumer_timeout_ms
-        deadline = None if timeout is None else time.monotonic() + timeout / 1000.0
         convert = None if self._deserializers is None else self._deserializers.one
-        while self._state is not ConsumerState.CLOSED:
-            record = self._unyielded.pop(self._fetcher.generation, convert)
-            if record is not None:
-                return record
-            wait_ms = ITERATION_POLL_MS if deadline is None else (deadline - time.monotonic()) * 1000.0
-            if wait_ms <= 0:
-                break
-            generation = self._fetcher.generation  # before the poll: a change during it is seen
-            self._unyielded.fill(self._counted_poll(min(wait_ms, ITERATION_POLL_MS), None), generation)
-        raise StopIteration
+        return self._unyielded.next(self._counted_poll, convert, self.config.consumer_timeout_ms,
+                                    lambda: self._state is not ConsumerState.CLOSED)
 
     def _counted_poll(self, timeout_ms: float, max_records: Optional[int]) -> dict:
         if self._metrics is not None:
             return self._metrics.timed_poll(self._poll, timeout_ms, max_records)
         return self._poll(timeout_ms, max_records)
 
-    def _still_fetched(self, tp: TopicPartition, end: int) -> bool:
-        try:
-            return self._fetcher.position(tp) == end
-        except ZkGroupsError:
-            return False  # revoked
-
-    def _give_back_unyielded(self, partitions: Optional[Iterable[TopicPartition]] = None) -> None:
-        """Hand the iterator's records not yet yielded back to the fetcher (of ``partitions``,
-        default all): the next poll or iteration returns them again."""
-        if self._unyielded:
-            self._fetcher.give_back(self._unyielded.take(partitions))
-
-    def _may_hand_out(self, remaining: float) -> bool:
-        """Whether records of owned partitions may be returned now: connected, and the session
-        that owns them proved alive recently (the member's lease; renewed here if it lapsed)."""
-        if not self._member.wait_connected(max(0.0, min(remaining, 0.5))):
-            return False
-        return self._member.holds_lease() or self._member.renew_lease(
-            max(LEASE_RENEWAL_MIN_WAIT_S, min(remaining, 0.5)))
-
-    def _check_wakeup(self) -> None:
-        if self._wakeup:
-            self._wakeup = False
-            raise WakeupException("poll() was woken up")
-
     def wakeup(self) -> None:
         """Interrupt a blocking ``poll()`` (raises WakeupException there). Safe from any thread."""
-        self._wakeup = True
-        self._fetcher.wakeup()
+        self._hand_out.wakeup()
 
     def streams(self) -> List["Stream"]:
         """For a ``{topic: n}`` subscription: n iterators, each over the partitions assigned to
@@ -413,12 +341,10 @@ class Consumer(Lifecycle[ConsumerState]):
     def _on_fetch_error(self, tp: TopicPartition, exc: BaseException) -> None:
         self._changes.on_fetch_error(tp, exc)
 
-    def _watch_poll_interval(self) -> None:
-        limit = self.config.max_poll_interval_ms / 1000.0
-        while self._state is not ConsumerState.CLOSED:
-            time.sleep(min(1.0, limit / 4))
-            if self._member.registered and self.poll_overdue() and self.evict_overdue():
-                self._member.evict()
+    def _evict_overdue(self) -> None:
+        """The watchdog found ``poll()`` overdue: leave the group (the next poll rejoins)."""
+        if self._member.registered and self.evict_overdue():
+            self._member.evict()
 
     # ------------------------------------------------------------ offsets
 
@@ -433,26 +359,7 @@ class Consumer(Lifecycle[ConsumerState]):
         ``consumer.offsets.COMMIT_PARTITIONS`` partitions are written in several transactions:
         after ZooKeeperUnavailable, those written before it stay written."""
         self._check_open()
-        if offsets is None:
-            offsets = self.positions_of(self._member.owned())
-        changed = self._committed.changed({tp: getattr(o, "offset", o) for tp, o in offsets.items()})
-        if not changed:
-            return
-        try:
-            if self._metrics is not None:
-                self._metrics.timed_commit(self._member.commit, changed)
-            else:
-                self._member.commit(changed)
-        except CommitFailedError as e:  # the partitions it does not name were written
-            self._committed.record({tp: o for tp, o in changed.items() if tp not in e.partitions})
-            raise
-        self._committed.record(changed)
-        if self.config.kafka_commit_offsets:
-            try:  # after ZooKeeper's fenced commit, never instead of it
-                self._plane.commit_offsets(self.group_id, changed)
-            except ZkGroupsError as e:
-                log.warning("consumer %s: copying offsets to Kafka failed (ZooKeeper has them): %s",
-                            self.consumer_id, e)
+        self._commits.commit(offsets)
 
     def commit_async(self, offsets: Optional[Dict[TopicPartition, int]] = None,
                      callback: Optional[Callable] = None) -> Future:
@@ -460,30 +367,7 @@ class Consumer(Lifecycle[ConsumerState]):
         exception_or_None)`` runs there, with ``offsets`` as {partition: OffsetAndMetadata}
         (kafka-python's). Returns a ``concurrent.futures.Future``: its result is None, or
         the commit's exception."""
-        if offsets is None:
-            offsets = self.positions_of(self._member.owned())
-        offsets = {tp: o if isinstance(o, OffsetAndMetadata) else OffsetAndMetadata(getattr(o, "offset", o))
-                   for tp, o in offsets.items()}
-
-        def run():
-            try:
-                self.commit(offsets)
-                error = None
-            except Exception as e:
-                error = e
-            if callback:
-                callback(offsets, error)
-            if error is not None:
-                raise error
-        return self._async_commits.submit(run)
-
-    def _maybe_auto_commit(self) -> None:
-        if self.config.enable_auto_commit and time.monotonic() >= self._next_auto_commit:
-            self._next_auto_commit = time.monotonic() + self.config.auto_commit_interval_ms / 1000.0
-            try:
-                self.commit()
-            except ZkGroupsError as e:
-                log.warning("consumer %s: auto-commit failed: %s", self.consumer_id, e)
+        return self._commits.commit_async(offsets, callback)
 
     def committed(self, tp: TopicPartition, metadata: bool = False) -> Union[None, int, OffsetAndMetadata]:
         """The group's committed offset of ``tp`` (any partition, owned or not; None if nothing
@@ -528,13 +412,13 @@ class Consumer(Lifecycle[ConsumerState]):
         """For each partition (owned or not) the earliest offset whose timestamp is at least the
         given one (milliseconds) and that record's own timestamp, or None if there is none."""
         found = self._plane.offsets_for_times(timestamps)
-        return {tp: None if offset is None else OffsetAndTimestamp(offset, self._timestamp_at(tp, offset, timestamps[tp]))
-                for tp, offset in found.items()}
-
-    def _timestamp_at(self, tp: TopicPartition, offset: int, asked: int) -> int:
-        """The timestamp of ``tp``'s record at ``offset`` (``asked`` if it is gone: retention)."""
-        records = self._plane.fetch(tp, offset, max_records=1)
-        return records[0].timestamp if records and records[0].offset == offset else asked
+        reader = RecordTimesReader(self._plane)
+        try:
+            times = reader([(tp.topic, tp.partition, o) for tp, o in found.items() if o is not None])
+        finally:
+            reader.close()
+        return {tp: None if o is None else OffsetAndTimestamp(o, times.get((tp.topic, tp.partition, o), timestamps[tp]))
+                for tp, o in found.items()}
 
     def topics(self) -> Set[str]:
         """Every topic registered in ZooKeeper (``/brokers/topics``: the topics the coordinator
@@ -554,7 +438,7 @@ class Consumer(Lifecycle[ConsumerState]):
         """Stop fetching and returning ``partitions`` until ``resume`` (kept across rebalances
         for partitions that stay; partitions not owned are remembered but have no effect)."""
         self._user_paused |= set(partitions)
-        self._give_back_unyielded(partitions)
+        self._unyielded.give_back(partitions)
         self._fetcher.pause(partitions)
 
     def resume(self, *partitions: TopicPartition) -> None:
@@ -574,21 +458,6 @@ class Consumer(Lifecycle[ConsumerState]):
 
         :meta private:"""
         return self._state in (ConsumerState.CLOSING, ConsumerState.CLOSED)
-
-    @property
-    def in_poll(self) -> bool:
-        """Whether the application's thread is inside ``poll()`` now.
-
-        :meta private:"""
-        return self._in_poll
-
-    def poll_overdue(self) -> bool:
-        """Whether ``poll()`` was last called more than ``max_poll_interval_ms`` ago (and is
-        not running now).
-
-        :meta private:"""
-        return (not self._in_poll
-                and time.monotonic() - self._last_poll > self.config.max_poll_interval_ms / 1000.0)
 
     def evict_overdue(self) -> bool:
         """Move from ACTIVE to EVICTED, saying why once; False if not active (evicted or
@@ -637,12 +506,6 @@ class Consumer(Lifecycle[ConsumerState]):
         self._fetcher.pause(self._changes.known(pause))
         self._fetcher.resume(self._changes.known(set(resume) - self._user_paused))
 
-    def seconds_since_poll(self) -> float:
-        """Seconds since ``poll()`` last returned; 0 while in ``poll()``.
-
-        :meta private:"""
-        return 0.0 if self._in_poll else max(0.0, time.monotonic() - self._last_poll)
-
     def log_end_offsets(self, partitions: Iterable[TopicPartition]) -> Dict[TopicPartition, int]:
         """The data plane's end offsets of ``partitions`` (ZkGroupsError if it does not answer).
 
@@ -658,7 +521,7 @@ class Consumer(Lifecycle[ConsumerState]):
         leaves by session expiry."""
         if not self._set_state(ConsumerState.CLOSING, expect={ConsumerState.ACTIVE, ConsumerState.EVICTED}):
             return
-        self._give_back_unyielded()
+        self._unyielded.give_back()
         if self._streams is not None:
             self._streams.stop()
         try:
@@ -679,7 +542,7 @@ class Consumer(Lifecycle[ConsumerState]):
         finally:
             self._set_state(ConsumerState.CLOSED)
             self._fetcher.close()
-            self._async_commits.shutdown(wait=True)
+            self._commits.close()
             if self._metrics is not None:
                 self._metrics.close()
             self._plane.close()

@@ -19,37 +19,58 @@ snapshot (one record off at worst).
 """
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import Callable, Deque, Dict, Iterable, List, Mapping, Optional
 
 from consumer.records import ConsumerRecord, TopicPartition
+from coordinator.errors import ZkGroupsError
+
+#: How long one wait of the iterator's for records lasts (it waits again until its timeout).
+POLL_MS = 500
 
 
 class Unyielded:
-    """Records fetched for iteration and not yielded yet, in the order ``poll()`` returned them.
+    """Records fetched for iteration and not yielded yet, in the order ``poll()`` returned them,
+    over ``fetcher`` (its ``generation``, ``position(tp)`` and ``give_back``)."""
 
-    ``still_fetched(tp, end)`` answers whether the fetcher still has ``tp`` at position ``end``
-    (the offset after its last record here): otherwise its records here are stale."""
+    __slots__ = ("_entries", "_generation", "_fetcher")
 
-    __slots__ = ("_entries", "_generation", "_still_fetched")
-
-    def __init__(self, still_fetched: Callable[[TopicPartition, int], bool]) -> None:
+    def __init__(self, fetcher) -> None:
         self._entries: Deque[list] = deque()  # [tp, records, index of the next to yield]
         self._generation = -1
-        self._still_fetched = still_fetched
+        self._fetcher = fetcher
 
     def __bool__(self) -> bool:
         return bool(self._entries)
+
+    def next(self, poll: Callable[[float, Optional[int]], Mapping[TopicPartition, List[ConsumerRecord]]],
+             convert: Optional[Callable[[ConsumerRecord], ConsumerRecord]], timeout_ms: Optional[float],
+             is_open: Callable[[], bool]) -> ConsumerRecord:
+        """The iterator's next record: one held here, else one of a new ``poll(timeout_ms,
+        None)``, waiting up to ``timeout_ms`` (None: for as long as ``is_open()``). StopIteration
+        then."""
+        deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000.0
+        while is_open():
+            record = self.pop(convert)
+            if record is not None:
+                return record
+            wait_ms = POLL_MS if deadline is None else (deadline - time.monotonic()) * 1000.0
+            if wait_ms <= 0:
+                break
+            generation = self._fetcher.generation  # before the poll: a change during it is seen
+            self.fill(poll(min(wait_ms, POLL_MS), None), generation)
+        raise StopIteration
 
     def fill(self, batch: Mapping[TopicPartition, List[ConsumerRecord]], generation: int) -> None:
         """Keep ``batch`` (a ``poll()``'s), fetched when the fetcher's generation was ``generation``."""
         self._entries.extend([tp, records, 0] for tp, records in batch.items() if records)
         self._generation = generation
 
-    def pop(self, generation: int, convert: Optional[Callable[[ConsumerRecord], ConsumerRecord]] = None
-            ) -> Optional[ConsumerRecord]:
+    def pop(self, convert: Optional[Callable[[ConsumerRecord], ConsumerRecord]] = None) -> Optional[ConsumerRecord]:
         """The next record (through ``convert``, which may raise: the record then stays next),
-        or None when none is left. ``generation`` is the fetcher's now."""
+        or None when none is left."""
+        generation = self._fetcher.generation
         if generation != self._generation:
             self._drop_stale(generation)
         entries = self._entries
@@ -72,9 +93,14 @@ class Unyielded:
                 return records[i].offset if records[-1].offset + 1 == end else None
         return None
 
+    def give_back(self, partitions: Optional[Iterable[TopicPartition]] = None) -> None:
+        """Hand the records not yielded (of ``partitions``, default all) back to the fetcher:
+        the next poll or iteration returns them again."""
+        if self._entries:
+            self._fetcher.give_back(self.take(partitions))
+
     def take(self, partitions: Optional[Iterable[TopicPartition]] = None) -> Dict[TopicPartition, list]:
-        """Remove and return {partition: its records not yielded} (of ``partitions``, default
-        all), for the fetcher's ``give_back``."""
+        """Remove and return {partition: its records not yielded} (of ``partitions``, default all)."""
         wanted = None if partitions is None else set(partitions)
         taken, kept = {}, deque()
         for entry in self._entries:
@@ -86,5 +112,12 @@ class Unyielded:
         return taken
 
     def _drop_stale(self, generation: int) -> None:
+        """Drop the records of partitions revoked or repositioned since they were fetched."""
         self._generation = generation
-        self._entries = deque(e for e in self._entries if self._still_fetched(e[0], e[1][-1].offset + 1))
+        self._entries = deque(e for e in self._entries if self._still_at(e[0], e[1][-1].offset + 1))
+
+    def _still_at(self, tp: TopicPartition, end: int) -> bool:
+        try:
+            return self._fetcher.position(tp) == end
+        except ZkGroupsError:
+            return False  # revoked

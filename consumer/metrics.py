@@ -129,7 +129,7 @@ class _ConsumerCollector:
         info.add_metric([c.group_id, meta.member_id, c.config.client_id], 1)
         since = GaugeMetricFamily("zkgroups_consumer_seconds_since_last_poll",
                                   "Seconds since poll() last returned (0 while in poll()).")
-        since.add_metric([], c.seconds_since_poll())
+        since.add_metric([], c.poll_interval.seconds_since_poll())
         generation = GaugeMetricFamily("zkgroups_consumer_generation", "The last generation this member applied.")
         generation.add_metric([], meta.generation)
         rebalances = CounterMetricFamily("zkgroups_consumer_rebalances", "Generations this member applied.")

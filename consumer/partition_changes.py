@@ -109,12 +109,12 @@ class PartitionChanges(MemberListener):
         self.fetcher.pause(self.known(partitions))  # no record of them is returned from now on
         if not self.consumer.closing:  # close() commits itself
             r = self.handoff.revoke(partitions)
-            if self.consumer.in_poll:
+            if self.consumer.poll_interval.in_poll:
                 self.fetcher.wakeup()  # a poll() waiting for records handles it now
             while not r.done.wait(0.05):
                 if self.consumer.closing:
                     break
-                if self.consumer.poll_overdue():
+                if self.consumer.poll_interval.overdue():
                     self.handoff.withdraw(r)
                     self.consumer.evict_overdue()
                     return None
@@ -135,7 +135,7 @@ class PartitionChanges(MemberListener):
         self.handoff.assigned(known)  # after the fetcher has them: the poll thread resumes them
         for tp, e in refused.items():
             self.handoff.error(e if isinstance(e, FetchFailed) else FetchFailed(tp.topic, tp.partition, e))
-        if self.consumer.in_poll:
+        if self.consumer.poll_interval.in_poll:
             self.fetcher.wakeup()
         return refused
 

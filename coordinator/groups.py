@@ -74,6 +74,20 @@ class GroupCoordinator:
     def leads(self, group: str) -> bool:
         return self.follower.leads(group)
 
+    def event_thread_alive(self) -> bool:
+        """Whether the follower's event thread runs (``/healthz``)."""
+        thread = self.follower.thread
+        return thread is not None and thread.is_alive()
+
+    def events_queued(self) -> int:
+        """Events waiting for the event thread (a metric)."""
+        return self.follower.events.qsize()
+
+    @property
+    def shard_count(self):
+        """The shard count, once the event thread has read it (else None)."""
+        return self.terms.count
+
     def end_all(self, reason: str) -> None:
         self.terms.end_all(reason)
 

@@ -285,7 +285,7 @@ def node_health(node, console=None) -> Tuple[bool, Dict[str, object]]:
     if node is None:
         return True, {"node": "waiting for ZooKeeper"}
     groups = node.groups
-    checks: Dict[str, object] = {"event_thread": bool(groups and groups.thread and groups.thread.is_alive())}
+    checks: Dict[str, object] = {"event_thread": bool(groups and groups.event_thread_alive())}
     if console is not None:
         checks["console_snapshot"] = console.snapshot.alive
     return all(checks.values()), checks

@@ -282,9 +282,9 @@ class _NodeCollector:
                 shard_epoch.add_metric([str(shard)], shard_ep)
             groups = node.groups
             if groups is not None:
-                events.add_metric([], groups.follower.events.qsize())
-                if groups.terms.count is not None:
-                    shards.add_metric([], groups.terms.count)
+                events.add_metric([], groups.events_queued())
+                if groups.shard_count is not None:
+                    shards.add_metric([], groups.shard_count)
                 queued.add_metric([], groups.requests.queued())
                 led = groups.leads
         count_failed = 0

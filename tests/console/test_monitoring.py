@@ -35,9 +35,7 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="no promtool: insta
 class _IdleConsumer:
     """Enough of a Consumer for its metrics' families to be listed."""
     started, group_id, config = True, "g", SimpleNamespace(client_id="c")
-
-    def seconds_since_poll(self):
-        return 0.0
+    poll_interval = SimpleNamespace(seconds_since_poll=lambda: 0.0)
 
     def group_metadata(self):
         return SimpleNamespace(member_id="m", generation=1, rebalances=0)
