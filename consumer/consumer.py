@@ -16,12 +16,12 @@ import enum
 import logging
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Union
 
 from kazoo.client import KazooClient
 
 from coordinator import config as cfg
-from coordinator.errors import IllegalStateError, UnknownTopic, ZkGroupsError
+from coordinator.errors import CommitFailedError, IllegalStateError, UnknownTopic, ZkGroupsError
 from coordinator.lifecycle import Lifecycle
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
@@ -139,6 +139,7 @@ class Consumer(Lifecycle[ConsumerState]):
         self.listener = listener or ConsumerRebalanceListener()
         self._deserializers = Deserializers(self.config.key_deserializer, self.config.value_deserializer) \
             if self.config.key_deserializer or self.config.value_deserializer else None
+        self._convert = None if self._deserializers is None else self._deserializers.one  # what iteration applies
         self._handoff = Handoff()
         self._user_paused: Set[TopicPartition] = set()
         self.poll_interval = PollInterval(self.config.max_poll_interval_ms, self._evict_overdue,
@@ -305,17 +306,24 @@ class Consumer(Lifecycle[ConsumerState]):
         finally:
             self.poll_interval.left()
 
-    def __iter__(self) -> "Consumer":
-        return self
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        """``for record in consumer``: :meth:`__next__`'s records, as a generator (faster per
+        record); a new loop goes on where the last one stopped."""
+        return self._unyielded.records(self._counted_poll, self._convert, self.config.consumer_timeout_ms,
+                                       self._is_open)
 
     def __next__(self) -> ConsumerRecord:
         """The next record (``for record in consumer``), waiting up to ``consumer_timeout_ms``
         (default: until closed) for one; StopIteration then, or once closed. A record counts as
         consumed once it is yielded: a loop left by ``break`` leaves the position after the last
         record it saw, and the rest of the batch comes next (:mod:`consumer.iteration`)."""
-        convert = None if self._deserializers is None else self._deserializers.one
-        return self._unyielded.next(self._counted_poll, convert, self.config.consumer_timeout_ms,
-                                    lambda: self._state is not ConsumerState.CLOSED)
+        record = self._unyielded.pop(self._convert)  # the fast path: a record held
+        if record is not None:
+            return record
+        return self._unyielded.next(self._counted_poll, self._convert, self.config.consumer_timeout_ms, self._is_open)
+
+    def _is_open(self) -> bool:
+        return self._state is not ConsumerState.CLOSED
 
     def _counted_poll(self, timeout_ms: float, max_records: Optional[int]) -> dict:
         if self._metrics is not None:
@@ -368,6 +376,20 @@ class Consumer(Lifecycle[ConsumerState]):
         (kafka-python's). Returns a ``concurrent.futures.Future``: its result is None, or
         the commit's exception."""
         return self._commits.commit_async(offsets, callback)
+
+    def commit_completed(self, offsets: Dict[TopicPartition, int], completed: Dict[TopicPartition, bytes]) -> None:
+        """Commit ``offsets`` with, in the same fenced transactions, the offsets completed above
+        them (``completed``: {partition: encoded Completed}): a parallel consumer's commit
+        (:mod:`consumer.parallel`). Raises as :meth:`commit`.
+
+        :meta private:"""
+        self._check_open()
+        try:
+            self._member.commit(offsets, completed)
+        except CommitFailedError as e:
+            self._commits.committed.record({tp: o for tp, o in offsets.items() if tp not in e.partitions})
+            raise
+        self._commits.committed.record(offsets)
 
     def committed(self, tp: TopicPartition, metadata: bool = False) -> Union[None, int, OffsetAndMetadata]:
         """The group's committed offset of ``tp`` (any partition, owned or not; None if nothing

@@ -49,7 +49,7 @@ All state is guarded by one lock (with two condition variables: one the prefetch
 on, one ``poll()`` waits on). The log is read *outside* the lock. Every partition state (a
 :class:`~consumer.partition_buffer.PartitionBuffer`, which also holds its buffered records) carries
 an epoch that is bumped by ``seek``/``assign`` and the state object is dropped by ``revoke``
-(each of them also changes :attr:`Fetcher.generation`, the consumer's iterator's cue);
+(each of them also changes ``Fetcher.generation``, the consumer's iterator's cue);
 a fetch whose partition changed while it was in flight is discarded when it completes. The
 ``on_error`` callback runs in whichever thread did the read (the prefetch thread or a
 ``poll()`` caller), never under the lock, so it may call ``seek``/``revoke``/``wakeup``.
@@ -180,7 +180,9 @@ class Fetcher(Lifecycle[FetcherState]):
         self._order: List[TopicPartition] = []  # assignment order, for both rotations
         self._poll_next = 0                     # index in _order where the next poll starts
         self._fetch_next = 0                    # index in _order where the next fetch looks
-        self._epoch = 0
+        #: Changes whenever a partition is assigned, revoked or repositioned (the partitions'
+        #: epochs come from it; the consumer's iterator reads it without the lock: an int).
+        self.generation = 0
         self._busy = False                      # one read in flight at a time (thread or poll)
         # Who waits on the conditions: hot paths notify only when someone does.
         self._thread_waiting = False
@@ -241,14 +243,14 @@ class Fetcher(Lifecycle[FetcherState]):
             self._check_open()
             for tp, offset in positions.items():
                 tp = TopicPartition(*tp)
-                self._epoch += 1
+                self.generation += 1
                 st = self._parts.get(tp)
                 if st is None:
-                    st = self._parts[tp] = self._partition_type(tp, int(offset), self._epoch)
+                    st = self._parts[tp] = self._partition_type(tp, int(offset), self.generation)
                     st.paused = paused
                     self._order.append(tp)
                 else:
-                    st.reset(int(offset), self._epoch)
+                    st.reset(int(offset), self.generation)
             self._fetch_cv.notify_all()
 
     def revoke(self, tps: Iterable[TopicPartition]) -> None:
@@ -256,7 +258,7 @@ class Fetcher(Lifecycle[FetcherState]):
         with self._lock:
             for tp in map(TopicPartition._make, tps):
                 if self._parts.pop(tp, None) is not None:
-                    self._epoch += 1
+                    self.generation += 1
                     i = self._order.index(tp)
                     del self._order[i]
                     if i < self._poll_next:
@@ -274,17 +276,13 @@ class Fetcher(Lifecycle[FetcherState]):
         with self._lock:
             return set(self._parts)
 
-    @property
-    def generation(self) -> int:
-        """Changes whenever a partition is assigned, revoked or repositioned."""
-        return self._epoch
 
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """Drop ``tp``'s buffer and fetch from ``offset`` next; clears a reported error."""
         with self._lock:
             st = self._assigned_partition(tp)
-            self._epoch += 1
-            st.reset(int(offset), self._epoch)
+            self.generation += 1
+            st.reset(int(offset), self.generation)
             self._fetch_cv.notify_all()
 
     def position(self, tp: TopicPartition) -> int:
@@ -483,8 +481,8 @@ class Fetcher(Lifecycle[FetcherState]):
         position; a read in flight is discarded)."""
         self._columns = columns
         for st in self._parts.values():
-            self._epoch += 1
-            st.refetch(self._epoch)
+            self.generation += 1
+            st.refetch(self.generation)
         self._fetch_cv.notify_all()
 
     def _rotation(self, start: int):

@@ -195,7 +195,7 @@ class KafkaFetcher(Fetcher):
             return None, None  # a control call waits for the slot: it goes first, or it would starve
         if any(not st.paused and st.error is None for st in self._parts.values()):
             self._busy = True
-            return self._epoch, None
+            return self.generation, None
         return None, None
 
     def _fetch(self, job, wait: Optional[float] = None) -> None:

@@ -10,6 +10,8 @@ Producer. Measured in one run:
   data with the fetcher's chunk size (500 records), in a fresh ``Log`` like the consumer's.
   The two alternate for ``--rounds`` (5) rounds and the best of each is reported (the machine is
   shared and noisy). Target: ratio >= 0.8.
+* **for record in consumer**: the same, iterating (a position moved per record handed out,
+  so a loop left by ``break`` loses nothing).
 * **poll with metrics**: the same consumer with ``metrics_port`` set (records, bytes and poll
   latency counted per poll).
 * **poll + commit**: the same with ``commit()`` after every poll (a ZooKeeper transaction
@@ -122,6 +124,27 @@ def poll_all(connect: str, data_dir: str, group: str, expected: int, commit_ever
             ends = end_offsets(data_dir, len(c.assignment()))
             if any(c.committed(tp) != ends[tp.partition] for tp in c.assignment()):
                 sys.exit("bench_consume: committed offsets do not match the end offsets")
+        return (count - 1) / t.seconds
+    finally:
+        c.close()
+
+
+def iterate_all(connect: str, data_dir: str, group: str, expected: int) -> float:
+    """Records/s of a lone consumer reading everything with ``for record in consumer`` (which
+    moves each position one record at a time, as kafka-python's iterator does), timed after
+    its first record."""
+    c = Consumer(group, [TOPIC], zk=connect, data_dir=data_dir, auto_offset_reset="earliest",
+                 enable_auto_commit=False, consumer_timeout_ms=60_000)
+    try:
+        records = iter(c)
+        next(records)  # joins the group
+        count = 1
+        with Timer() as t:
+            for _ in records:
+                count += 1
+                if count == expected:
+                    break
+        check(count, expected, "iterating the Consumer")
         return (count - 1) / t.seconds
     finally:
         c.close()
@@ -413,10 +436,11 @@ def main(argv=None) -> None:
                     sys.exit("bench_consume: coordinatord did not become leader")
                 time.sleep(0.05)
 
-            base = poll_rate = metrics_rate = commit_rate = 0.0
+            base = poll_rate = iterate_rate = metrics_rate = commit_rate = 0.0
             for r in range(rounds):
                 base = max(base, raw_fetch(data_dir, args.partitions, records))
                 poll_rate = max(poll_rate, poll_all(connect, data_dir, f"solo-{r}", records, False))
+                iterate_rate = max(iterate_rate, iterate_all(connect, data_dir, f"iterate-{r}", records))
                 metrics_rate = max(metrics_rate, poll_all(connect, data_dir, f"metrics-{r}", records, False, True))
                 commit_rate = max(commit_rate, poll_all(connect, data_dir, f"commit-{r}", records, True))
 
@@ -441,6 +465,8 @@ def main(argv=None) -> None:
     print_table([
         Row("baseline (Log.fetch loop)", base, "records/s", 1.0, f"chunks of {FETCH_CHUNK}"),
         Row("Consumer.poll()", poll_rate, "records/s", poll_rate / base, "target ratio >= 0.8"),
+        Row("for record in consumer", iterate_rate, "records/s", iterate_rate / base,
+            f"{iterate_rate / poll_rate:.2f} of poll(); positions move per record"),
         Row("Consumer.poll(), metrics_port set", metrics_rate, "records/s", metrics_rate / base,
             f"{metrics_rate / poll_rate:.2f} of poll() without"),
         Row("Consumer.poll() + commit() per poll", commit_rate, "records/s", commit_rate / base),

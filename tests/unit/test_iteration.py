@@ -89,3 +89,23 @@ def test_next_polls_when_nothing_is_held_and_stops_at_its_timeout(fetcher):
 
 def test_a_stale_position_is_not_reported(held):
     assert held.first_offset(A, 7) is None  # the fetcher moved on: these records no longer count
+
+
+def test_the_generator_hands_out_the_same_records_and_a_break_keeps_the_rest(held, fetcher):
+    def poll(timeout_ms, max_records):
+        return {}
+    loop = held.records(poll, None, 0, lambda: True)
+    assert [next(loop).offset for _ in range(2)] == [0, 1]
+    loop.close()  # the for loop's break
+    assert held.first_offset(A, 3) == 2
+    assert [r.offset for r in held.records(poll, None, 0, lambda: True)] == [2, 10, 11]
+
+
+def test_the_generator_looks_again_when_something_moved_under_it(held, fetcher):
+    loop = held.records(lambda *_: {}, None, 0, lambda: True)
+    assert next(loop).offset == 0
+    held.take([A])  # a seek of A
+    assert next(loop).offset == 10
+    fetcher.positions[B] = 40  # B sought by the fetcher...
+    fetcher.generation = 2  # ...which says so
+    assert list(loop) == []
