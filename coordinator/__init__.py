@@ -15,6 +15,8 @@ Modules, from the bottom up (each imports only those above it):
   validating decoders (a package: paths, codec, groups, cluster, spark; every name imported
   at its top).
 * :mod:`~coordinator.acl` — ZooKeeper identities and the ACL each znode gets.
+* :mod:`~coordinator.zktls` — TLS to ZooKeeper: the one setting every client takes, its files
+  checked up front, the server's refusals explained in one line.
 * :mod:`~coordinator.zkclient` — kazoo clients the way zkgroups wants them (bounded retries,
   connect strings checked, transactions that raise, an ephemeral znode made ours).
 * :mod:`~coordinator.read` — the one read API of the layout, for the tools and the console.

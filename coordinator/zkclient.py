@@ -15,6 +15,11 @@ is tried again within the connect timeout).
 With a credential (``auth``), the client authenticates with it, reads the installation's ACL
 policy and creates every znode with the ACL :func:`coordinator.acl.acl_for` gives its path
 (:class:`PolicyClient`); a credential the policy does not know is an :class:`AuthFailed`.
+
+With a TLS setting (``tls``, a :class:`coordinator.zktls.ZkTls`), every connection is TLS with
+the server's certificate verified; a connection that cannot be made for a TLS reason on every
+server of the connect string (a certificate refused by either side, a plaintext port) is a
+:class:`~coordinator.zktls.TlsFailed` at once, not a timeout.
 """
 from __future__ import annotations
 
@@ -37,7 +42,7 @@ from kazoo.handlers.utils import selector_select
 from kazoo.retry import KazooRetry
 
 from coordinator.config import DEFAULT_CONNECT, DEFAULT_SESSION_TIMEOUT_MS
-from coordinator import acl, protocol
+from coordinator import acl, protocol, zktls
 from coordinator.errors import AuthFailed, InvalidConfig, ZkGroupsError, ZooKeeperUnavailable
 
 log = logging.getLogger("zkgroups.zookeeper")
@@ -128,6 +133,20 @@ class PollHandler(SequentialThreadingHandler):
     1.6 s). A descriptor beyond select()'s limit (FD_SETSIZE, 1,024: a process with many open
     files) falls back to a poll() selector, which has no such limit."""
 
+    def __init__(self, failures: Optional["zktls.TlsFailures"] = None):
+        super().__init__()
+        self.failures = failures or zktls.TlsFailures(None)
+        self.address = ""  # the server the connection thread is connecting to (its own writes only)
+
+    def create_connection(self, address, *args, **kwargs):
+        self.address = f"{address[0]}:{address[1]}" if kwargs.get("hostname") is None else \
+            f"{kwargs['hostname']}:{address[1]}"
+        try:
+            return super().create_connection(address, *args, **kwargs)
+        except OSError as e:  # ssl.SSLError included: note why, kazoo retries
+            self.failures.note(e, self.address)
+            raise
+
     def select(self, rlist, wlist, xlist, timeout=None):
         try:
             return select.select(rlist, wlist, xlist, timeout)
@@ -159,6 +178,27 @@ class _RedactAuth(logging.Filter):
 
 
 logging.getLogger("kazoo.client").addFilter(_RedactAuth())  # the logger kazoo's connection writes to
+
+
+class _ClientLog(logging.Logger):
+    """kazoo's logger for one client: everything goes on to ``kazoo.client`` as before, and a
+    connection cut after its handshake (a TLS 1.3 server refuses a client's certificate only
+    then) is noted for the thread waiting to connect."""
+
+    def __init__(self, handler: PollHandler):
+        super().__init__("kazoo.client")
+        self.parent, self.handler = logging.getLogger("kazoo.client"), handler
+        self.addFilter(_RedactAuth())
+
+    def isEnabledFor(self, level: int) -> bool:  # the parent's level, never a stale cache of it
+        return self.parent.isEnabledFor(level)
+
+    def warning(self, msg, *args, **kwargs):
+        from kazoo.exceptions import ConnectionDropped
+        for arg in args:
+            if isinstance(arg, ConnectionDropped):
+                self.handler.failures.note(arg, self.handler.address)
+        super().warning(msg, *args, **kwargs)
 
 
 class _PolicyTransaction(TransactionRequest):
@@ -195,22 +235,29 @@ class PolicyClient(KazooClient):
 
 
 def make_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
-                read_only: bool = False, auth: Optional["acl.Credential"] = None) -> KazooClient:
+                read_only: bool = False, auth: Optional["acl.Credential"] = None,
+                tls: Optional["zktls.ZkTls"] = None) -> KazooClient:
     """A started-later client with bounded retries (call :func:`start_client`)."""
+    handler = PollHandler(zktls.TlsFailures(tls))
+    if tls is not None and not tls.verify_hostname:
+        log.warning("TLS to ZooKeeper at %s: the server's host name is NOT checked (verify_hostname off): any "
+                    "server with a certificate from the CA can pose as this ZooKeeper", connect)
     return PolicyClient(
+        **(tls.kazoo_options() if tls is not None else {}),
+        logger=_ClientLog(handler),
         auth_data=auth.auth_data() if auth else None,
         hosts=str(parse_connect(connect)),
         timeout=session_timeout_ms / 1000.0,
         connection_retry=KazooRetry(max_tries=-1, delay=0.05, backoff=2, max_delay=1.0),
         command_retry=KazooRetry(max_tries=5, delay=0.05, backoff=2, max_delay=1.0, deadline=30),
         read_only=read_only,
-        handler=PollHandler(),
+        handler=handler,
     )
 
 
 def start_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
                  connect_timeout: float = 10.0, auth: "acl.Credential | str | None" = None, require_policy: bool = True,
-                 roles: Optional[tuple] = None) -> KazooClient:
+                 roles: Optional[tuple] = None, tls=None) -> KazooClient:
     """Connect, or raise :class:`ZooKeeperUnavailable` after ``connect_timeout`` seconds (also
     when a connection lost while creating the chroot is not back by then; :class:`InvalidConfig`
     for a bad connect string, :class:`ZkGroupsError` for a chroot ZooKeeper refuses).
@@ -218,17 +265,21 @@ def start_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAU
     ``auth`` (a :class:`coordinator.acl.Credential` or its text, ``user:password`` or ``@file``):
     authenticate, read the ACL policy and create znodes by it; :class:`AuthFailed` when the
     policy does not know the credential, or gives it none of ``roles`` (None: any), or
-    (``require_policy``) when there is no policy."""
+    (``require_policy``) when there is no policy.
+
+    ``tls`` (a :class:`coordinator.zktls.ZkTls` or its mapping): connect over TLS;
+    :class:`~coordinator.zktls.TlsFailed` when no server takes the connection for a TLS reason."""
     parsed = parse_connect(connect)
     auth = acl.parse_auth(auth)
+    tls = zktls.parse_tls(tls)
     if parsed.chroot:
         # kazoo does not create a chroot itself; create it through an unrooted client first.
-        root = _start(make_client(parsed.hosts, session_timeout_ms), parsed.hosts, connect_timeout)
+        root = _start(make_client(parsed.hosts, session_timeout_ms, tls=tls), parsed.hosts, connect_timeout)
         try:
             ensure_chroot(root, parsed, connect_timeout)
         finally:
             close_client(root)
-    client = _start(make_client(str(parsed), session_timeout_ms, auth=auth), str(parsed), connect_timeout)
+    client = _start(make_client(str(parsed), session_timeout_ms, auth=auth, tls=tls), str(parsed), connect_timeout)
     if auth is not None:
         try:
             _follow_policy(client, auth, parsed, connect_timeout, require_policy, roles)
@@ -301,16 +352,17 @@ def ensure_chroot(root: KazooClient, parsed: ConnectString, timeout: float) -> N
 
 
 def wait_for_zookeeper(connect: str, timeout: Optional[float], stop: threading.Event,
-                       still_waiting: Callable[[float], None], report_every: float = 10.0) -> bool:
+                       still_waiting: Callable[[float], None], report_every: float = 10.0, tls=None) -> bool:
     """Wait until ZooKeeper at ``connect`` answers and its chroot exists.
 
     ``timeout`` None waits for as long as it takes, calling ``still_waiting(seconds so far)``
     every ``report_every`` seconds; otherwise raises :class:`ZooKeeperUnavailable` after
     ``timeout`` seconds. Returns False if ``stop`` was set meanwhile. One client keeps trying
-    (kazoo's reconnect backs off to 1 s), so ZooKeeper is used as soon as it is up.
+    (kazoo's reconnect backs off to 1 s), so ZooKeeper is used as soon as it is up; a TLS
+    failure on every server is a :class:`~coordinator.zktls.TlsFailed` at once (a setting to fix).
     """
     parsed = parse_connect(connect)
-    client = make_client(parsed.hosts)
+    client = make_client(parsed.hosts, tls=zktls.parse_tls(tls))
     started = time.monotonic()
     next_report = started + report_every
     try:
@@ -318,6 +370,7 @@ def wait_for_zookeeper(connect: str, timeout: Optional[float], stop: threading.E
         while not connected.wait(0.1):
             if stop.is_set():
                 return False
+            _raise_tls_failure(client)
             now = time.monotonic()
             if timeout is not None and now - started >= timeout:
                 raise ZooKeeperUnavailable(f"ZooKeeper at {parsed} did not answer within {timeout:g}s")
@@ -341,13 +394,26 @@ def wait_for_zookeeper(connect: str, timeout: Optional[float], stop: threading.E
 
 
 def _start(client: KazooClient, connect: str, connect_timeout: float) -> KazooClient:
+    """Connect within ``connect_timeout``; a TLS failure on every server ends the wait at once."""
+    connected, deadline = client.start_async(), time.monotonic() + connect_timeout
     try:
-        client.start(timeout=connect_timeout)
-    except KazooTimeoutError:
+        while not client.connected:
+            connected.wait(0.05)
+            _raise_tls_failure(client)
+            if time.monotonic() >= deadline:
+                tls = client.handler.failures.last()
+                raise ZooKeeperUnavailable(f"ZooKeeper at {connect} did not answer within {connect_timeout:g}s"
+                                           + (f" (last TLS failure: {tls})" if tls else ""))
+    except BaseException:
         close_client(client)
-        raise ZooKeeperUnavailable(
-            f"ZooKeeper at {connect} did not answer within {connect_timeout:g}s") from None
+        raise
     return client
+
+
+def _raise_tls_failure(client: KazooClient) -> None:
+    verdict = client.handler.failures.verdict(client.hosts)
+    if verdict:
+        raise zktls.TlsFailed(verdict)
 
 
 def close_client(client: KazooClient) -> None:

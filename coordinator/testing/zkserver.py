@@ -10,6 +10,11 @@ servers, which the fault tests need; by default on free loopback ports, or each 
 address of its own (``hosts``) and started by a ``preexec`` of its own, e.g. one that enters a
 network namespace (``bin/chaos`` cuts links between them). Children die with their parent
 (PR_SET_PDEATHSIG), so a killed test run leaves no JVM behind.
+
+``Ensemble(tls=True)`` serves TLS only: a ``secureClientPort`` on Netty (no plaintext port),
+certificates from a throwaway CA (:class:`~coordinator.testing.pki.TestCa`), client
+certificates required and mapped to x509 identities; :meth:`Ensemble.client_tls` issues a
+client's certificate and returns its ``zk_tls`` setting.
 """
 from __future__ import annotations
 
@@ -23,13 +28,25 @@ import signal
 import socket
 import subprocess
 import tempfile
+import ssl
 import time
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from coordinator.testing.pki import TestCa
 
 log = logging.getLogger("zkgroups.testing.zookeeper")
 
 DEBIAN_CLASSPATH = ["/etc/zookeeper/conf", "/usr/share/java/zookeeper.jar"]
 MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+#: Netty's jars, which a TLS server needs and zookeeper.jar's manifest leaves out (without
+#: netty-codec every handshake fails: NoClassDefFoundError io/netty/handler/codec/ByteToMessageDecoder).
+NETTY_JARS = [f"/usr/share/java/netty-{name}.jar" for name in
+              ("codec", "handler", "buffer", "common", "transport", "resolver", "transport-native-unix-common",
+               "transport-native-epoll")]
+#: A TLS-only server's settings (the port and the key store are the server's own).
+TLS_SETTINGS = ["serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory", "ssl.keyStore.type=PEM",
+                "ssl.trustStore.type=PEM", "ssl.clientAuth=need", "ssl.hostnameVerification=false",
+                "authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider"]
 INSTALL_HINT = ("no ZooKeeper found: install Debian's package (apt-get install zookeeper), "
                 "set ZOOKEEPER_HOME to a ZooKeeper install, or set ZK_CONNECT=host:port")
 
@@ -44,10 +61,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def four_letter(host: str, port: int, word: str, timeout: float = 1.0) -> str:
-    """Send a four-letter word (ruok, srvr, stat) and return the reply ('' if unreachable)."""
+def four_letter(host: str, port: int, word: str, timeout: float = 1.0,
+                context: Optional[ssl.SSLContext] = None) -> str:
+    """Send a four-letter word (ruok, srvr, stat) and return the reply ('' if unreachable);
+    over TLS with ``context``."""
     try:
-        with socket.create_connection((host, port), timeout=timeout) as s:
+        with contextlib.ExitStack() as stack:
+            s = stack.enter_context(socket.create_connection((host, port), timeout=timeout))
+            if context is not None:
+                s = stack.enter_context(context.wrap_socket(s, server_hostname=host))
             s.sendall(word.encode())
             chunks = []
             while True:
@@ -95,8 +117,10 @@ class Server:
 
     def __init__(self, myid: int, workdir: str, client_port: int, peers: List[str],
                  tick_ms: int, fsync: bool, classpath: str, jvm: Sequence[str] = TEST_JVM,
-                 host: str = "127.0.0.1", preexec: Optional[Callable[[], None]] = None):
+                 host: str = "127.0.0.1", preexec: Optional[Callable[[], None]] = None,
+                 tls: Optional[Dict[str, str]] = None):
         self.myid, self.client_port, self.host = myid, client_port, host
+        self.probe_context: Optional[ssl.SSLContext] = None  # TLS: how serving() reaches the port
         self.preexec = preexec  # run in the child before exec, after die_with_parent
         self.dir = os.path.join(workdir, f"server{myid}")
         self.data_dir = os.path.join(self.dir, "data")
@@ -104,8 +128,15 @@ class Server:
         with open(os.path.join(self.data_dir, "myid"), "w") as f:
             f.write(str(myid))
         self.cfg = os.path.join(self.dir, "zoo.cfg")
-        lines = [f"tickTime={tick_ms}", f"dataDir={self.data_dir}", f"clientPort={client_port}",
-                 f"clientPortAddress={host}", "initLimit=20", "syncLimit=10",
+        port = [f"clientPort={client_port}", f"clientPortAddress={host}"]
+        if tls is not None:  # the secure port alone: a plaintext client finds nothing to talk to
+            port = [f"secureClientPort={client_port}", f"secureClientPortAddress={host}", *TLS_SETTINGS,
+                    f"ssl.keyStore.location={tls['key_store']}", f"ssl.trustStore.location={tls['trust_store']}"]
+            classpath = os.pathsep.join([classpath] + [j for j in NETTY_JARS if os.path.exists(j)])
+            self.probe_context = ssl.create_default_context(cafile=tls["trust_store"])
+            self.probe_context.check_hostname = False
+            self.probe_context.load_cert_chain(tls["probe_cert"], tls["probe_key"])
+        lines = [f"tickTime={tick_ms}", f"dataDir={self.data_dir}", *port, "initLimit=20", "syncLimit=10",
                  f"minSessionTimeout={2 * tick_ms}", f"maxSessionTimeout={60 * tick_ms}",
                  "admin.enableServer=false", "4lw.commands.whitelist=*", "maxClientCnxns=0",
                  f"forceSync={'yes' if fsync else 'no'}"] + peers
@@ -138,7 +169,7 @@ class Server:
 
     def serving(self) -> bool:
         """True once the server answers requests (standalone, leader or follower)."""
-        reply = four_letter(self.host, self.client_port, "srvr")
+        reply = four_letter(self.host, self.client_port, "srvr", context=self.probe_context)
         return "Mode:" in reply
 
     def stop(self) -> None:
@@ -163,13 +194,14 @@ class Ensemble:
     ``tick_ms=200`` gives sessions down to 400 ms, which keeps failure tests fast. ``hosts``
     (one address per server) puts each server on an address of its own with ZooKeeper's
     standard ports, for servers in network namespaces of their own; ``preexecs`` (one per
-    server) run in each server's child before exec (e.g. entering its namespace).
+    server) run in each server's child before exec (e.g. entering its namespace). ``tls``:
+    TLS only, certificates from :attr:`ca` (a new CA in the work directory).
     """
 
     def __init__(self, size: int = 1, tick_ms: int = 200, fsync: bool = True,
                  workdir: Optional[str] = None, classpath: Optional[str] = None, jvm: Sequence[str] = TEST_JVM,
                  hosts: Optional[Sequence[str]] = None,
-                 preexecs: Optional[Sequence[Optional[Callable[[], None]]]] = None):
+                 preexecs: Optional[Sequence[Optional[Callable[[], None]]]] = None, tls: bool = False):
         classpath = classpath or local_classpath()
         if not classpath:
             raise ZooKeeperNotFound(INSTALL_HINT)
@@ -187,8 +219,25 @@ class Ensemble:
             ports = [STANDARD_PORTS] * size
         preexecs = preexecs or [None] * size
         peers = [f"server.{i + 1}={h}:{p[1]}:{p[2]}" for i, (h, p) in enumerate(zip(hosts, ports))] if size > 1 else []
-        self.servers = [Server(i + 1, self.workdir, p[0], peers, tick_ms, fsync, classpath, jvm, h, x)
+        self.ca: Optional[TestCa] = None
+        settings = self._tls_settings(hosts) if tls else None
+        self.servers = [Server(i + 1, self.workdir, p[0], peers, tick_ms, fsync, classpath, jvm, h, x, settings)
                         for i, (h, p, x) in enumerate(zip(hosts, ports, preexecs))]
+
+    def _tls_settings(self, hosts: Sequence[str]) -> Dict[str, str]:
+        self.ca = TestCa(os.path.join(self.workdir, "pki"))
+        server = self.ca.issue("zookeeper", ips=sorted(set(hosts)))
+        probe = self.ca.issue("probe")
+        return {"key_store": server.pem, "trust_store": self.ca.cert, "probe_cert": probe.cert,
+                "probe_key": probe.key}
+
+    def client_tls(self, name: str, **issue) -> Dict[str, str]:
+        """A new client certificate (subject ``/O=zkgroups/CN=<name>``; ``issue``: more of
+        :meth:`TestCa.issue`'s arguments) and the ``zk_tls`` setting that uses it."""
+        if self.ca is None:
+            raise RuntimeError("this ensemble does not serve TLS (Ensemble(tls=True))")
+        issued = self.ca.issue(name, **issue)
+        return {"ca": self.ca.cert, "cert": issued.cert, "key": issued.key}
 
     @property
     def connect(self) -> str:
