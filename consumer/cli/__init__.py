@@ -1,5 +1,6 @@
 """The client-side tools: ``groupctl`` (:mod:`~consumer.cli.groupctl`: topics, produce;
-:mod:`~consumer.cli.groups`: coordinator, groups, consume; :mod:`~consumer.cli.describe`: the
+:mod:`~consumer.cli.groups`: coordinator, groups; :mod:`~consumer.cli.consume`: consume;
+:mod:`~consumer.cli.describe`: the
 views of ``groups describe``; :mod:`~consumer.cli.reset`: planning ``groups reset-offsets``),
 ``pipeline`` (:mod:`~consumer.cli.pipeline`: a topic to Parquet through a group on Spark) and
 the live demo (:mod:`~consumer.cli.demo`). :mod:`~consumer.cli.context` holds their shared
