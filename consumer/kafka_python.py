@@ -2,9 +2,13 @@
 each with what to write instead: the consumer's and the producer's refusal of such a key names
 it (``docs/guides/migrating.md`` lists every keyword and call).
 
-A pure table: no imports, so the producer can use it without the consumer's modules.
+Also :func:`serializer_function`, which takes a producer's ``key_serializer`` or
+``value_serializer`` either way kafka-python does. No imports of the consumer's modules, so the
+producer can use it alone.
 """
-from typing import Dict
+from typing import Callable, Dict, Optional
+
+from coordinator.errors import InvalidConfig
 
 _LIBRDKAFKA = "on Kafka pass librdkafka's property in kafka={...}"
 _SECURITY = "security of Kafka connections: kafka={'security.protocol': ..., 'ssl.*'/'sasl.*': ...}"
@@ -69,3 +73,17 @@ KAFKA_PYTHON_PRODUCER: Dict[str, str] = {
     **{k: "not offered: the producer keeps no metrics beyond metrics()" for k in (
         "metric_reporters", "metrics_enabled", "metrics_num_samples", "metrics_sample_window_ms")},
 }
+
+
+def serializer_function(name: str, serializer) -> Optional[Callable]:
+    """``serializer`` (a function of the value, or kafka-python 3's object with
+    ``serialize(topic, headers, data)``) as a function of (topic, headers, data)."""
+    if serializer is None:
+        return None
+    serialize = getattr(serializer, "serialize", None)
+    if callable(serialize):
+        return lambda topic, headers, data: serialize(topic, list(headers or ()), data)
+    if not callable(serializer):
+        raise InvalidConfig(f"{name} must be callable (value -> bytes) or have serialize(), "
+                            f"got {type(serializer).__name__}")
+    return lambda topic, headers, data: serializer(data)

@@ -85,7 +85,7 @@ from consumer.dataplane import bootstrap_servers_from
 from consumer.futures import DeliveryFailed, FutureRecordMetadata, _Batch, _KafkaFuture, _LogFuture
 from consumer.hashing import partition_for_key
 from consumer.log import Log
-from consumer.kafka_python import KAFKA_PYTHON_PRODUCER
+from consumer.kafka_python import KAFKA_PYTHON_PRODUCER, serializer_function
 from coordinator.config import refuse_unknown
 from coordinator.errors import IllegalStateError, InvalidConfig, InvalidPartitions, UnknownTopic, ZkGroupsError
 from coordinator.lifecycle import Lifecycle
@@ -99,7 +99,8 @@ LOG_OPTIONS = ("fsync", "fsync_interval_ms", "segment_bytes", "retention_bytes",
 #: The producer's own keywords, for "did you mean" (the constructors' signatures hold them).
 PRODUCER_KEYWORDS = ("linger_ms", "batch_size", "auto_create_topics", "auto_create_partitions",
                      "metadata_max_age_ms", "max_block_ms", "request_timeout_ms", "futures", "kafka",
-                     "key_serializer", "value_serializer", "zk_auth", "bootstrap_servers", "log", "data_dir")
+                     "key_serializer", "value_serializer", "zk_auth", "zk_tls", "bootstrap_servers", "log",
+                     "data_dir")
 
 #: Kafka: ``send`` serves librdkafka's delivery reports once per this many records.
 SERVE_EVERY = 1000
@@ -132,7 +133,8 @@ class Producer(Lifecycle[ProducerState]):
     auto_create_partitions=1, metadata_max_age_ms=5000, log=None, **log_options)``: the embedded
     log. ``zk`` is a connect string (the producer opens and closes its own client) or a started
     kazoo client (shared, not closed); ``log`` shares an open :class:`Log` (not closed by the
-    producer), else one is opened on ``data_dir`` with ``log_options``.
+    producer), else one is opened on ``data_dir`` with ``log_options``; ``zk_auth`` and ``zk_tls``
+    (TLS to ZooKeeper, :mod:`coordinator.zktls`) are for the client it opens.
 
     ``Producer(bootstrap_servers="h:9092,...", kafka={librdkafka properties}, linger_ms=None,
     batch_size=None, auto_create_topics=False, max_block_ms=60000, request_timeout_ms=10000)``:
@@ -187,8 +189,8 @@ class Producer(Lifecycle[ProducerState]):
         first (an instance attribute, so a producer without them pays nothing per record)."""
         if key_serializer is None and value_serializer is None:
             return
-        serialize_key = _serializer("key_serializer", key_serializer)
-        serialize_value = _serializer("value_serializer", value_serializer)
+        serialize_key = serializer_function("key_serializer", key_serializer)
+        serialize_value = serializer_function("value_serializer", value_serializer)
         send = type(self).send
 
         def serializing_send(topic, value, key=None, partition=None, timestamp=None, headers=None, timestamp_ms=None):
@@ -212,20 +214,6 @@ class Producer(Lifecycle[ProducerState]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _serializer(name: str, serializer) -> Optional[Callable]:
-    """``serializer`` (a function of the value, or kafka-python 3's object with
-    ``serialize(topic, headers, data)``) as a function of (topic, headers, data)."""
-    if serializer is None:
-        return None
-    serialize = getattr(serializer, "serialize", None)
-    if callable(serialize):
-        return lambda topic, headers, data: serialize(topic, list(headers or ()), data)
-    if not callable(serializer):
-        raise InvalidConfig(f"{name} must be callable (value -> bytes) or have serialize(), "
-                            f"got {type(serializer).__name__}")
-    return lambda topic, headers, data: serializer(data)
 
 
 def _log_options(options: Mapping[str, Any]) -> Dict[str, Any]:
@@ -253,7 +241,7 @@ class _LogProducer(Producer):
                  kafka=None, linger_ms: Optional[int] = None, batch_size: Optional[int] = None,
                  auto_create_topics: bool = False, auto_create_partitions: int = 1,
                  metadata_max_age_ms: int = 5000, log: Optional[Log] = None, zk_auth=None, futures: bool = True,
-                 key_serializer=None, value_serializer=None, **log_options):
+                 key_serializer=None, value_serializer=None, zk_tls=None, **log_options):
         super().__init__(ProducerState.OPEN)
         log_options = _log_options(log_options)
         self._serializing(key_serializer, value_serializer)
@@ -270,7 +258,7 @@ class _LogProducer(Producer):
         self._log = log if log is not None else Log(data_dir, **log_options)
         self._owns_log = log is None
         try:
-            self._client = start_client(zk, auth=zk_auth) if self._own_client else zk
+            self._client = start_client(zk, auth=zk_auth, tls=zk_tls) if self._own_client else zk
         except BaseException:
             if self._owns_log:
                 self._log.close()
@@ -444,7 +432,8 @@ class _KafkaProducer(Producer):
                  auto_create_topics: bool = False, auto_create_partitions: int = 1,
                  metadata_max_age_ms: int = 5000, max_block_ms: int = 60_000, request_timeout_ms: int = 10_000,
                  log: Optional[Log] = None, zk_auth=None, futures: bool = True,
-                 key_serializer=None, value_serializer=None, **log_options):  # zk_auth: unused, Kafka needs no ZooKeeper
+                 key_serializer=None, value_serializer=None, zk_tls=None,
+                 **log_options):  # zk_auth, zk_tls: unused, Kafka needs no ZooKeeper
         super().__init__(ProducerState.OPEN)
         from consumer.dataplane.kafka import KafkaDataPlane
         from coordinator.kafka import confluent_kafka
