@@ -14,9 +14,9 @@ Modules, from the bottom up (each imports only those above it):
 * :mod:`~coordinator.protocol` — **the contract**: every ZooKeeper path and JSON schema, with
   validating decoders (a package: paths, codec, groups, cluster, spark; every name imported
   at its top).
-* :mod:`~coordinator.acl` — ZooKeeper identities and the ACL each znode gets.
 * :mod:`~coordinator.zktls` — TLS to ZooKeeper: the one setting every client takes, its files
-  checked up front, the server's refusals explained in one line.
+  checked up front, the server's refusals explained in one line, a certificate's x509 identity.
+* :mod:`~coordinator.acl` — ZooKeeper identities and the ACL each znode gets.
 * :mod:`~coordinator.zkclient` — kazoo clients the way zkgroups wants them (bounded retries,
   connect strings checked, transactions that raise, an ephemeral znode made ours).
 * :mod:`~coordinator.read` — the one read API of the layout, for the tools and the console.

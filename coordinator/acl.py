@@ -1,7 +1,10 @@
 """Who may write what in ZooKeeper: identities, the ACL policy, and the ACL of every znode.
 
-Identities are ZooKeeper digest credentials (``user:password``): one shared by the coordinator
-nodes, one per group (shared by the group's members), and the admins' (``groupctl``). A tool
+Identities are ZooKeeper digest credentials (``user:password``) or, over TLS, client
+certificates (the policy names them ``x509:CN=...,O=...``, as ZooKeeper's
+X509AuthenticationProvider derives them; :func:`coordinator.zktls.certificate_identity`): one
+shared by the coordinator nodes, one per group (shared by the group's members), and the
+admins' (``groupctl``). A tool
 is given its own credential (``--zk-auth``, ``ZK_AUTH``, ``zk_auth``; ``@/path`` reads it from a
 file). The others' *ids* (``user:base64(sha1(user:password))``, not secrets) come from the
 installation's policy znode (:data:`coordinator.protocol.paths.ACL_POLICY`), written by an admin
@@ -28,7 +31,7 @@ from typing import Dict, List, Optional, Tuple
 
 from kazoo.security import ACL, Id, Permissions
 
-from coordinator import protocol
+from coordinator import protocol, zktls
 from coordinator.config import read_small_file
 from coordinator.errors import InvalidConfig
 
@@ -113,7 +116,15 @@ def _read_secret_file(path: str, source: str) -> str:
 
 def identity_id(spec: str, source: str) -> str:
     """An identity as ``groupctl acl apply`` takes it: ``digest:user:HASH`` (an id, no secret),
-    or a credential (``user:password`` / ``@file``) whose id is computed."""
+    ``x509:SUBJECT`` (a certificate's, as ZooKeeper derives it: ``x509:CN=billing,O=zkgroups``),
+    ``cert:FILE`` (the x509 identity of the PEM certificate in FILE), or a credential
+    (``user:password`` / ``@file``) whose id is computed."""
+    if spec.startswith(X509_PREFIX):
+        if not spec[len(X509_PREFIX):].strip() or any(ord(ch) < 32 for ch in spec):
+            raise InvalidConfig(f"{source}: expected x509:SUBJECT (e.g. x509:CN=billing,O=zkgroups)")
+        return spec
+    if spec.startswith("cert:"):
+        return zktls.certificate_identity(spec[len("cert:"):], source)
     if spec.startswith("digest:"):
         ident = spec[len("digest:"):]
         user, colon, sha = ident.partition(":")
@@ -125,7 +136,14 @@ def identity_id(spec: str, source: str) -> str:
 
 # ---------------------------------------------------------------- the policy
 
+#: How an x509 identity is written in the policy (a digest id has no scheme prefix).
+X509_PREFIX = "x509:"
+
+
 def _digest(ident: str) -> Id:
+    """The ZooKeeper id of a policy's identity: a certificate's (x509) or a digest."""
+    if ident.startswith(X509_PREFIX):
+        return Id("x509", ident[len(X509_PREFIX):])
     return Id("digest", ident)
 
 

@@ -39,6 +39,7 @@ from kazoo.protocol.states import KazooState
 
 from coordinator import protocol
 from coordinator.acl import parse_auth
+from coordinator.zktls import parse_tls
 from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS, check_kafka_properties, positive
 from coordinator.controller import Controller
 from coordinator.errors import InvalidConfig
@@ -75,6 +76,7 @@ class CoordinatorConfig:
     kafka: dict = dataclasses.field(default_factory=dict, repr=False)  # librdkafka properties (secrets: never shown)
     mirror_interval_ms: int = 10000         # refresh interval (also refreshed at once on demand)
     zk_auth: Any = dataclasses.field(default=None, repr=False)  # the coordinators' ZooKeeper identity (coordinator/acl.py)
+    zk_tls: Any = dataclasses.field(default=None, repr=False)   # TLS to ZooKeeper (coordinator/zktls.py); None: plaintext
 
     def validate(self):
         positive(self, "session_timeout_ms", "rebalance_timeout_ms", "failed_retry_interval_ms",
@@ -87,6 +89,7 @@ class CoordinatorConfig:
             raise InvalidConfig(f"shards must be in 1..{protocol.MAX_SHARD_COUNT}, got {self.shards}")
         self.kafka = check_kafka_properties(self.kafka, "kafka")
         self.zk_auth = parse_auth(self.zk_auth, "zk_auth")
+        self.zk_tls = parse_tls(self.zk_tls, "zk_tls")
         if self.bootstrap_servers:
             self.bootstrap_servers = check_bootstrap_servers(self.bootstrap_servers)
         elif self.kafka:
@@ -153,7 +156,7 @@ class Coordinator(Lifecycle[NodeState]):
         if not self._set_state(NodeState.STARTED, expect={NodeState.NEW}):
             return self
         self.client = start_client(self.connect, self.config.session_timeout_ms, auth=self.config.zk_auth,
-                                   roles=("coordinator", "admin"))
+                                   roles=("coordinator", "admin"), tls=self.config.zk_tls)
         self.metrics.count_requests(self.client)
         self.client.add_listener(self._on_connection_state)
         self.groups = GroupCoordinator(self).start()

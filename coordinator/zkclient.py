@@ -257,7 +257,7 @@ def make_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAUL
 
 def start_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
                  connect_timeout: float = 10.0, auth: "acl.Credential | str | None" = None, require_policy: bool = True,
-                 roles: Optional[tuple] = None, tls=None) -> KazooClient:
+                 roles: Optional[tuple] = None, tls: "zktls.ZkTls | dict | None" = None) -> KazooClient:
     """Connect, or raise :class:`ZooKeeperUnavailable` after ``connect_timeout`` seconds (also
     when a connection lost while creating the chroot is not back by then; :class:`InvalidConfig`
     for a bad connect string, :class:`ZkGroupsError` for a chroot ZooKeeper refuses).
@@ -280,16 +280,32 @@ def start_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAU
         finally:
             close_client(root)
     client = _start(make_client(str(parsed), session_timeout_ms, auth=auth, tls=tls), str(parsed), connect_timeout)
-    if auth is not None:
-        try:
-            _follow_policy(client, auth, parsed, connect_timeout, require_policy, roles)
+    identity = _identity(auth, tls)
+    if identity is not None:
+        try:  # a certificate alone on an installation without a policy: open ACLs, as without TLS
+            _follow_policy(client, identity, parsed, connect_timeout, require_policy and auth is not None, roles)
         except BaseException:
             close_client(client)
             raise
     return client
 
 
-def _follow_policy(client: PolicyClient, auth: "acl.Credential", parsed: ConnectString, timeout: float,
+class _Identity(NamedTuple):
+    """Who a client is to the policy: its id there, how errors name it, a digest's user name."""
+    id: str
+    shown: str
+    user: Optional[str] = None
+
+
+def _identity(auth: Optional["acl.Credential"], tls: Optional["zktls.ZkTls"]) -> Optional[_Identity]:
+    """A digest credential, else the client certificate's x509 identity, else None."""
+    if auth is not None:
+        return _Identity(auth.digest_id, f"identity {auth.user!r}", auth.user)
+    ident = tls.identity if tls is not None else None
+    return _Identity(ident, f"x509 identity {ident[len(acl.X509_PREFIX):]!r}") if ident else None
+
+
+def _follow_policy(client: PolicyClient, auth: _Identity, parsed: ConnectString, timeout: float,
                    require_policy: bool, roles: Optional[tuple]) -> None:
     """Check the credential against the installation's policy and keep the client's copy of
     the policy current (a data watch: the kazoo thread only decodes and swaps a reference)."""
@@ -299,26 +315,29 @@ def _follow_policy(client: PolicyClient, auth: "acl.Credential", parsed: Connect
         raw, _ = client.get_async(protocol.ACL_POLICY).get(timeout=timeout)
     except NoNodeError:
         if require_policy:
-            raise AuthFailed(f"ZooKeeper at {parsed} has no ACL policy ({protocol.ACL_POLICY}) for identity "
-                             f"{auth.user!r}: an admin creates it with 'groupctl acl apply'") from None
+            raise AuthFailed(f"ZooKeeper at {parsed} has no ACL policy ({protocol.ACL_POLICY}) for {auth.shown}: "
+                             "an admin creates it with 'groupctl acl apply'") from None
         return
     except NoAuthError:
-        raise AuthFailed(f"identity {auth.user!r} may not read the ACL policy at ZooKeeper {parsed}: wrong "
+        if auth.user is None:  # a certificate has no password to get wrong
+            raise AuthFailed(f"ZooKeeper {auth.shown} is not in this installation's ACL policy (it may not read "
+                             f"{protocol.ACL_POLICY} at ZooKeeper {parsed})") from None
+        raise AuthFailed(f"{auth.shown} may not read the ACL policy at ZooKeeper {parsed}: wrong "
                          "password, or an identity this installation does not know") from None
     except KazooTimeoutError:
         raise ZooKeeperUnavailable(f"ZooKeeper at {parsed} did not answer within {timeout:g}s") from None
     except LOST_CONNECTION as e:
         raise ZooKeeperUnavailable(f"cannot read the ACL policy at ZooKeeper {parsed}: {type(e).__name__}") from None
     policy = protocol.AclPolicy.decode(raw, protocol.ACL_POLICY)
-    if policy.role_of(auth.digest_id) is None:
-        if policy.user_known(auth.user):
+    if policy.role_of(auth.id) is None:
+        if auth.user is not None and policy.user_known(auth.user):
             raise AuthFailed(f"wrong password for ZooKeeper identity {auth.user!r}")
-        raise AuthFailed(f"ZooKeeper identity {auth.user!r} is not in this installation's ACL policy "
+        raise AuthFailed(f"ZooKeeper {auth.shown} is not in this installation's ACL policy "
                          "(an admin adds it with 'groupctl acl apply')")
-    role = policy.role_of(auth.digest_id)
+    role = policy.role_of(auth.id)
     if roles and role not in roles:
         owner = "a group" if role == "group" else f"the {role}s"
-        raise AuthFailed(f"ZooKeeper identity {auth.user!r} belongs to {owner} here, not to the "
+        raise AuthFailed(f"ZooKeeper {auth.shown} belongs to {owner} here, not to the "
                          f"{' or '.join(r + 's' for r in roles)}")
     client.acl_policy = policy
 
@@ -352,7 +371,8 @@ def ensure_chroot(root: KazooClient, parsed: ConnectString, timeout: float) -> N
 
 
 def wait_for_zookeeper(connect: str, timeout: Optional[float], stop: threading.Event,
-                       still_waiting: Callable[[float], None], report_every: float = 10.0, tls=None) -> bool:
+                       still_waiting: Callable[[float], None], report_every: float = 10.0,
+                       tls: "zktls.ZkTls | dict | None" = None) -> bool:
     """Wait until ZooKeeper at ``connect`` answers and its chroot exists.
 
     ``timeout`` None waits for as long as it takes, calling ``still_waiting(seconds so far)``

@@ -49,8 +49,8 @@ class TlsFailed(ZkGroupsError):
 
 
 class ZkTls:
-    """A checked TLS setting. ``key_password`` is the text (never shown) or None; ``password_source``
-    is how it was given (``@file``: worth carrying to another process; a literal is not)."""
+    """A checked TLS setting. ``key_password`` is the text (never shown) or ``@file``;
+    ``password_file`` is that file (worth carrying to another process; a literal is not)."""
     __slots__ = ("ca", "cert", "key", "_password", "password_file", "verify_hostname")
 
     def __init__(self, ca: Optional[str] = None, cert: Optional[str] = None, key: Optional[str] = None,
@@ -59,6 +59,11 @@ class ZkTls:
         self.password_file = key_password[1:] if key_password and key_password.startswith("@") else None
         self._password = _password(key_password, source)
         self._check(source)
+
+    @property
+    def identity(self) -> Optional[str]:
+        """The x509 identity of the client certificate (``x509:CN=...,O=...``); None without one."""
+        return certificate_identity(self.cert, "zk_tls") if self.cert else None
 
     def kazoo_options(self) -> dict:
         """The keyword arguments of ``KazooClient`` for this setting."""
@@ -133,9 +138,15 @@ def _pair_problem(error: ssl.SSLError, cert: str, key: str) -> str:
     reason = (error.reason or str(error)).upper()
     if "KEY_VALUES_MISMATCH" in reason:
         return f"key {key} does not match certificate {cert}"
-    if "BAD_DECRYPT" in reason or "BAD PASSWORD" in reason or "PROBLEMS GETTING PASSWORD" in reason:
+    if "BAD_DECRYPT" in reason or "BAD PASSWORD" in reason or "PROBLEMS GETTING PASSWORD" in reason or _encrypted(key):
         return f"key {key} cannot be decrypted: wrong or missing key password (key_password, ZK_TLS_KEY_PASSWORD_FILE)"
     return f"certificate {cert} or key {key} is not PEM that TLS can load ({error.reason or 'unreadable'})"
+
+
+def _encrypted(key: str) -> bool:
+    """Whether a PEM key file is encrypted (OpenSSL reports a wrong password as a bare "PEM lib")."""
+    head = read_small_file(key, "key file", MAX_PEM_BYTES)
+    return b"ENCRYPTED" in head
 
 
 def _check_validity(cert: str, source: str) -> None:
@@ -178,9 +189,11 @@ def parse_tls(value, source: str = "zk_tls") -> Optional[ZkTls]:
 
 
 def from_options(ca: Optional[str], cert: Optional[str], key: Optional[str], password_file: Optional[str],
-                 no_verify_hostname: bool = False, environ: Mapping[str, str] = os.environ) -> Optional[ZkTls]:
+                 no_verify_hostname: bool = False, environ: Optional[Mapping[str, str]] = None) -> Optional[ZkTls]:
     """The CLIs' setting: their ``--zk-tls-*`` options, else the environment's ``ZK_TLS_*``
-    (a key password only from a file or ``ZK_TLS_KEY_PASSWORD``: never a command line)."""
+    (``environ``, by default the process's; a key password only from a file or
+    ``ZK_TLS_KEY_PASSWORD``: never a command line)."""
+    environ = os.environ if environ is None else environ
     given = {"ca": ca or environ.get(ENV["ca"]), "cert": cert or environ.get(ENV["cert"]),
              "key": key or environ.get(ENV["key"])}
     if not any(given.values()):
@@ -194,10 +207,49 @@ def from_options(ca: Optional[str], cert: Optional[str], key: Optional[str], pas
     return parse_tls(given, "--zk-tls")
 
 
-def from_environment(environ: Mapping[str, str] = os.environ) -> Optional[ZkTls]:
+def from_environment(environ: Optional[Mapping[str, str]] = None) -> Optional[ZkTls]:
     """The setting the environment gives (``ZK_TLS_CA``, ``ZK_TLS_CERT``, ``ZK_TLS_KEY``,
     ``ZK_TLS_KEY_PASSWORD_FILE`` or ``ZK_TLS_KEY_PASSWORD``, ``ZK_TLS_VERIFY_HOSTNAME=false``)."""
     return from_options(None, None, None, None, False, environ)
+
+
+# ---------------------------------------------------------------- the identity a certificate gives
+
+#: RFC 2253's keywords, which Java's X500Principal.getName() (ZooKeeper's x509 id) uses.
+_RFC2253 = {"commonName": "CN", "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST",
+            "organizationName": "O", "organizationalUnitName": "OU", "streetAddress": "STREET",
+            "domainComponent": "DC", "userId": "UID"}
+
+
+def _escaped(value: str) -> str:
+    out = "".join("\\" + ch if ch in ',+"\\<>;' else ch for ch in value)
+    if out.startswith(("#", " ")):
+        out = "\\" + out
+    return out[:-1] + "\\ " if out.endswith(" ") else out
+
+
+def certificate_identity(cert: str, source: str = "certificate") -> str:
+    """``x509:<subject>``: the id ZooKeeper's X509AuthenticationProvider gives a client with
+    the PEM certificate ``cert`` (the subject in RFC 2253 form, last RDN first:
+    ``/O=zkgroups/CN=billing`` is ``x509:CN=billing,O=zkgroups``)."""
+    read_small_file(cert, f"{source}: certificate file", MAX_PEM_BYTES)
+    decode = getattr(getattr(ssl, "_ssl", None), "_test_decode_cert", None)
+    try:
+        subject = decode(cert)["subject"] if decode else None
+    except (ssl.SSLError, OSError, KeyError):
+        raise InvalidConfig(f"{source}: certificate file {cert} holds no PEM certificate") from None
+    if not subject:
+        raise InvalidConfig(f"{source}: cannot read the subject of {cert}: give the identity as x509:SUBJECT")
+    rdns = []
+    for rdn in reversed(subject):
+        names = []
+        for name, value in rdn:
+            if name not in _RFC2253:
+                raise InvalidConfig(f"{source}: {cert}'s subject has {name}, which ZooKeeper writes as an OID: "
+                                    "give the identity as x509:SUBJECT")
+            names.append(f"{_RFC2253[name]}={_escaped(value)}")
+        rdns.append("+".join(names))
+    return "x509:" + ",".join(rdns)
 
 
 # ---------------------------------------------------------------- what the server said

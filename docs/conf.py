@@ -54,7 +54,7 @@ napoleon_numpy_docstring = True
 # third-party packages have no target here (no intersphinx: the build is offline).
 nitpicky = True
 _EXTERNAL = r"(typing|collections|abc|threading|queue|concurrent|socket|select|enum|dataclasses|datetime|io|os|re" \
-            r"|array|subprocess|pathlib|logging|json|contextlib|types|http|random|signal|selectors|weakref|functools" \
+            r"|array|subprocess|pathlib|logging|json|contextlib|types|http|random|signal|selectors|weakref|functools|ssl" \
             r"|kazoo|click|tenacity|re2|prometheus_client|confluent_kafka|pyspark|pyarrow|py4j|tomllib|tomli)"
 nitpick_ignore_regex = [
     (r"py:.*", _EXTERNAL + r"(\..*)?"),

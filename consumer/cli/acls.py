@@ -14,7 +14,10 @@ out) is named, the rest is applied, and the exit status is 1.
 ``check`` lists the znodes whose ACLs grant more than the policy (an open installation: every
 znode anyone may write), one line each, and exits 1 when there is any; znodes whose ACL refuses
 a role the policy grants are listed too. Identities are given as ``user:password`` or ``@FILE``
-(their digest is computed; nothing secret is stored) or as ``digest:user:HASH``.
+(their digest is computed; nothing secret is stored), as ``digest:user:HASH``, or as a
+certificate's x509 identity: ``x509:CN=billing,O=zkgroups`` or ``cert:FILE`` (computed from the
+PEM certificate). The admin is the identity ``groupctl`` runs with: ``--zk-auth``, else its TLS
+client certificate (``--zk-tls-cert``).
 """
 from __future__ import annotations
 
@@ -54,14 +57,16 @@ def _bindings(specs: Tuple[str, ...]) -> Dict[str, str]:
     for spec in specs:
         group, eq, identity = spec.partition("=")
         if not eq or not group or not identity:
-            raise CliUsageError("--group takes GROUP=IDENTITY (IDENTITY: user:password, @FILE or digest:user:HASH)")
+            raise CliUsageError("--group takes GROUP=IDENTITY (IDENTITY: user:password, @FILE, digest:user:HASH, "
+                                "x509:SUBJECT or cert:FILE)")
         out[protocol.validate_name(group, "group")] = acl.identity_id(identity, f"--group {group}")
     return out
 
 
 @acl_group.command("apply")
 @click.option("--coordinator", "coordinator_identity", metavar="IDENTITY",
-              help="The coordinators' identity: user:password, @FILE or digest:user:HASH (required the first time).")
+              help="The coordinators' identity: user:password, @FILE, digest:user:HASH, x509:SUBJECT or cert:FILE "
+                   "(required the first time).")
 @click.option("--group", "groups", multiple=True, metavar="GROUP=IDENTITY",
               help="Bind a group to its members' identity (repeatable; kept across runs).")
 @click.option("--world-read/--no-world-read", default=None,
@@ -70,8 +75,10 @@ def _bindings(specs: Tuple[str, ...]) -> Dict[str, str]:
 def acl_apply(cli: CliContext, coordinator_identity: Optional[str], groups: Tuple[str, ...],
               world_read: Optional[bool]) -> None:
     """Write the ACL policy and set every zkgroups znode's ACL by it (idempotent)."""
-    if cli.zk_auth is None:
-        raise CliUsageError("acl apply needs the admin's identity: --zk-auth USER:PASSWORD|@FILE (or ZK_AUTH)")
+    admin = cli.zk_auth.digest_id if cli.zk_auth is not None else (cli.zk_tls.identity if cli.zk_tls else None)
+    if admin is None:
+        raise CliUsageError("acl apply needs the admin's identity: --zk-auth USER:PASSWORD|@FILE (or ZK_AUTH), or a "
+                            "TLS client certificate (--zk-tls-cert)")
     bindings = _bindings(groups)
     coordinator = acl.identity_id(coordinator_identity, "--coordinator") if coordinator_identity else None
     zk = cli.zk
@@ -79,7 +86,7 @@ def acl_apply(cli: CliContext, coordinator_identity: Optional[str], groups: Tupl
     if current is None and coordinator is None:
         raise CliUsageError("this installation has no ACL policy yet: give the coordinators' identity (--coordinator)")
     policy = protocol.AclPolicy(
-        coordinator=coordinator or current.coordinator, admin=cli.zk_auth.digest_id,
+        coordinator=coordinator or current.coordinator, admin=admin,
         groups={**(current.groups if current else {}), **bindings},
         world_read=world_read if world_read is not None else (current.world_read if current else True))
     unbound = [g for g in _existing_groups(zk) if g not in policy.groups]

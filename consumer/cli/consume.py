@@ -171,6 +171,8 @@ def _add_member_settings(cli: CliContext, settings: dict, *, from_beginning: boo
         settings["static_grace_ms"] = static_grace_ms
     if cli.zk_auth is not None:
         settings["zk_auth"] = cli.zk_auth
+    if cli.zk_tls is not None:
+        settings["zk_tls"] = cli.zk_tls
     if strategies:
         settings["assignment_strategy"] = strategies
     if metrics_port is not None:

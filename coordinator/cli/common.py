@@ -9,7 +9,9 @@ demo in :mod:`consumer.cli`, whose :mod:`consumer.cli.context` adds the shared o
 * Option types that check values before anything is allocated or connected:
   :data:`ZK_CONNECT` (a connect string, :func:`coordinator.zkclient.parse_connect`),
   :class:`Limited` (a bounded whole number) and :class:`Seconds` (a finite, bounded duration).
-* :func:`take_connect` takes a checked connect string out of a config file's values.
+* :func:`take_connect` takes a checked connect string out of a config file's values;
+  :func:`zk_tls_options` adds the ``--zk-tls-*`` options (TLS to ZooKeeper) as one ``zk_tls``
+  argument, and :func:`take_tls` takes a config file's ``[zookeeper.tls]`` table.
 * :func:`print_table` prints aligned columns, :func:`print_json` one JSON document (the
   ``--output json`` of the read commands).
 * :func:`setup_logging` sends log records to stderr, one line each: ``level: message`` for the
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
+import functools
 import json
 import logging
 import math
@@ -37,7 +40,7 @@ from typing import Any, Dict, Iterable, Optional, Sequence
 import click
 from kazoo.exceptions import KazooException, NoAuthError
 
-from coordinator import __version__, config as _config
+from coordinator import __version__, config as _config, zktls
 from coordinator.errors import EXIT_RETRIABLE, InvalidConfig, ZkGroupsError
 from coordinator.zkclient import parse_connect
 
@@ -409,3 +412,45 @@ OUTPUT_OPTION = click.option(
 def print_json(document: Any) -> None:
     """Print ``document`` as one JSON document (the ``--output json`` of a read command)."""
     click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+
+
+ZK_TLS_OPTIONS = (
+    click.option("--zk-tls-ca", envvar=zktls.ENV["ca"], show_envvar=True, metavar="FILE",
+                 help="TLS to ZooKeeper: the PEM file of the CA its certificate is checked against."),
+    click.option("--zk-tls-cert", envvar=zktls.ENV["cert"], show_envvar=True, metavar="FILE",
+                 help="TLS to ZooKeeper: this client's PEM certificate (its x509 identity)."),
+    click.option("--zk-tls-key", envvar=zktls.ENV["key"], show_envvar=True, metavar="FILE",
+                 help="TLS to ZooKeeper: the PEM private key of --zk-tls-cert."),
+    click.option("--zk-tls-key-password-file", envvar=zktls.ENV["key_password_file"], show_envvar=True,
+                 metavar="FILE", help=f"The file holding --zk-tls-key's password (or env {zktls.ENV['key_password']}; "
+                                      "never on a command line)."),
+    click.option("--zk-tls-no-verify-hostname", is_flag=True, default=False,
+                 help="Do not check that ZooKeeper's certificate names the host connected to (logged as a "
+                      "warning; the certificate is still checked against the CA)."),
+)
+
+
+def zk_tls_options(f):
+    """Add the ``--zk-tls-*`` options to a command callback, passed on as one ``zk_tls``
+    argument: a checked :class:`coordinator.zktls.ZkTls`, or None (plaintext)."""
+
+    @functools.wraps(f)
+    def callback(*args, zk_tls_ca, zk_tls_cert, zk_tls_key, zk_tls_key_password_file, zk_tls_no_verify_hostname,
+                 **kwargs):
+        tls = zktls.from_options(zk_tls_ca, zk_tls_cert, zk_tls_key, zk_tls_key_password_file,
+                                 zk_tls_no_verify_hostname)
+        return f(*args, zk_tls=tls, **kwargs)
+
+    for option in reversed(ZK_TLS_OPTIONS):
+        callback = option(callback)
+    return callback
+
+
+def take_tls(values: dict, source: str) -> Optional["zktls.ZkTls"]:
+    """A config file's ``[zookeeper.tls]`` table (taken out of ``values``), checked; None without one."""
+    table = values.pop("zookeeper", None)
+    if table is None:
+        return None
+    if not isinstance(table, dict) or set(table) - {"tls"}:
+        raise InvalidConfig(f"{source}: [zookeeper] takes one table, [zookeeper.tls]")
+    return zktls.parse_tls(table.get("tls"), f"{source}: [zookeeper.tls]")

@@ -16,6 +16,12 @@ writes ``/brokers/topics`` itself and a mirror writing the same ZooKeeper would 
 settings are checked at startup too (confluent-kafka installed, properties librdkafka accepts;
 a refused value is never shown, it may be a secret).
 
+TLS to ZooKeeper: ``--zk-tls-ca``, ``--zk-tls-cert``, ``--zk-tls-key`` (and the key's password
+from ``--zk-tls-key-password-file`` or the environment), env ``ZK_TLS_*``, or the config file's
+``[zookeeper.tls]`` table (``ca``, ``cert``, ``key``, ``key_password = "@FILE"``,
+``verify_hostname``); files that cannot be used, or a server that refuses the connection for a
+TLS reason, are one line and exit 1 (:mod:`coordinator.zktls`).
+
 Logging: ``--log-level`` (INFO), ``--log-format text|json`` (env ``ZKGROUPS_LOG_FORMAT``): text
 lines are ``time LEVEL logger: message``; JSON lines are objects with ``time``, ``level``,
 ``logger``, ``message`` and the fields a log call passed (see
@@ -55,7 +61,8 @@ import click
 from coordinator import config as cfg
 from coordinator import documents
 from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, LOG_FORMAT_OPTION, MAX_MS, MAX_WAIT_S, ZK_CONNECT,
-                                    CliCommand, Seconds, setup_logging, take_connect, version_option)
+                                    CliCommand, Seconds, setup_logging, take_connect, take_tls, version_option,
+                                    zk_tls_options)
 from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.config import ENV_DATA_DIR, default_data_dir
 from coordinator.kafka import check_bootstrap_servers
@@ -134,9 +141,11 @@ _DEFAULTS = CoordinatorConfig()  # the help shows the dataclass's defaults
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
 @LOG_FORMAT_OPTION
 @click.option("--config", "config_file", type=click.Path(),
-              help="TOML file with the options above ([coordinator] table or top level).")
+              help="TOML file with the options above ([coordinator] table or top level; TLS to ZooKeeper "
+                   "in [zookeeper.tls]).")
+@zk_tls_options
 @version_option
-def main(zk, node_id, zk_timeout, wait_for_zk, metrics_port, http_addr, http_allowed_hosts, http_tls_cert,
+def main(zk, zk_tls, node_id, zk_timeout, wait_for_zk, metrics_port, http_addr, http_allowed_hosts, http_tls_cert,
          http_tls_key, console, lag_interval, data_dir, lag_bootstrap_servers, log_level, log_format, config_file,
          kafka_config, **options):
     """Run a zkgroups coordinator node; with --bootstrap-servers, the leader also mirrors the
@@ -148,8 +157,9 @@ def main(zk, node_id, zk_timeout, wait_for_zk, metrics_port, http_addr, http_all
                "metrics_port": metrics_port, "http_addr": http_addr,
                "http_allowed_hosts": list(http_allowed_hosts) or None, "http_tls_cert": http_tls_cert,
                "http_tls_key": http_tls_key, "console": console, "lag_interval": lag_interval, "data_dir": data_dir,
-               "lag_bootstrap_servers": lag_bootstrap_servers}
+               "lag_bootstrap_servers": lag_bootstrap_servers, "zk_tls": zk_tls}
     values = _read_config_file(config_file, source, startup)
+    values["zk_tls"] = startup["zk_tls"]
     config, lag_kafka = _node_config(values, options, kafka_config, startup["lag_bootstrap_servers"], source)
     metrics = CoordinatorMetrics()
     parts = {"node": None, "console": None}
@@ -182,6 +192,10 @@ def _read_config_file(config_file: Optional[str], source: str, startup: dict) ->
         return {}
     values = dict(cfg.load_toml(config_file, "coordinator"))
     from_file = _startup_from_file(values, source)
+    # [zookeeper.tls] sits beside [coordinator] (shared with the other tools) or inside it.
+    tls = take_tls(values if "zookeeper" in values else dict(cfg.load_toml(config_file)), source)
+    if startup["zk_tls"] is None:
+        startup["zk_tls"] = tls
     ctx = click.get_current_context()
     for name, value in from_file.items():
         if value is not None and ctx.get_parameter_source(name) in (None, click.core.ParameterSource.DEFAULT):
@@ -236,7 +250,7 @@ def _start_node(startup: dict, config: CoordinatorConfig, metrics: CoordinatorMe
             zk, None if startup["wait_for_zk"] else startup["zk_timeout"], stop,
             lambda waited: log.warning("ZooKeeper at %s not reachable yet (%.0f s); waiting", zk, waited,
                                        extra={"zk": zk, "duration_ms": int(waited * 1000)}),
-            report_every=startup["zk_timeout"])
+            report_every=startup["zk_timeout"], tls=config.zk_tls)
         if not reachable:
             return None
         return Coordinator(zk, startup["node_id"], config, metrics).start()

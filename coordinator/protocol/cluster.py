@@ -182,12 +182,15 @@ class LeaderInfo:
 # ---------------------------------------------------------------- the ACL policy
 
 _DIGEST_ID = re.compile(r"^[^:\s]+:[A-Za-z0-9+/=]{28}$")
+#: A certificate's identity: ``x509:`` and the subject ZooKeeper's X509AuthenticationProvider derives (RFC 2253).
+_X509_ID = re.compile(r"^x509:[^\x00-\x1f\x7f]{1,1024}$")
 
 
 @dataclass(frozen=True)
 class AclPolicy:
-    """acl: digest ids (``user:base64(sha1(user:password))``, no secrets) of the coordinators'
-    and the admins' identities, each group's identity, and whether anyone else may read."""
+    """acl: the ids of the coordinators' and the admins' identities and of each group's, and
+    whether anyone else may read. An id is a digest id (``user:base64(sha1(user:password))``, no
+    secret) or a certificate's (``x509:CN=billing,O=zkgroups``, the subject ZooKeeper derives)."""
     coordinator: str
     admin: str
     groups: Dict[str, str] = field(default_factory=dict)
@@ -213,10 +216,11 @@ class AclPolicy:
         obj = load(raw, path, "ACL policy")
         check_version(obj, path, "ACL policy")
         groups = obj.get("groups", {})
-        require(isinstance(groups, dict), path, "ACL policy groups must map group -> digest id")
+        require(isinstance(groups, dict), path, "ACL policy groups must map group -> identity id")
         for ident in (obj.get("coordinator"), obj.get("admin"), *groups.values()):
-            require(isinstance(ident, str) and bool(_DIGEST_ID.match(ident)), path,
-                     f"ACL policy names {str(ident)[:60]!r}, which is not a digest id (user:base64 sha1)")
+            require(isinstance(ident, str) and bool(_DIGEST_ID.match(ident) or _X509_ID.match(ident)), path,
+                     f"ACL policy names {str(ident)[:60]!r}, which is not a digest id (user:base64 sha1) "
+                     "or an x509 one (x509:SUBJECT)")
         for group in groups:
             validate_name(group, "group")
         require(isinstance(obj.get("world_read", True), bool), path, "ACL policy world_read must be true or false")

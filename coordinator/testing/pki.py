@@ -1,7 +1,7 @@
 """A throwaway certificate authority, made with ``openssl`` (nothing downloaded), for a
 ZooKeeper that serves TLS only and the clients that talk to it.
 
-:class:`TestCa` makes a CA in a directory and issues PEM certificates signed by it: a server's
+:class:`ThrowawayCa` makes a CA in a directory and issues PEM certificates signed by it: a server's
 (with the addresses it is reached at as subject alternative names) and clients' (subject
 ``/O=zkgroups/CN=<name>``: ZooKeeper's ``X509AuthenticationProvider`` makes that the x509
 identity ``CN=<name>,O=zkgroups``), with any validity window (an expired one for tests) and
@@ -44,7 +44,7 @@ def _stamp(when: datetime.datetime) -> str:
     return when.astimezone(datetime.timezone.utc).strftime("%Y%m%d%H%M%SZ")
 
 
-class TestCa:
+class ThrowawayCa:
     """A CA in ``directory``: ``ca.pem`` (its certificate, every trust store's content)."""
 
     def __init__(self, directory: str, name: str = "zkgroups test CA"):

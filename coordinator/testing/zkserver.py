@@ -12,7 +12,7 @@ network namespace (``bin/chaos`` cuts links between them). Children die with the
 (PR_SET_PDEATHSIG), so a killed test run leaves no JVM behind.
 
 ``Ensemble(tls=True)`` serves TLS only: a ``secureClientPort`` on Netty (no plaintext port),
-certificates from a throwaway CA (:class:`~coordinator.testing.pki.TestCa`), client
+certificates from a throwaway CA (:class:`~coordinator.testing.pki.ThrowawayCa`), client
 certificates required and mapped to x509 identities; :meth:`Ensemble.client_tls` issues a
 client's certificate and returns its ``zk_tls`` setting.
 """
@@ -32,7 +32,7 @@ import ssl
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from coordinator.testing.pki import TestCa
+from coordinator.testing.pki import ThrowawayCa
 
 log = logging.getLogger("zkgroups.testing.zookeeper")
 
@@ -219,13 +219,13 @@ class Ensemble:
             ports = [STANDARD_PORTS] * size
         preexecs = preexecs or [None] * size
         peers = [f"server.{i + 1}={h}:{p[1]}:{p[2]}" for i, (h, p) in enumerate(zip(hosts, ports))] if size > 1 else []
-        self.ca: Optional[TestCa] = None
+        self.ca: Optional[ThrowawayCa] = None
         settings = self._tls_settings(hosts) if tls else None
         self.servers = [Server(i + 1, self.workdir, p[0], peers, tick_ms, fsync, classpath, jvm, h, x, settings)
                         for i, (h, p, x) in enumerate(zip(hosts, ports, preexecs))]
 
     def _tls_settings(self, hosts: Sequence[str]) -> Dict[str, str]:
-        self.ca = TestCa(os.path.join(self.workdir, "pki"))
+        self.ca = ThrowawayCa(os.path.join(self.workdir, "pki"))
         server = self.ca.issue("zookeeper", ips=sorted(set(hosts)))
         probe = self.ca.issue("probe")
         return {"key_store": server.pem, "trust_store": self.ca.cert, "probe_cert": probe.cert,
@@ -233,7 +233,7 @@ class Ensemble:
 
     def client_tls(self, name: str, **issue) -> Dict[str, str]:
         """A new client certificate (subject ``/O=zkgroups/CN=<name>``; ``issue``: more of
-        :meth:`TestCa.issue`'s arguments) and the ``zk_tls`` setting that uses it."""
+        :meth:`ThrowawayCa.issue`'s arguments) and the ``zk_tls`` setting that uses it."""
         if self.ca is None:
             raise RuntimeError("this ensemble does not serve TLS (Ensemble(tls=True))")
         issued = self.ca.issue(name, **issue)
