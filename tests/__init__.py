@@ -23,6 +23,10 @@
 - ``project/``: the project as a whole: the import layering, one lifecycle idiom, function and
   module lengths, the docs build and the README's examples, installation, the container run's
   logic.
+- ``model/``: the protocol's model (rebalance, fencing, zombies) checked exhaustively in a
+  small scope, each mutation caught (``model`` marker; ``bin/model`` runs the full scope).
+- ``fuzz/``: coverage-guided fuzzers of the decoders (``fuzz`` marker; short fixed-budget runs;
+  ``bin/fuzz`` runs longer).
 - ``support/``: shared code, no tests: bounded waits and process helpers, the ``cluster``
   fixture's coordinators and members, the headless browser, programs the tests start.
 
