@@ -39,6 +39,10 @@ checks the order):
 * :mod:`~consumer.futures` — what became of a sent record: ``FutureRecordMetadata``,
   ``DeliveryFailed``.
 * :mod:`~consumer.producer` — the ``Producer``.
+* :mod:`~consumer.parallel_state` — a parallel consumer's progress per partition and its lanes
+  of records in key order.
+* :mod:`~consumer.parallel` — the ``ParallelConsumer``: many records of a partition in flight,
+  in key order, with the completed offsets committed.
 * :mod:`~consumer.spark` — consumer groups inside Spark ``foreachPartition`` workers.
 * :mod:`~consumer.cli` — ``groupctl``, ``pipeline`` and the live demo.
 
@@ -63,6 +67,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from consumer.log import Log
     from consumer.futures import DeliveryFailed, FutureRecordMetadata
     from consumer.producer import Producer
+    from consumer.parallel import ParallelConsumer, ProcessingFailed
     from consumer.records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
     from coordinator.errors import (CommitFailedError, FetchFailed, IllegalStateError, InvalidConfig, LogCorrupted,
                                     NoOffsetForPartition, OffsetOutOfRange, RecordDeserializationError,
@@ -73,6 +78,7 @@ _EXPORTS = {
     "Consumer": "consumer.consumer", "ConsumerConfig": "consumer.config",
     "ConsumerRebalanceListener": "consumer.consumer", "WakeupException": "consumer.hand_out",
     "Producer": "consumer.producer", "FutureRecordMetadata": "consumer.futures",
+    "ParallelConsumer": "consumer.parallel", "ProcessingFailed": "consumer.parallel",
     "DeliveryFailed": "consumer.futures", "Log": "consumer.log",
     "TopicPartition": "consumer.records", "ConsumerRecord": "consumer.records",
     "RecordMetadata": "consumer.records", "OffsetAndTimestamp": "consumer.records",

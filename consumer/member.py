@@ -649,8 +649,11 @@ class GroupMember(Lifecycle[MemberState]):
         """The group's committed offset of ``tp`` (None: none yet)."""
         return self._holdings.committed(tp)
 
-    def commit(self, offsets: Dict[TopicPartition, int]) -> None:
-        """Commit ``offsets`` (next offset to consume), fenced by this member's tokens.
+    def commit(self, offsets: Dict[TopicPartition, int],
+               completed: Optional[Dict[TopicPartition, bytes]] = None) -> None:
+        """Commit ``offsets`` (next offset to consume), fenced by this member's tokens; with
+        ``completed`` ({partition: encoded Completed}) their completed znodes in the same
+        transactions (a parallel consumer's offsets finished above the committed one).
 
         Partitions this member does not own, or that another member claimed since this one
         did, are refused: CommitFailedError naming them (its ``partitions``), raised once the
@@ -658,4 +661,4 @@ class GroupMember(Lifecycle[MemberState]):
         session timeout; whether such a write applied is found out and accounted for at the
         next commit). More than :data:`~consumer.offsets.COMMIT_PARTITIONS` offsets are written
         in parts: those of the parts before a lost answer stay written."""
-        self._holdings.commit(offsets)
+        self._holdings.commit(offsets, completed)

@@ -44,7 +44,7 @@ from kazoo.exceptions import NoNodeError
 from coordinator import protocol
 from coordinator.errors import CommitFailedError, CorruptZnode, ZooKeeperUnavailable
 from coordinator.zkclient import UNREACHABLE, TransactionFailed, commit, session_id, wait_in_order
-from consumer.ownership import CLAIM_PARTITIONS, Stored, Write, add_ops, commit_ops
+from consumer.ownership import CLAIM_PARTITIONS, Role, Stored, Write, add_ops, commit_ops, completed_ops
 from consumer.records import TopicPartition
 
 log = logging.getLogger("zkgroups.member")
@@ -108,6 +108,27 @@ def decode_stored(group: str, tp: TopicPartition, raw: bytes) -> Optional[int]:
     return protocol.decode_offset(raw, protocol.offsets_path(group, tp.topic, tp.partition))
 
 
+def read_completed(client, group: str,
+                   committed: Dict[TopicPartition, Optional[int]]) -> Dict[TopicPartition, Set[int]]:
+    """{partition: offsets completed above its committed offset} from the completed znodes
+    (pipelined). A record counts only while its base is the committed offset now: a commit
+    that wrote the offset alone (a plain consumer, a reset) makes it stale. A corrupt one is
+    logged and read as empty (the records are processed again)."""
+    gets = [(tp, client.get_async(protocol.completed_path(group, tp.topic, tp.partition))) for tp in committed]
+    wait_in_order([a for _, a in gets])
+    out: Dict[TopicPartition, Set[int]] = {}
+    for tp, a in gets:
+        try:
+            found = protocol.decode_completed(a.get()[0], protocol.completed_path(group, tp.topic, tp.partition))
+        except NoNodeError:
+            found = None
+        except CorruptZnode as e:
+            log.error("%s; processing those records again", e)
+            found = None
+        out[tp] = set(found[1]) if found is not None and found[0] == committed[tp] else set()
+    return out
+
+
 # ---------------------------------------------------------------- a member's fenced commits
 
 class Holdings:
@@ -126,6 +147,7 @@ class Holdings:
         self.session: Optional[int] = None
         self.tokens: Dict[TopicPartition, int] = {}
         self.uncertain: Dict[TopicPartition, Tuple[bytes, int]] = {}
+        self._completed_znodes: Set[TopicPartition] = set()  # known to exist (commit_lock)
 
     def owned_now(self) -> Dict[TopicPartition, str]:
         with self.lock:
@@ -177,29 +199,45 @@ class Holdings:
             raise ZooKeeperUnavailable(f"cannot read the committed offset of {tp}: {type(e).__name__}") from None
         return self.decode_committed(tp, raw)
 
-    def commit(self, offsets: Dict[TopicPartition, int]) -> None:
+    def commit(self, offsets: Dict[TopicPartition, int],
+               completed: Optional[Dict[TopicPartition, bytes]] = None) -> None:
         """See :meth:`consumer.member.GroupMember.commit`."""
         if offsets:
             with self.commit_lock:
-                self.commit_locked(offsets)
+                self.commit_locked(offsets, completed or {})
 
-    def commit_locked(self, offsets: Dict[TopicPartition, int]) -> None:
+    def _ensure_completed(self, partitions: Iterable[TopicPartition]) -> None:
+        """Create the completed znodes of ``partitions`` that may not exist (empty: nothing
+        recorded; harmless outside the fence), so the fenced transaction only sets them."""
+        for tp in partitions:
+            if tp not in self._completed_znodes:
+                self.client.ensure_path(protocol.completed_path(self.group, tp.topic, tp.partition))
+                self._completed_znodes.add(tp)
+
+    def commit_locked(self, offsets: Dict[TopicPartition, int],
+                      completed: Optional[Dict[TopicPartition, bytes]] = None) -> None:
         """Write ``offsets`` in transactions of at most :data:`COMMIT_PARTITIONS`, one after
         the other (see :data:`~consumer.ownership.CLAIM_PARTITIONS` for why). A transaction
         refused for one partition applied nothing: it is sent again without that partition. A
         lost answer stops there: the parts before it are written, and each partition holds
         either its new offset or the one before, as always. Caller holds ``commit_lock``."""
         writes, refused = self.fenced_offsets(offsets)
+        completed = completed or {}
         written = 0
         for i in range(0, len(writes), COMMIT_PARTITIONS):
             part = writes[i:i + COMMIT_PARTITIONS]
             while part:
-                ops = commit_ops(self.group, part)
+                # A partition's completed offsets go in the transaction its offset write fences.
+                self._ensure_completed(w[0] for w in part if w[0] in completed)
+                ops = commit_ops(self.group, part) + completed_ops(self.group, completed, (w[0] for w in part))
                 t = self.client.transaction()
                 add_ops(t, ops)
                 try:
                     commit(t, timeout=self._timeout_s)
                 except TransactionFailed as e:
+                    if ops[e.index].role is Role.COMPLETED:  # deleted meanwhile: created again, sent again
+                        self._completed_znodes.discard(ops[e.index].partition)
+                        continue
                     refused[ops[e.index].partition] = CLAIMED_SINCE
                     part = part[:e.index] + part[e.index + 1:]
                     continue

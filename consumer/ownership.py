@@ -51,6 +51,7 @@ class Role(enum.Enum):
     TOKEN = "rewrite the offsets znode (the fencing token)"
     COMMIT = "write an offset at its token"
     CHECK = "check a token"
+    COMPLETED = "write the offsets completed above a commit"
     RELEASE = "delete the owner node"
     DELETE = "delete a command or the registration"
 
@@ -117,6 +118,14 @@ def commit_ops(group: str, writes: Iterable[Write]) -> List[Op]:
     """A compare-and-set write of each (partition, data, expected version) of ``writes``."""
     return [Op(Role.COMMIT, "set_data", protocol.offsets_path(group, tp.topic, tp.partition), tp, data, version)
             for tp, data, version in writes]
+
+
+def completed_ops(group: str, completed: Mapping[TopicPartition, bytes],
+                  partitions: Iterable[TopicPartition]) -> List[Op]:
+    """The writes of ``completed`` ({partition: encoded Completed}) of ``partitions``, for the
+    transaction whose offset writes fence them (the znodes exist: see Holdings)."""
+    return [Op(Role.COMPLETED, "set_data", protocol.completed_path(group, tp.topic, tp.partition), tp, completed[tp])
+            for tp in partitions if tp in completed]
 
 
 def claim_transactions(group: str, claim: Mapping[TopicPartition, str], current: Mapping[TopicPartition, Stored],

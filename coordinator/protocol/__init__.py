@@ -36,6 +36,9 @@ Layout (documented in docs/concepts/zookeeper-layout.md)::
     /consumers/groups/<group>/owners/<topic>/<partition>        ephemeral, data: stream id
     /consumers/groups/<group>/offsets/<topic>/<partition>       next offset, decimal (empty: none yet);
                                                     its znode version is the fencing token of claims
+    /consumers/groups/<group>/completed/<topic>/<partition>     Completed: offsets a parallel consumer finished
+                                                    above the committed one (written in the offset's
+                                                    fenced transaction; valid while its base is the offset)
     /consumers/groups/<group>/state                 GroupState, written by the leader (its optional
                                                     ``static`` record keeps static members while away)
     /consumers/groups/<group>/timeline              Timeline: the group's last rebalances (a ring of at most
@@ -58,7 +61,8 @@ from coordinator.protocol.paths import (BROKER_TOPICS, BROKER_IDS, COORDINATOR, 
                                         COMMAND_PREFIX, MAX_NAME_LENGTH, LEGAL_NAME, validate_name, topic_matcher,
                                         static_consumer_id, stream_id, consumer_of_stream, topic_path, group_path,
                                         ids_path, channel_path, command_prefix, command_path, command_sequence,
-                                        owners_path, offsets_path, state_path, timeline_path, node_path, shard_path,
+                                        owners_path, offsets_path, completed_path, state_path, timeline_path, node_path,
+                                        shard_path,
                                         shard_epoch_path, shard_of, spark_stop_path, spark_run_path,
                                         spark_workers_path, spark_flushed_path, spark_progress_path,
                                         spark_errors_path)
@@ -67,7 +71,8 @@ from coordinator.protocol.groups import (PATTERN_STATIC, PATTERN_WHITE_LIST, PAT
                                          Registration, Ownership, Command, StaticMember, GroupState,
                                          TIMELINE_ENTRIES, TIMELINE_IDS, TIMELINE_MEMBERS, TIMELINE_OUTCOMES,
                                          RebalanceRecord, encode_timeline, decode_timeline, NO_OFFSET,
-                                         encode_offset, decode_offset)
+                                         encode_offset, decode_offset,
+                                         MAX_COMPLETED_SPAN, encode_completed, decode_completed)
 from coordinator.protocol.cluster import (MAX_SHARD_COUNT, MAX_PARTITIONS, MIRROR_MARK, TopicZnode, encode_topic,
                                           encode_mirrored_topic, decode_topic_znode, decode_topic, ShardsInfo,
                                           ShardAssignment, NodeInfo, LeaderInfo, AclPolicy)

@@ -358,3 +358,54 @@ def decode_offset(raw: bytes, path: str) -> Optional[int]:
         raise CorruptZnode(path, f"committed offset {raw[:32]!r} is not a decimal number") from None
     require(value >= 0, path, "committed offset is negative")
     return value
+
+
+# ---------------------------------------------------------------- completed offsets (parallel consumers)
+
+#: The most offsets a Completed record covers above its base: a parallel consumer stops
+#: dispatching a partition's records this far past its committed offset, so the record (a
+#: bitmap, compressed) stays a few kilobytes at most.
+MAX_COMPLETED_SPAN = 65_536
+
+
+def encode_completed(base: int, done) -> bytes:
+    """completed/<topic>/<partition>: the offsets of ``done`` (each above ``base``, within
+    :data:`MAX_COMPLETED_SPAN`) finished while ``base`` was the committed offset, as a bitmap
+    relative to ``base + 1`` (bit i: offset base + 1 + i), zlib-compressed, base64 in JSON."""
+    import base64
+    import zlib
+    bits = bytearray((MAX_COMPLETED_SPAN + 7) // 8)
+    top = 0
+    for o in done:
+        i = o - base - 1
+        if not 0 <= i < MAX_COMPLETED_SPAN:
+            raise ValueError(f"offset {o} is outside the completed span above {base}")
+        bits[i >> 3] |= 1 << (i & 7)
+        top = max(top, (i >> 3) + 1)
+    packed = base64.b64encode(zlib.compress(bytes(bits[:top]), 6)).decode("ascii")
+    return dump({"version": 1, "base": int(base), "bitmap": packed})
+
+
+def decode_completed(raw: bytes, path: str):
+    """(base, frozenset of completed offsets), or None for an empty znode (nothing recorded)."""
+    import base64
+    import binascii
+    import zlib
+    if not raw.strip():
+        return None
+    obj = load(raw, path, "completed offsets")
+    check_version(obj, path, "completed offsets")
+    base, packed = obj.get("base"), obj.get("bitmap")
+    require(is_int(base) and base >= 0, path, "completed offsets: base is not a whole number >= 0")
+    require(isinstance(packed, str), path, "completed offsets: bitmap is not a string")
+    limit = (MAX_COMPLETED_SPAN + 7) // 8
+    try:
+        inflate = zlib.decompressobj()
+        bits = inflate.decompress(base64.b64decode(packed.encode("ascii"), validate=True), limit + 1)
+    except (binascii.Error, zlib.error, UnicodeEncodeError, ValueError) as e:
+        raise CorruptZnode(path, f"completed offsets: bitmap cannot be decoded ({e})") from None
+    require(len(bits) <= limit and not inflate.unconsumed_tail, path,
+            f"completed offsets: bitmap spans more than {MAX_COMPLETED_SPAN} offsets")
+    done = frozenset(base + 1 + (k << 3) + j for k, byte in enumerate(bits) if byte for j in range(8)
+                     if byte >> j & 1)
+    return base, done

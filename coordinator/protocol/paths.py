@@ -132,6 +132,14 @@ def offsets_path(group: str, topic: Optional[str] = None, partition: Optional[in
     return f"{base}/{topic}" if partition is None else f"{base}/{topic}/{partition}"
 
 
+def completed_path(group: str, topic: Optional[str] = None, partition: Optional[int] = None) -> str:
+    """Where a parallel consumer keeps the offsets completed above a partition's committed one."""
+    base = f"{GROUPS}/{group}/completed"
+    if topic is None:
+        return base
+    return f"{base}/{topic}" if partition is None else f"{base}/{topic}/{partition}"
+
+
 def state_path(group: str) -> str:
     return f"{GROUPS}/{group}/state"
 
