@@ -43,6 +43,7 @@ checks the order):
   of records in key order.
 * :mod:`~consumer.parallel` — the ``ParallelConsumer``: many records of a partition in flight,
   in key order, with the completed offsets committed.
+* :mod:`~consumer.aio` — the ``AsyncConsumer``: the consumer for asyncio, its calls awaited.
 * :mod:`~consumer.spark` — consumer groups inside Spark ``foreachPartition`` workers.
 * :mod:`~consumer.cli` — ``groupctl``, ``pipeline`` and the live demo.
 
@@ -68,6 +69,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from consumer.futures import DeliveryFailed, FutureRecordMetadata
     from consumer.producer import Producer
     from consumer.parallel import ParallelConsumer, ProcessingFailed
+    from consumer.aio import AsyncConsumer
     from consumer.records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
     from coordinator.errors import (CommitFailedError, FetchFailed, IllegalStateError, InvalidConfig, LogCorrupted,
                                     NoOffsetForPartition, OffsetOutOfRange, RecordDeserializationError,
@@ -79,6 +81,7 @@ _EXPORTS = {
     "ConsumerRebalanceListener": "consumer.consumer", "WakeupException": "consumer.hand_out",
     "Producer": "consumer.producer", "FutureRecordMetadata": "consumer.futures",
     "ParallelConsumer": "consumer.parallel", "ProcessingFailed": "consumer.parallel",
+    "AsyncConsumer": "consumer.aio",
     "DeliveryFailed": "consumer.futures", "Log": "consumer.log",
     "TopicPartition": "consumer.records", "ConsumerRecord": "consumer.records",
     "RecordMetadata": "consumer.records", "OffsetAndTimestamp": "consumer.records",
