@@ -56,12 +56,15 @@ def spark_home() -> str:
 @dataclass
 class Host:
     """Where one daemon runs: ``address`` (what it binds and advertises), ``scratch`` (its own
-    directory), ``preexec`` (run in its child before exec; None: a new session only)."""
+    directory), ``preexec`` (run in its child before exec; None: a new session only), ``tmp``
+    (its temporary directory as its processes see it; None: ``<scratch>/tmp``; ``/tmp`` when
+    ``preexec`` gives it a private ``/tmp``)."""
     name: str
     address: str
     scratch: str
     preexec: Optional[Callable[[], None]] = None
     ports: Dict[str, int] = field(default_factory=dict)
+    tmp: Optional[str] = None
 
 
 @dataclass
@@ -212,7 +215,7 @@ class StandaloneCluster(Lifecycle[ClusterState]):
     # ---------------------------------------------------------------- plumbing
 
     def _env(self, host: Host) -> Dict[str, str]:
-        tmp = os.path.join(host.scratch, "tmp")
+        tmp = host.tmp or os.path.join(host.scratch, "tmp")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARK_", "PYSPARK_"))}
         paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != _PROJECT_ROOT]
         env.update(SPARK_HOME=spark_home(), SPARK_CONF_DIR=os.path.join(host.scratch, "conf"),

@@ -14,6 +14,7 @@ job; the output stays exactly once.
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -33,9 +34,12 @@ ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not insta
 if shutil.which("java") is None:
     pytest.skip("pyspark needs a Java runtime", allow_module_level=True)
 
+from coordinator import protocol  # noqa: E402
 from coordinator.coordinator import Coordinator, CoordinatorConfig  # noqa: E402
+from coordinator.zkclient import close_client, start_client  # noqa: E402
 from tests.spark.test_spark import read_output  # noqa: E402
 from tests.spark.test_spark_kafka import Writer  # noqa: E402
+from tests.support import helpers  # noqa: E402
 from tests.support.helpers import wait_for  # noqa: E402
 from tests.support.sparkcluster import PIPELINE_APP, ROOT, SparkTestbed  # noqa: E402
 
@@ -46,7 +50,9 @@ SUBMIT_TIMEOUT_S = 240
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory):
-    with SparkTestbed(str(tmp_path_factory.mktemp("spark-cluster")), workers=2, cores=2) as testbed:
+    # every test's tmp_path is on the disk the hosts share; /tmp is each host's own
+    with SparkTestbed(str(tmp_path_factory.mktemp("spark-cluster")), workers=2, cores=2,
+                      shared=[str(tmp_path_factory.getbasetemp())]) as testbed:
         yield testbed
 
 
@@ -69,9 +75,9 @@ def kafka_topic(bed, name: str, partitions: int, per_partition: int) -> Writer:
     return writer
 
 
-def pipeline_args(bed, zk: str, topic: str, out, *more: str):
+def pipeline_args(bed, zk: str, topic: str, out, *more: str, workers: int = 2):
     return ["--zk", zk, "--bootstrap-servers", bed.bootstrap_servers, "--topic", topic, "--out", str(out),
-            "--workers", "2", "--batch-size", "2000", "--json", *more]
+            "--workers", str(workers), "--batch-size", "2000", "--json", *more]
 
 
 def submit(bed, argv, **kw):
@@ -99,6 +105,12 @@ def test_spark_submit_runs_the_pipeline_on_the_standalone_master(bed, chroot, tm
     ran = bed.spark.executor_dirs(summary["app_id"])
     assert all(ran[name] for name in bed.worker_names), ran  # executors on both worker hosts
     assert "zkgroups.spark.progress" in proc.stderr
+    if bed.net is not None:  # each worker host's /tmp is its own: its scratch's tmp, not this host's
+        here = os.stat("/tmp")
+        for daemon in bed.spark.workers:
+            seen = os.stat(f"/proc/{daemon.proc.pid}/root/tmp")  # /tmp as the worker's mount namespace has it
+            own = os.stat(os.path.join(daemon.host.scratch, "tmp"))
+            assert (seen.st_dev, seen.st_ino) == (own.st_dev, own.st_ino) != (here.st_dev, here.st_ino)
     assert summary["complete"] and summary["records"] == 20000 and report["output"]["overlaps"] == 0
     assert_exactly_once(out, writer)
 
@@ -162,6 +174,28 @@ def files_written(out) -> int:
     return len(glob.glob(str(out / "records" / "topic=*" / "partition=*" / "*.parquet")))
 
 
+@contextlib.contextmanager
+def zk_client(connect: str):
+    client = start_client(connect)
+    try:
+        yield client
+    finally:
+        close_client(client)
+
+
+def wait_until_running(zk, out, proc, workers: int = 4) -> None:
+    """Until every worker is a member of the group and batches are written."""
+    def running():
+        members = zk.get_children(protocol.ids_path("pipeline")) if zk.exists(protocol.ids_path("pipeline")) else []
+        return len(members) >= workers and files_written(out) >= 2
+    wait_for(lambda: running() or proc.poll() is not None, 180, message="every worker running")
+    assert proc.poll() is None, proc.stderr.read()[-3000:]
+
+
+def committed_all(zk, topic: str, writer: Writer) -> bool:
+    return list(helpers.committed(zk, "pipeline", topic, len(writer.next)).values()) == writer.next
+
+
 def output_offsets(out) -> Counter:
     """Counter of (topic, partition, offset) in the pipeline's Parquet files."""
     import pyarrow.parquet as pq
@@ -190,17 +224,27 @@ FAULT_ARGS = ("--batch-size", "10000", "--session-timeout-ms", "2000", "--max-wo
 
 @pytest.mark.slow
 @by_hand
-def test_a_worker_host_killed_under_a_drain_is_replaced_and_the_output_is_exactly_once(bed, chroot, tmp_path):
-    writer = kafka_topic(bed, "killed", 4, 50000)  # 200,000 records
-    out = tmp_path / "out"
-    proc = start_submit(bed, bed.submit_argv(PIPELINE_APP, *pipeline_args(bed, chroot, "killed", out, *FAULT_ARGS)))
-    wait_for(lambda: files_written(out) >= 2 or proc.poll() is not None, 180, message="batches written")
-    bed.kill_worker(0)          # the daemon, its executors and their Python workers, at once
-    bed.spark.restart_worker(0)  # the master gives the application an executor there again
+def test_a_worker_host_killed_is_replaced_by_the_master_and_the_output_is_exactly_once(bed, chroot, tmp_path):
+    """A stream of 200,000 records on four workers (two task slots on each host), held until
+    the master gave the application an executor on the killed host again, and every record
+    was committed."""
+    writer = kafka_topic(bed, "killed", 4, 50000)
+    out, stop = tmp_path / "out", tmp_path / "stop"
+    proc = start_submit(bed, bed.submit_argv(PIPELINE_APP, *pipeline_args(
+        bed, chroot, "killed", out, "--mode", "stream", "--stop-file", str(stop), *FAULT_ARGS, workers=4)))
+    with zk_client(chroot) as zk:
+        wait_until_running(zk, out, proc)
+        app_id = bed.spark.status()["activeapps"][0]["id"]
+        bed.kill_worker(0)          # the daemon, its executors and their Python workers, at once
+        bed.spark.restart_worker(0)
+        wait_for(lambda: len(bed.spark.executor_dirs(app_id)["worker1"]) >= 2 or proc.poll() is not None, 180,
+                 message="the master started an executor on the worker host again")
+        wait_for(lambda: committed_all(zk, "killed", writer) or proc.poll() is not None, 180,
+                 message="every record committed")
+    stop.touch()
     report = finish(proc)
-    summary = report["summary"]
-    assert summary["complete"] and summary["task_failures"] >= 1
-    assert len(bed.spark.executor_dirs(summary["app_id"])["worker1"]) >= 2  # the killed one and its successor
+    assert report["summary"]["task_failures"] >= 1
+    assert len(bed.spark.executor_dirs(app_id)["worker1"]) >= 2  # the killed executor and its successor
     assert_exactly_once(out, writer)
 
 
@@ -211,12 +255,16 @@ def test_a_worker_host_cut_from_zookeeper_under_a_drain_leaves_the_output_exactl
         pytest.skip("no network namespaces here: nothing to cut")
     writer = kafka_topic(bed, "cut", 4, 50000)
     out = tmp_path / "out"
-    proc = start_submit(bed, bed.submit_argv(PIPELINE_APP, *pipeline_args(bed, chroot, "cut", out, *FAULT_ARGS)))
-    wait_for(lambda: files_written(out) >= 2 or proc.poll() is not None, 180, message="batches written")
+    proc = start_submit(bed, bed.submit_argv(PIPELINE_APP, *pipeline_args(bed, chroot, "cut", out, *FAULT_ARGS,
+                                                                           workers=4)))
+    with zk_client(chroot) as zk:
+        wait_until_running(zk, out, proc)
     bed.cut_from_zookeeper(1)
     try:
         # the other host's workers take its partitions over once its sessions ended
-        wait_for(lambda: files_written(out) >= 24 or proc.poll() is not None, 180, message="the rest written")
+        with zk_client(chroot) as zk:
+            wait_for(lambda: committed_all(zk, "cut", writer) or proc.poll() is not None, 180,
+                     message="every record committed")
     finally:
         bed.heal(1)
     report = finish(proc)
@@ -246,8 +294,6 @@ def test_a_stream_on_the_embedded_log_runs_on_the_cluster_when_its_data_director
         bed, log_chroot, tmp_path):
     """Every host mounts the data directory at the same path (here: one machine's disk)."""
     from tests.spark.test_spark import Producer
-    from tests.support import helpers
-    from coordinator.zkclient import close_client, start_client
 
     data_dir, out = str(tmp_path / "data"), tmp_path / "out"
     os.makedirs(data_dir)

@@ -8,7 +8,9 @@ the place's address), the Spark master and each Spark worker (its executors and 
 workers inside the same namespace). The driver (``spark-submit``, client mode) runs in this
 host's namespace and is reached by the executors at the uplink's address. Without namespaces
 everything runs on 127.0.0.1 with free ports. Each Spark host has a scratch directory of its
-own (:mod:`consumer.spark.cluster`).
+own (:mod:`consumer.spark.cluster`); with namespaces it also has a ``/tmp`` of its own (a
+mount namespace: its scratch's ``tmp`` on ``/tmp``), where only the testbed's directory and the
+``shared`` ones (the disks every host mounts: the output, the embedded log) are seen.
 
 Faults: :meth:`SparkTestbed.kill_worker` (a worker host's processes SIGKILLed),
 :meth:`SparkTestbed.cut_from_zookeeper` / :meth:`heal` (a worker host's packets to and from
@@ -20,12 +22,39 @@ import contextlib
 import os
 import shutil
 import sys
-from typing import Dict, List, Optional
+import ctypes
+from typing import Dict, List, Optional, Sequence
 
 from consumer.spark.cluster import Host, StandaloneCluster, loopback_hosts, spark_home
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PIPELINE_APP = os.path.join(ROOT, "consumer", "cli", "pipeline.py")
+CLONE_NEWNS, MS_BIND, MS_REC, MS_PRIVATE = 0x00020000, 4096, 16384, 1 << 18
+
+
+def private_tmp(own_tmp: str, shared: Sequence[str]) -> None:
+    """``preexec`` (root): a mount namespace of its own whose ``/tmp`` is ``own_tmp``, with the
+    ``shared`` directories under ``/tmp`` still at their paths, as a host with its own ``/tmp``
+    that mounts a shared disk. Each is bound into ``own_tmp`` at its place first, then
+    ``own_tmp`` with those mounts on ``/tmp``."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def mount(source: str, target: str, flags: int, what: str) -> None:
+        if libc.mount(source.encode(), target.encode(), None, flags, None) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"{what}: {os.strerror(errno)}")
+    os.makedirs(own_tmp, exist_ok=True)
+    if libc.unshare(CLONE_NEWNS) != 0:
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
+    mount("none", "/", MS_REC | MS_PRIVATE, "making / private")
+    for path in shared:
+        rel = os.path.relpath(path, "/tmp")
+        if rel.startswith(".."):
+            continue  # not under /tmp: seen as it is
+        target = os.path.join(own_tmp, rel)
+        os.makedirs(target, exist_ok=True)
+        mount(path, target, MS_BIND | MS_REC, f"binding {path}")
+    mount(own_tmp, "/tmp", MS_BIND | MS_REC, f"binding {own_tmp} on /tmp")
 
 
 class SparkTestbed:
@@ -34,9 +63,10 @@ class SparkTestbed:
     Threads: one thread calls everything."""
 
     def __init__(self, base_dir: str, workers: int = 2, cores: int = 2, memory: str = "1g",
-                 kafka_brokers: int = 1, netns: Optional[bool] = None):
+                 kafka_brokers: int = 1, netns: Optional[bool] = None, shared: Sequence[str] = ()):
         from tests.chaos import network
         self.base_dir, self.workers, self.cores, self.memory = base_dir, workers, cores, memory
+        self.shared = [os.path.abspath(p) for p in (base_dir, *shared)]  # disks every host mounts
         self.kafka_brokers = kafka_brokers
         self.netns = network.unavailable() is None if netns is None else netns
         self.net = None
@@ -96,9 +126,19 @@ class SparkTestbed:
         if not self.netns:
             hosts = loopback_hosts(os.path.join(self.base_dir, "spark"), self.workers)
             return hosts[0], hosts[1:]
-        hosts = [Host(name, self.places[name].address, os.path.join(self.base_dir, "spark", name),
-                      self.places[name].preexec) for name in ["master", *self.worker_names]]
+        hosts = [self._own_host(name) for name in ["master", *self.worker_names]]
         return hosts[0], hosts[1:]
+
+    def _own_host(self, name: str) -> Host:
+        """A Spark host in its namespace, with a ``/tmp`` of its own (its scratch's ``tmp``),
+        where only ``shared`` is seen at its own path."""
+        place, scratch = self.places[name], os.path.join(self.base_dir, "spark", name)
+        own_tmp = os.path.join(scratch, "tmp")
+
+        def preexec():
+            place.preexec()
+            private_tmp(own_tmp, self.shared)
+        return Host(name, place.address, scratch, preexec, tmp="/tmp")
 
     # ---------------------------------------------------------------- what clients use
 
@@ -200,7 +240,8 @@ def _serve(bed: SparkTestbed, run_dir: str, partitions: int, records: int) -> No
         print(f"spark master {bed.spark.url} (web UI {bed.spark.webui}); workers: {workers}")
         print(f"ZooKeeper {bed.zk_connect}; Kafka (librdkafka's mock) {bed.bootstrap_servers}, topic orders: "
               f"{partitions} partitions x {records:,} records; a coordinator mirrors it into ZooKeeper")
-        print("network: " + (f"a namespace per host ({bed.net.prefix}-*), the driver at {bed.driver_host}"
+        print("network: " + (f"a namespace per host ({bed.net.prefix}-*), the driver at {bed.driver_host}; "
+                             f"each Spark host has a /tmp of its own and sees {run_dir} (the shared disk)"
                              if bed.net else "this host's (127.0.0.1)"))
         print("try (in another shell, from the project root):\n  "
               + try_command(bed, bed.zk_connect, "orders", os.path.join(run_dir, "out"), partitions))
