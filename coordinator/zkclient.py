@@ -27,6 +27,7 @@ import logging
 import re
 import select
 import selectors
+import socket
 import threading
 import time
 import types
@@ -139,10 +140,15 @@ class PollHandler(SequentialThreadingHandler):
         self.address = ""  # the server the connection thread is connecting to (its own writes only)
 
     def create_connection(self, address, *args, **kwargs):
-        self.address = f"{address[0]}:{address[1]}" if kwargs.get("hostname") is None else \
-            f"{kwargs['hostname']}:{address[1]}"
+        hostname = kwargs.get("hostname") or address[0]
+        self.address = f"{hostname}:{address[1]}"
+        tls = self.failures.tls
         try:
-            return super().create_connection(address, *args, **kwargs)
+            if tls is None or not kwargs.get("use_ssl"):
+                return super().create_connection(address, *args, **kwargs)
+            sock = tls.connect(address, hostname, kwargs.get("timeout"))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as kazoo's own sockets
+            return sock
         except OSError as e:  # ssl.SSLError included: note why, kazoo retries
             self.failures.note(e, self.address)
             raise
@@ -272,22 +278,35 @@ def start_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAU
     parsed = parse_connect(connect)
     auth = acl.parse_auth(auth)
     tls = zktls.parse_tls(tls)
-    if parsed.chroot:
-        # kazoo does not create a chroot itself; create it through an unrooted client first.
-        root = _start(make_client(parsed.hosts, session_timeout_ms, tls=tls), parsed.hosts, connect_timeout)
-        try:
-            ensure_chroot(root, parsed, connect_timeout)
-        finally:
-            close_client(root)
     client = _start(make_client(str(parsed), session_timeout_ms, auth=auth, tls=tls), str(parsed), connect_timeout)
     identity = _identity(auth, tls)
-    if identity is not None:
-        try:  # a certificate alone on an installation without a policy: open ACLs, as without TLS
+    try:
+        if parsed.chroot:
+            _chroot_exists(client, parsed, session_timeout_ms, connect_timeout, tls)
+        if identity is not None:  # a certificate alone on an installation without a policy: open ACLs
             _follow_policy(client, identity, parsed, connect_timeout, require_policy and auth is not None, roles)
-        except BaseException:
-            close_client(client)
-            raise
+    except BaseException:
+        close_client(client)
+        raise
     return client
+
+
+def _chroot_exists(client: KazooClient, parsed: ConnectString, session_timeout_ms: int, timeout: float,
+                   tls: Optional["zktls.ZkTls"]) -> None:
+    """Create a missing chroot. kazoo does not, and a client inside it cannot: an unrooted
+    client does, only when needed (a second connection, a second TLS handshake, is not free)."""
+    try:
+        if client.exists_async("/").get(timeout=timeout) is not None:
+            return
+    except KazooTimeoutError:
+        raise ZooKeeperUnavailable(f"ZooKeeper at {parsed} did not answer within {timeout:g}s") from None
+    except LOST_CONNECTION:
+        pass  # the unrooted client below tries again within the timeout
+    root = _start(make_client(parsed.hosts, session_timeout_ms, tls=tls), parsed.hosts, timeout)
+    try:
+        ensure_chroot(root, parsed, timeout)
+    finally:
+        close_client(root)
 
 
 class _Identity(NamedTuple):

@@ -242,3 +242,49 @@ def test_certificate_identities_in_the_acl_policy(tls_zk, chroot, data_dir):
         node.close()
     with pytest.raises(AuthFailed, match="x509 identity 'CN=eve,O=zkgroups' is not in this installation's ACL policy"):
         start_client(chroot, tls=tls_zk.client_tls("eve"))
+
+
+def test_coordinatord_reads_its_tls_setting_from_zookeeper_tls_in_its_config(tls_zk, chroot, tmp_path, subprocess_env):
+    import signal
+    import subprocess
+    import sys
+    coordinators = tls_zk.ca.issue("coordinator-locked", cn="coordinator", password="pw-9f3")
+    secret = tmp_path / "key.pass"
+    secret.write_text("pw-9f3")
+    config = tmp_path / "node.toml"
+    config.write_text(f'[coordinator]\nzk = "{chroot}"\nnode_id = "toml-node"\n\n[zookeeper.tls]\n'
+                      f'ca = "{tls_zk.ca.cert}"\ncert = "{coordinators.cert}"\nkey = "{coordinators.key}"\n'
+                      f'key_password = "@{secret}"\n')
+    node = subprocess.Popen([sys.executable, "-m", "coordinator.cli.coordinatord", "--config", str(config)],
+                            env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    zk = start_client(chroot, tls=tls_zk.client_tls("reader"))
+    try:
+        wait_for(lambda: node.poll() is None and read.leader(zk) is not None, 30, message="coordinatord leads over TLS")
+        assert read.leader(zk).node_id == "toml-node"
+    finally:
+        close_client(zk)
+        node.send_signal(signal.SIGTERM)
+        _, err = node.communicate(timeout=30)
+    assert node.returncode == 0, err
+    assert "pw-9f3" not in err
+
+
+def test_certificates_replaced_on_disk_are_used_by_the_next_connection(tls_zk, tmp_path):
+    """A rotation needs no restart: the same setting, files replaced with ``mv``, reaches the
+    next connection (kazoo reconnects through the same path). Shown with a certificate the
+    server refuses, then the good one back."""
+    good = tls_zk.client_tls("rotating")
+    rogue = ThrowawayCa(str(tmp_path / "rogue")).issue("rotating")
+    live = {"ca": tls_zk.ca.cert, "cert": str(tmp_path / "live.pem"), "key": str(tmp_path / "live.key")}
+
+    def install(cert, key):
+        for source, target in ((cert, live["cert"]), (key, live["key"])):
+            shutil.copy(source, target + ".new")
+            os.replace(target + ".new", target)
+    install(good["cert"], good["key"])
+    setting = parse_tls(live)
+    close_client(start_client(tls_zk.connect, tls=setting))
+    install(rogue.cert, rogue.key)
+    _connect_fails(tls_zk.connect, setting, "refused this client's certificate")
+    install(good["cert"], good["key"])
+    close_client(start_client(tls_zk.connect, tls=setting))
