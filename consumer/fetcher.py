@@ -204,8 +204,7 @@ class Fetcher(Lifecycle[FetcherState]):
 
     def start(self) -> None:
         with self._lock:
-            if not self._set_state(FetcherState.RUNNING, expect={FetcherState.NEW}):
-                self._check_open()
+            if not self._start_once(FetcherState.RUNNING):
                 return  # started before: start-once
             if not self._reads_ahead:
                 return

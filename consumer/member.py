@@ -92,7 +92,8 @@ from kazoo.protocol.states import KazooState
 
 from coordinator import protocol
 from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
-from coordinator.errors import AuthFailed, CorruptZnode, FencedInstanceIdError, InvalidConfig, ZooKeeperUnavailable
+from coordinator.errors import (AuthFailed, CorruptZnode, FencedInstanceIdError, IllegalStateError, InvalidConfig,
+                                ZooKeeperUnavailable)
 from coordinator.lifecycle import Lifecycle
 from coordinator.protocol import Registration
 from coordinator.zkclient import LOST_CONNECTION, session_id, wait_in_order
@@ -256,8 +257,10 @@ class GroupMember(Lifecycle[MemberState]):
         the old one expired), saying so once every ``report_every`` seconds. Raises AuthFailed
         if ZooKeeper refuses this identity, FencedInstanceIdError (static membership),
         ZooKeeperUnavailable if the client was closed or ZooKeeper refused the join otherwise."""
-        if self.state is not MemberState.NEW:
-            raise RuntimeError("a GroupMember starts once")
+        if self.state is not MemberState.NEW:  # the lifecycle's one rule (Lifecycle._start_once)
+            if self.state is MemberState.CLOSED:
+                raise IllegalStateError(f"{self._lifecycle_name()} is closed: it is not started again")
+            return self  # started before: start-once
         # Listening first: a session that expires while the member joins is noticed (the
         # member thread registers again), never left with its registration gone.
         self.client.add_listener(self._on_connection_state)

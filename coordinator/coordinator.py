@@ -108,7 +108,7 @@ class Coordinator(Lifecycle[NodeState]):
 
     States (:class:`NodeState`): NEW --start()--> STARTED --close()--> CLOSED, and NEW
     --close()--> CLOSED. ``start()`` once, ``close()`` once (a second call of either does
-    nothing); a closed node is not started again.
+    nothing); a ``start()`` after ``close()`` raises IllegalStateError.
 
     Threads: the election thread (``_contend()``) runs the election and, while this node is
     the controller, the :class:`~coordinator.controller.Controller`; the
@@ -153,7 +153,7 @@ class Coordinator(Lifecycle[NodeState]):
         return self.state is NodeState.CLOSED
 
     def start(self) -> "Coordinator":
-        if not self._set_state(NodeState.STARTED, expect={NodeState.NEW}):
+        if not self._start_once(NodeState.STARTED):
             return self
         self.client = start_client(self.connect, self.config.session_timeout_ms, auth=self.config.zk_auth,
                                    roles=("coordinator", "admin"), tls=self.config.zk_tls)

@@ -5,8 +5,11 @@ of it, the controller, the topic mirror, the terms of leadership, the console's 
 group member, the consumer, the fetcher, the producer, a Spark job's death budget; the test
 harness's Docker engine; ``tests/project/test_layering.py`` checks that no other class keeps a
 state of its own), after kazoo's ``SetPartitioner`` (its states in the class docstring, one
-``_set_state``) and Curator's ``LeaderLatch`` (``start()`` and ``close()`` by compare-and-set,
-so a second call is a no-op):
+``_set_state``) and Curator's ``LeaderLatch`` (``start()`` and ``close()`` by compare-and-set).
+Where Curator throws on a second ``start()``, zkgroups has one rule for every class: a second
+``start()`` of a running object does nothing, a ``start()`` after close raises
+:class:`~coordinator.errors.IllegalStateError` (:meth:`Lifecycle._start_once`), a second
+``close()`` does nothing:
 
 .. code-block:: python
 
@@ -34,8 +37,8 @@ so a second call is a no-op):
             super().__init__(PollerState.NEW)
 
         def start(self):
-            if not self._set_state(PollerState.RUNNING, expect={PollerState.NEW}):
-                return self          # started before, or stopped: start-once
+            if not self._start_once(PollerState.RUNNING):
+                return self          # started before: start-once (after stop(): IllegalStateError)
             ...                      # the work of starting, outside the lock
             return self
 
@@ -62,9 +65,11 @@ The rules the pattern keeps:
   ZooKeeper did; it is not a :class:`~coordinator.errors.ZkGroupsError` because those are
   user errors, which the command-line tools print as one line without a traceback, and a bug
   must keep its traceback. It is never caught to carry on.
-* **Start once, close once.** ``start()`` moves from the initial state only; ``close()`` (or
-  ``stop()``) moves to the terminal state from wherever the table allows and does its work
-  only if it made the move; a closed object is never started again. The work itself (threads,
+* **Start once, close once.** ``start()`` moves from the initial state only
+  (:meth:`Lifecycle._start_once`: a second call does nothing, a call after close raises
+  IllegalStateError); ``close()`` (or ``stop()``) moves to the terminal state from wherever
+  the table allows and does its work only if it made the move (a second call does nothing); a
+  closed object is never started again. The work itself (threads,
   connections) runs outside ``_state_lock``: the lock guards the state, not the I/O.
 * **State lives in the state**, not in flags beside it (no ``_closed`` next to a ``CLOSED``).
   Readers read :attr:`Lifecycle.state` (one attribute read, no lock); a thread that must wait
@@ -79,6 +84,8 @@ import enum
 import logging
 import threading
 from typing import ClassVar, Collection, Generic, Mapping, Optional, TypeVar
+
+from coordinator.errors import IllegalStateError
 
 log = logging.getLogger("zkgroups.lifecycle")
 
@@ -108,6 +115,7 @@ class Lifecycle(Generic[S]):
             raise IllegalTransition(f"{type(self).__name__}.TRANSITIONS has no entry for "
                                     f"{', '.join(s.name for s in missing)}")
         self._state: S = initial
+        self._initial = initial
         self._state_lock = threading.RLock()
         self._state_changed = threading.Condition(self._state_lock)
 
@@ -137,6 +145,17 @@ class Lifecycle(Generic[S]):
             self._state_changed.notify_all()
         log.debug("%s: %s -> %s", self._lifecycle_name(), old.name, new.name)
         return True
+
+    def _start_once(self, running: S) -> bool:
+        """``start()``'s move from the initial state to ``running``: True if this call made it;
+        False if started before (the caller does nothing more); IllegalStateError if the
+        object was closed (a terminal state): it is never started again."""
+        with self._state_lock:
+            if self._set_state(running, expect={self._initial}):
+                return True
+            if not self.TRANSITIONS[self._state]:
+                raise IllegalStateError(f"{self._lifecycle_name()} is {self._state.value}: it is not started again")
+            return False
 
     def _wait_state(self, states: Collection[S], timeout: Optional[float] = None) -> bool:
         """Wait until the state is one of ``states``; False if ``timeout`` (s) passed first."""

@@ -233,7 +233,7 @@ class TopicMirror(Lifecycle[MirrorState]):
     fenced by the controller's ``fence`` (its epoch), for one term as controller.
 
     States (:class:`MirrorState`): NEW --start()--> RUNNING --stop(), or deposed--> STOPPED;
-    NEW --stop()--> STOPPED. ``start()`` runs once (later calls do nothing); ``stop()`` may be
+    NEW --stop()--> STOPPED. ``start()`` runs once (later calls do nothing; after ``stop()`` IllegalStateError); ``stop()`` may be
     called any number of times, from any thread (each waits for the thread).
 
     Threads: the mirror's own thread (``topic-mirror``) does all Kafka and ZooKeeper work and
@@ -277,7 +277,7 @@ class TopicMirror(Lifecycle[MirrorState]):
     # ------------------------------------------------------------ lifecycle (any thread)
 
     def start(self) -> "TopicMirror":
-        if not self._set_state(MirrorState.RUNNING, expect={MirrorState.NEW}):
+        if not self._start_once(MirrorState.RUNNING):
             return self
         self._thread = threading.Thread(target=self._run, name="topic-mirror", daemon=True)
         self._thread.start()

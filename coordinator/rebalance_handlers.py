@@ -43,7 +43,8 @@ class RebalanceHandlers(Lifecycle[PoolState]):
     """``config.handler_threads`` threads rebalancing the groups ``requests`` hands out.
 
     States (:class:`PoolState`): NEW --start()--> RUNNING --stop()--> STOPPED (NEW --stop()-->
-    STOPPED); by compare-and-set, a second call does nothing.
+    STOPPED); by compare-and-set, a second call does nothing (a ``start()`` after ``stop()``
+    raises IllegalStateError).
 
     Threads: each handler rebalances one group at a time (``requests`` never hands a group to
     two at once). ``rebalancer``, ``index`` and ``timeline`` are safe to share; what they need
@@ -69,7 +70,7 @@ class RebalanceHandlers(Lifecycle[PoolState]):
         return f"node {self.node.node_id} (rebalance handlers)"
 
     def start(self) -> None:
-        if not self._set_state(PoolState.RUNNING, expect={PoolState.NEW}):
+        if not self._start_once(PoolState.RUNNING):
             return
         for i in range(self.config.handler_threads):
             t = threading.Thread(target=self._handle, name=f"rebalance-{i}", daemon=True)

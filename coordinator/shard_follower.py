@@ -82,7 +82,7 @@ class ShardFollower(Lifecycle[GroupsState]):
         any --stop()--> STOPPED
 
     ``start()`` and ``stop()`` by compare-and-set: a second call does nothing (``stop()``
-    then returns False).
+    then returns False); a ``start()`` after ``stop()`` raises IllegalStateError.
 
     Threads: kazoo's threads run the watch callbacks, which only put events on ``events``
     (:meth:`session_lost` and :meth:`reconnected` too). The event thread (``_run()``) alone
@@ -136,7 +136,7 @@ class ShardFollower(Lifecycle[GroupsState]):
         return self.state is GroupsState.STOPPED
 
     def start(self) -> None:
-        if not self._set_state(GroupsState.REGISTERING, expect={GroupsState.NEW}):
+        if not self._start_once(GroupsState.REGISTERING):
             return
         self.thread = threading.Thread(target=self._run, name=f"groups-{self.node_id}", daemon=True)
         self.thread.start()

@@ -203,8 +203,8 @@ class MockKafkaCluster(Lifecycle[ClusterState]):
 
     def start(self, timeout: float = 10.0) -> "MockKafkaCluster":
         with self._lock:
-            if not self._set_state(ClusterState.RUNNING, expect={ClusterState.NEW}):
-                raise RuntimeError(f"start() on a {self._state.value} MockKafkaCluster")
+            if not self._start_once(ClusterState.RUNNING):
+                return self  # started before
             try:
                 self._spawn()
                 hello = self._read_reply(time.monotonic() + timeout, "start", timeout)

@@ -27,6 +27,7 @@ import subprocess
 import time
 from typing import Dict, List, Optional
 
+from coordinator.errors import IllegalStateError
 from coordinator.lifecycle import Lifecycle
 from coordinator.testing.zkserver import die_with_parent
 
@@ -119,8 +120,10 @@ class DockerEngine(Lifecycle[EngineState]):
         return {"DOCKER_HOST": self.url or ""}
 
     def start(self) -> "DockerEngine":
-        if self.state is not EngineState.NEW:
-            raise RuntimeError(f"start() on a {self.state.value} engine")
+        if self.state is not EngineState.NEW:  # the lifecycle's one rule (Lifecycle._start_once)
+            if self.state is EngineState.CLOSED:
+                raise IllegalStateError(f"the Docker engine is {self.state.value}: it is not started again")
+            return self  # started before
         given = os.environ.get("DOCKER_HOST")
         if given:
             if not answers(given):

@@ -98,3 +98,26 @@ def test_wait_state_wakes_on_the_move_or_times_out():
     assert s._wait_state({State.RUNNING}, timeout=0.01) is False
     threading.Timer(0.05, s.start).start()
     assert s._wait_state({State.RUNNING, State.CLOSED}, timeout=5) is True and s.state is State.RUNNING
+
+
+def test_start_once_is_the_one_rule_a_second_start_does_nothing_a_start_after_close_raises():
+    import enum
+
+    from coordinator.errors import IllegalStateError
+    from coordinator.lifecycle import Lifecycle
+
+    class S(enum.Enum):
+        NEW, RUNNING, CLOSED = "new", "running", "closed"
+
+    class Thing(Lifecycle[S]):
+        TRANSITIONS = {S.NEW: {S.RUNNING, S.CLOSED}, S.RUNNING: {S.CLOSED}, S.CLOSED: set()}
+
+        def __init__(self):
+            super().__init__(S.NEW)
+
+    thing = Thing()
+    assert thing._start_once(S.RUNNING) is True
+    assert thing._start_once(S.RUNNING) is False and thing.state is S.RUNNING
+    thing._set_state(S.CLOSED)
+    with pytest.raises(IllegalStateError, match="is closed: it is not started again"):
+        thing._start_once(S.RUNNING)
