@@ -22,7 +22,7 @@ Guarantees: :class:`Encoded` rejects malformed records with one ``TypeError`` (a
 over ``MAX_BATCH_BYTES`` with ``ValueError``) before anything is written; :func:`decode`
 returns ``None`` for bytes that are not one whole batch with a matching CRC, and raises
 ``ValueError`` or ``struct.error`` for a batch whose CRC matches but whose columns do not add
-up; :meth:`Batch.records` raises :class:`~coordinator.errors.LogCorrupted` for record headers
+up (or that holds no record); :meth:`Batch.records` raises :class:`~coordinator.errors.LogCorrupted` for record headers
 that cannot be decoded. Not provided: a version other than magic 1, compression.
 
 Speed: a batch is checksummed once and parsed into column arrays (``array.frombytes``, no
@@ -71,7 +71,10 @@ def _column(typecode: str, values) -> bytes:
 
 def _read_column(typecode: str, buf, pos: int, count: int) -> array:
     a = array(typecode)
-    a.frombytes(buf[pos:pos + count * a.itemsize])
+    end = pos + count * a.itemsize
+    if end > len(buf):  # a count the columns do not hold (a short read would pass for one)
+        raise ValueError(f"a column of {count} values overruns the batch")
+    a.frombytes(buf[pos:end])
     if not _LITTLE:
         a.byteswap()
     return a
@@ -441,6 +444,8 @@ def decode(buf: bytes, topic: str, partition: int, path: str, position: int) -> 
     if not checksum_ok(buf):
         return None
     _, _, _, flags, _, base, count, min_ts, _ = HEADER.unpack_from(buf)
+    if count < 1:  # the log never indexes one (plausible); its reads assume a record
+        raise ValueError("the batch holds no record")
     return Batch(buf, topic, partition, path, position, flags, base, count, min_ts)
 
 

@@ -4,6 +4,7 @@ wrong (so a znode written by someone else never takes down more than the thing i
 from __future__ import annotations
 
 import json
+import math
 import time
 
 from coordinator.errors import CorruptZnode
@@ -13,10 +14,23 @@ def dump(obj) -> bytes:
     return json.dumps(obj, separators=(",", ":"), sort_keys=True).encode()
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: int() of it would raise OverflowError in a decoder
+        raise ValueError(f"number {text[:24]} is out of range")
+    return value
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
 def load(raw: bytes, path: str, what: str) -> dict:
+    """The JSON object of a znode; anything else (not UTF-8, not JSON, NaN or an infinite number,
+    nested too deep for the parser) is CorruptZnode."""
     try:
-        obj = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+        obj = json.loads(raw.decode("utf-8"), parse_float=_finite, parse_constant=_no_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
         raise CorruptZnode(path, f"{what} is not JSON ({e})") from None
     if not isinstance(obj, dict):
         raise CorruptZnode(path, f"{what} is not a JSON object")
