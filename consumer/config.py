@@ -16,7 +16,7 @@ from coordinator.acl import parse_auth
 from coordinator.zktls import parse_tls
 from coordinator.assignors import STRATEGIES
 from coordinator.errors import InvalidConfig
-from coordinator.metrics import check_port
+from coordinator.metrics_server import check_port
 from consumer import deserializers
 from consumer.kafka_python import KAFKA_PYTHON_CONSUMER
 
@@ -51,10 +51,12 @@ class ConsumerConfig:
     value_deserializer: Optional[Callable[[bytes], Any]] = dataclass_field(default=None, repr=False)  # bytes -> value
     zk_auth: Any = dataclass_field(default=None, repr=False)  # the group's ZooKeeper identity: user:password or @file
     zk_tls: Any = dataclass_field(default=None, repr=False)   # TLS to ZooKeeper: {"ca", "cert", "key", ...}; None: plaintext
+    zk_sasl: Any = dataclass_field(default=None, repr=False)  # the group's SASL (DIGEST-MD5) identity: user:password or @file
 
     def validate(self) -> None:
         self.zk_auth = parse_auth(self.zk_auth, "zk_auth")  # a file reference is read now; errors never show it
         self.zk_tls = parse_tls(self.zk_tls, "zk_tls")  # its files are checked now (coordinator/zktls.py)
+        self.zk_sasl = parse_auth(self.zk_sasl, "zk_sasl")
         if self.auto_offset_reset not in ("earliest", "latest", "none"):
             raise InvalidConfig(f"auto_offset_reset must be earliest, latest or none, not {self.auto_offset_reset!r}")
         if self.start_position not in START_POSITIONS:

@@ -148,7 +148,7 @@ class Consumer(Lifecycle[ConsumerState]):
         self._metrics: Optional[ConsumerMetrics] = None  # with metrics_port: counted per poll and commit
         self._own_client = isinstance(zk, str)
         self._client = start_client(zk, self.config.session_timeout_ms, self.config.connect_timeout_s,
-                                    auth=self.config.zk_auth, tls=self.config.zk_tls) \
+                                    auth=self.config.zk_auth, tls=self.config.zk_tls, sasl=self.config.zk_sasl) \
             if self._own_client else zk
         try:
             self._join(data_dir, kafka, log_options, kind, consumer_id)

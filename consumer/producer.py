@@ -99,7 +99,7 @@ LOG_OPTIONS = ("fsync", "fsync_interval_ms", "segment_bytes", "retention_bytes",
 #: The producer's own keywords, for "did you mean" (the constructors' signatures hold them).
 PRODUCER_KEYWORDS = ("linger_ms", "batch_size", "auto_create_topics", "auto_create_partitions",
                      "metadata_max_age_ms", "max_block_ms", "request_timeout_ms", "futures", "kafka",
-                     "key_serializer", "value_serializer", "zk_auth", "zk_tls", "bootstrap_servers", "log",
+                     "key_serializer", "value_serializer", "zk_auth", "zk_tls", "zk_sasl", "bootstrap_servers", "log",
                      "data_dir")
 
 #: Kafka: ``send`` serves librdkafka's delivery reports once per this many records.
@@ -133,8 +133,8 @@ class Producer(Lifecycle[ProducerState]):
     auto_create_partitions=1, metadata_max_age_ms=5000, log=None, **log_options)``: the embedded
     log. ``zk`` is a connect string (the producer opens and closes its own client) or a started
     kazoo client (shared, not closed); ``log`` shares an open :class:`Log` (not closed by the
-    producer), else one is opened on ``data_dir`` with ``log_options``; ``zk_auth`` and ``zk_tls``
-    (TLS to ZooKeeper, :mod:`coordinator.zktls`) are for the client it opens.
+    producer), else one is opened on ``data_dir`` with ``log_options``; ``zk_auth``, ``zk_tls``
+    (TLS to ZooKeeper, :mod:`coordinator.zktls`) and ``zk_sasl`` are for the client it opens.
 
     ``Producer(bootstrap_servers="h:9092,...", kafka={librdkafka properties}, linger_ms=None,
     batch_size=None, auto_create_topics=False, max_block_ms=60000, request_timeout_ms=10000)``:
@@ -241,7 +241,7 @@ class _LogProducer(Producer):
                  kafka=None, linger_ms: Optional[int] = None, batch_size: Optional[int] = None,
                  auto_create_topics: bool = False, auto_create_partitions: int = 1,
                  metadata_max_age_ms: int = 5000, log: Optional[Log] = None, zk_auth=None, futures: bool = True,
-                 key_serializer=None, value_serializer=None, zk_tls=None, **log_options):
+                 key_serializer=None, value_serializer=None, zk_tls=None, zk_sasl=None, **log_options):
         super().__init__(ProducerState.OPEN)
         log_options = _log_options(log_options)
         self._serializing(key_serializer, value_serializer)
@@ -258,7 +258,7 @@ class _LogProducer(Producer):
         self._log = log if log is not None else Log(data_dir, **log_options)
         self._owns_log = log is None
         try:
-            self._client = start_client(zk, auth=zk_auth, tls=zk_tls) if self._own_client else zk
+            self._client = start_client(zk, auth=zk_auth, tls=zk_tls, sasl=zk_sasl) if self._own_client else zk
         except BaseException:
             if self._owns_log:
                 self._log.close()
@@ -432,8 +432,8 @@ class _KafkaProducer(Producer):
                  auto_create_topics: bool = False, auto_create_partitions: int = 1,
                  metadata_max_age_ms: int = 5000, max_block_ms: int = 60_000, request_timeout_ms: int = 10_000,
                  log: Optional[Log] = None, zk_auth=None, futures: bool = True,
-                 key_serializer=None, value_serializer=None, zk_tls=None,
-                 **log_options):  # zk_auth, zk_tls: unused, Kafka needs no ZooKeeper
+                 key_serializer=None, value_serializer=None, zk_tls=None, zk_sasl=None,
+                 **log_options):  # zk_auth, zk_tls, zk_sasl: unused, Kafka needs no ZooKeeper
         super().__init__(ProducerState.OPEN)
         from consumer.dataplane.kafka import KafkaDataPlane
         from coordinator.kafka import confluent_kafka

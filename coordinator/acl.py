@@ -63,6 +63,10 @@ class Credential:
         """kazoo's ``auth_data`` for this credential."""
         return [("digest", f"{self.user}:{self._password}")]
 
+    def sasl_options(self) -> Dict[str, str]:
+        """kazoo's ``sasl_options`` for this credential as a SASL (DIGEST-MD5) user."""
+        return {"mechanism": "DIGEST-MD5", "username": self.user, "password": self._password}
+
     def __repr__(self) -> str:
         return f"Credential(user={self.user!r}, password=***)"
 
@@ -117,11 +121,16 @@ def _read_secret_file(path: str, source: str) -> str:
 def identity_id(spec: str, source: str) -> str:
     """An identity as ``groupctl acl apply`` takes it: ``digest:user:HASH`` (an id, no secret),
     ``x509:SUBJECT`` (a certificate's, as ZooKeeper derives it: ``x509:CN=billing,O=zkgroups``),
-    ``cert:FILE`` (the x509 identity of the PEM certificate in FILE), or a credential
+    ``cert:FILE`` (the x509 identity of the PEM certificate in FILE), ``sasl:USER`` (a SASL
+    user, as ZooKeeper's SASLAuthenticationProvider names it), or a credential
     (``user:password`` / ``@file``) whose id is computed."""
     if spec.startswith(X509_PREFIX):
         if not spec[len(X509_PREFIX):].strip() or any(ord(ch) < 32 for ch in spec):
             raise InvalidConfig(f"{source}: expected x509:SUBJECT (e.g. x509:CN=billing,O=zkgroups)")
+        return spec
+    if spec.startswith(SASL_PREFIX):
+        if not spec[len(SASL_PREFIX):] or any(ch.isspace() or ch == ":" for ch in spec[len(SASL_PREFIX):]):
+            raise InvalidConfig(f"{source}: expected sasl:USER")
         return spec
     if spec.startswith("cert:"):
         return zktls.certificate_identity(spec[len("cert:"):], source)
@@ -136,14 +145,16 @@ def identity_id(spec: str, source: str) -> str:
 
 # ---------------------------------------------------------------- the policy
 
-#: How an x509 identity is written in the policy (a digest id has no scheme prefix).
-X509_PREFIX = "x509:"
+#: How x509 and SASL identities are written in the policy (a digest id has no scheme prefix).
+X509_PREFIX, SASL_PREFIX = "x509:", "sasl:"
 
 
 def _digest(ident: str) -> Id:
     """The ZooKeeper id of a policy's identity: a certificate's (x509) or a digest."""
     if ident.startswith(X509_PREFIX):
         return Id("x509", ident[len(X509_PREFIX):])
+    if ident.startswith(SASL_PREFIX):
+        return Id("sasl", ident[len(SASL_PREFIX):])
     return Id("digest", ident)
 
 

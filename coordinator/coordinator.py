@@ -77,6 +77,7 @@ class CoordinatorConfig:
     mirror_interval_ms: int = 10000         # refresh interval (also refreshed at once on demand)
     zk_auth: Any = dataclasses.field(default=None, repr=False)  # the coordinators' ZooKeeper identity (coordinator/acl.py)
     zk_tls: Any = dataclasses.field(default=None, repr=False)   # TLS to ZooKeeper (coordinator/zktls.py); None: plaintext
+    zk_sasl: Any = dataclasses.field(default=None, repr=False)  # a SASL (DIGEST-MD5) identity: user:password or @file
 
     def validate(self):
         positive(self, "session_timeout_ms", "rebalance_timeout_ms", "failed_retry_interval_ms",
@@ -90,6 +91,7 @@ class CoordinatorConfig:
         self.kafka = check_kafka_properties(self.kafka, "kafka")
         self.zk_auth = parse_auth(self.zk_auth, "zk_auth")
         self.zk_tls = parse_tls(self.zk_tls, "zk_tls")
+        self.zk_sasl = parse_auth(self.zk_sasl, "zk_sasl")
         if self.bootstrap_servers:
             self.bootstrap_servers = check_bootstrap_servers(self.bootstrap_servers)
         elif self.kafka:
@@ -156,7 +158,7 @@ class Coordinator(Lifecycle[NodeState]):
         if not self._start_once(NodeState.STARTED):
             return self
         self.client = start_client(self.connect, self.config.session_timeout_ms, auth=self.config.zk_auth,
-                                   roles=("coordinator", "admin"), tls=self.config.zk_tls)
+                                   roles=("coordinator", "admin"), tls=self.config.zk_tls, sasl=self.config.zk_sasl)
         self.metrics.count_requests(self.client)
         self.client.add_listener(self._on_connection_state)
         self.groups = GroupCoordinator(self).start()

@@ -36,10 +36,11 @@ from typing import Callable, List, NamedTuple, Optional, Tuple
 
 import tenacity
 from kazoo.client import KazooClient, TransactionRequest
-from kazoo.exceptions import (ConnectionLoss, KazooException, NodeExistsError, NoNodeError, OperationTimeoutError,
+from kazoo.exceptions import (AuthFailedError, ConnectionLoss, KazooException, NodeExistsError, NoNodeError, OperationTimeoutError,
                               SessionExpiredError)
 from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 from kazoo.handlers.utils import selector_select
+from kazoo.protocol.states import KeeperState
 from kazoo.retry import KazooRetry
 
 from coordinator.config import DEFAULT_CONNECT, DEFAULT_SESSION_TIMEOUT_MS
@@ -225,6 +226,7 @@ class PolicyClient(KazooClient):
     The policy is replaced as a whole (one reference) when its znode changes."""
 
     acl_policy: Optional["protocol.AclPolicy"] = None
+    sasl_user: Optional[str] = None  # the SASL user it authenticates as (shown when refused)
 
     def create_async(self, path, value=b"", acl=None, ephemeral=False, sequence=False, makepath=False,
                      include_data=False):
@@ -242,14 +244,15 @@ class PolicyClient(KazooClient):
 
 def make_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
                 read_only: bool = False, auth: Optional["acl.Credential"] = None,
-                tls: Optional["zktls.ZkTls"] = None) -> KazooClient:
+                tls: Optional["zktls.ZkTls"] = None, sasl: Optional["acl.Credential"] = None) -> KazooClient:
     """A started-later client with bounded retries (call :func:`start_client`)."""
     handler = PollHandler(zktls.TlsFailures(tls))
     if tls is not None and not tls.verify_hostname:
         log.warning("TLS to ZooKeeper at %s: the server's host name is NOT checked (verify_hostname off): any "
                     "server with a certificate from the CA can pose as this ZooKeeper", connect)
-    return PolicyClient(
+    client = PolicyClient(
         **(tls.kazoo_options() if tls is not None else {}),
+        sasl_options=sasl.sasl_options() if sasl is not None else None,
         logger=_ClientLog(handler),
         auth_data=auth.auth_data() if auth else None,
         hosts=str(parse_connect(connect)),
@@ -259,11 +262,14 @@ def make_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAUL
         read_only=read_only,
         handler=handler,
     )
+    client.sasl_user = sasl.user if sasl is not None else None
+    return client
 
 
 def start_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
                  connect_timeout: float = 10.0, auth: "acl.Credential | str | None" = None, require_policy: bool = True,
-                 roles: Optional[tuple] = None, tls: "zktls.ZkTls | dict | None" = None) -> KazooClient:
+                 roles: Optional[tuple] = None, tls: "zktls.ZkTls | dict | None" = None,
+                 sasl: "acl.Credential | str | None" = None) -> KazooClient:
     """Connect, or raise :class:`ZooKeeperUnavailable` after ``connect_timeout`` seconds (also
     when a connection lost while creating the chroot is not back by then; :class:`InvalidConfig`
     for a bad connect string, :class:`ZkGroupsError` for a chroot ZooKeeper refuses).
@@ -274,12 +280,16 @@ def start_client(connect: str = DEFAULT_CONNECT, session_timeout_ms: int = DEFAU
     (``require_policy``) when there is no policy.
 
     ``tls`` (a :class:`coordinator.zktls.ZkTls` or its mapping): connect over TLS;
-    :class:`~coordinator.zktls.TlsFailed` when no server takes the connection for a TLS reason."""
+    :class:`~coordinator.zktls.TlsFailed` when no server takes the connection for a TLS reason.
+
+    ``sasl`` (``user:password`` or ``@file``): authenticate as that SASL user (DIGEST-MD5);
+    :class:`AuthFailed` at once when the server refuses it."""
     parsed = parse_connect(connect)
-    auth = acl.parse_auth(auth)
+    auth, sasl = acl.parse_auth(auth), acl.parse_auth(sasl, "--zk-sasl")
     tls = zktls.parse_tls(tls)
-    client = _start(make_client(str(parsed), session_timeout_ms, auth=auth, tls=tls), str(parsed), connect_timeout)
-    identity = _identity(auth, tls)
+    client = _start(make_client(str(parsed), session_timeout_ms, auth=auth, tls=tls, sasl=sasl), str(parsed),
+                    connect_timeout)
+    identity = _identity(auth, tls, sasl)
     try:
         if parsed.chroot:
             _chroot_exists(client, parsed, session_timeout_ms, connect_timeout, tls)
@@ -316,10 +326,13 @@ class _Identity(NamedTuple):
     user: Optional[str] = None
 
 
-def _identity(auth: Optional["acl.Credential"], tls: Optional["zktls.ZkTls"]) -> Optional[_Identity]:
-    """A digest credential, else the client certificate's x509 identity, else None."""
+def _identity(auth: Optional["acl.Credential"], tls: Optional["zktls.ZkTls"],
+              sasl: Optional["acl.Credential"] = None) -> Optional[_Identity]:
+    """A digest credential, else a SASL user, else the client certificate's x509 identity, else None."""
     if auth is not None:
         return _Identity(auth.digest_id, f"identity {auth.user!r}", auth.user)
+    if sasl is not None:  # the server checked its password: nothing for a policy to tell apart
+        return _Identity(acl.SASL_PREFIX + sasl.user, f"SASL identity {sasl.user!r}")
     ident = tls.identity if tls is not None else None
     return _Identity(ident, f"x509 identity {ident[len(acl.X509_PREFIX):]!r}") if ident else None
 
@@ -439,6 +452,15 @@ def _start(client: KazooClient, connect: str, connect_timeout: float) -> KazooCl
         while not client.connected:
             connected.wait(0.05)
             _raise_tls_failure(client)
+            if client.client_state == KeeperState.AUTH_FAILED:  # kazoo stops trying: say whom it refused
+                raise _refused(client, connect)
+        if client.sasl_user is not None:  # kazoo reports CONNECTED before SASL is done: one round trip after it
+            try:
+                client.exists_async("/").get(timeout=max(deadline - time.monotonic(), 0.001))
+            except AuthFailedError:
+                raise _refused(client, connect) from None
+            except (KazooTimeoutError,) + LOST_CONNECTION:
+                pass  # the caller's first request says it
             if time.monotonic() >= deadline:
                 tls = client.handler.failures.last()
                 raise ZooKeeperUnavailable(f"ZooKeeper at {connect} did not answer within {connect_timeout:g}s"
@@ -447,6 +469,12 @@ def _start(client: KazooClient, connect: str, connect_timeout: float) -> KazooCl
         close_client(client)
         raise
     return client
+
+
+def _refused(client: KazooClient, connect: str) -> AuthFailed:
+    user = getattr(client, "sasl_user", None)
+    return AuthFailed(f"ZooKeeper at {connect} refused " + (
+        f"SASL identity {user!r}: wrong password or unknown user" if user else "this client's credentials"))
 
 
 def _raise_tls_failure(client: KazooClient) -> None:

@@ -16,8 +16,8 @@ znode anyone may write), one line each, and exits 1 when there is any; znodes wh
 a role the policy grants are listed too. Identities are given as ``user:password`` or ``@FILE``
 (their digest is computed; nothing secret is stored), as ``digest:user:HASH``, or as a
 certificate's x509 identity: ``x509:CN=billing,O=zkgroups`` or ``cert:FILE`` (computed from the
-PEM certificate). The admin is the identity ``groupctl`` runs with: ``--zk-auth``, else its TLS
-client certificate (``--zk-tls-cert``).
+PEM certificate), or as a SASL user: ``sasl:billing``. The admin is the identity ``groupctl``
+runs with: ``--zk-auth``, else ``--zk-sasl``, else its TLS client certificate (``--zk-tls-cert``).
 """
 from __future__ import annotations
 
@@ -58,15 +58,15 @@ def _bindings(specs: Tuple[str, ...]) -> Dict[str, str]:
         group, eq, identity = spec.partition("=")
         if not eq or not group or not identity:
             raise CliUsageError("--group takes GROUP=IDENTITY (IDENTITY: user:password, @FILE, digest:user:HASH, "
-                                "x509:SUBJECT or cert:FILE)")
+                                "x509:SUBJECT, cert:FILE or sasl:USER)")
         out[protocol.validate_name(group, "group")] = acl.identity_id(identity, f"--group {group}")
     return out
 
 
 @acl_group.command("apply")
 @click.option("--coordinator", "coordinator_identity", metavar="IDENTITY",
-              help="The coordinators' identity: user:password, @FILE, digest:user:HASH, x509:SUBJECT or cert:FILE "
-                   "(required the first time).")
+              help="The coordinators' identity: user:password, @FILE, digest:user:HASH, x509:SUBJECT, cert:FILE, "
+                   "sasl:USER (required the first time).")
 @click.option("--group", "groups", multiple=True, metavar="GROUP=IDENTITY",
               help="Bind a group to its members' identity (repeatable; kept across runs).")
 @click.option("--world-read/--no-world-read", default=None,
@@ -75,10 +75,11 @@ def _bindings(specs: Tuple[str, ...]) -> Dict[str, str]:
 def acl_apply(cli: CliContext, coordinator_identity: Optional[str], groups: Tuple[str, ...],
               world_read: Optional[bool]) -> None:
     """Write the ACL policy and set every zkgroups znode's ACL by it (idempotent)."""
-    admin = cli.zk_auth.digest_id if cli.zk_auth is not None else (cli.zk_tls.identity if cli.zk_tls else None)
+    admin = cli.zk_auth.digest_id if cli.zk_auth is not None else (
+        acl.SASL_PREFIX + cli.zk_sasl.user if cli.zk_sasl is not None else (cli.zk_tls.identity if cli.zk_tls else None))
     if admin is None:
-        raise CliUsageError("acl apply needs the admin's identity: --zk-auth USER:PASSWORD|@FILE (or ZK_AUTH), or a "
-                            "TLS client certificate (--zk-tls-cert)")
+        raise CliUsageError("acl apply needs the admin's identity: --zk-auth USER:PASSWORD|@FILE (or ZK_AUTH), "
+                            "--zk-sasl, or a TLS client certificate (--zk-tls-cert)")
     bindings = _bindings(groups)
     coordinator = acl.identity_id(coordinator_identity, "--coordinator") if coordinator_identity else None
     zk = cli.zk

@@ -173,6 +173,8 @@ def _add_member_settings(cli: CliContext, settings: dict, *, from_beginning: boo
         settings["zk_auth"] = cli.zk_auth
     if cli.zk_tls is not None:
         settings["zk_tls"] = cli.zk_tls
+    if cli.zk_sasl is not None:
+        settings["zk_sasl"] = cli.zk_sasl
     if strategies:
         settings["assignment_strategy"] = strategies
     if metrics_port is not None:

@@ -31,7 +31,7 @@ import click
 from consumer.dataplane import ENV_BOOTSTRAP_SERVERS, DataPlane, open_data_plane
 from consumer.log import Log
 from coordinator import config as _config
-from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, LOG_FORMAT_OPTION, MAX_WAIT_S, ZK_CONNECT, ZK_TLS_OPTIONS,
+from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, LOG_FORMAT_OPTION, MAX_WAIT_S, ZK_CONNECT, ZK_SASL_OPTION, ZK_TLS_OPTIONS,
                                     CliUsageError, Seconds, setup_logging)
 from coordinator.config import DEFAULT_CONNECT, DEFAULT_DATA_DIR, ENV_DATA_DIR, ENV_ZK_CONNECT
 from coordinator.errors import InvalidConfig, UnknownTopic
@@ -58,10 +58,11 @@ class CliContext:
     def __init__(self, zk_connect: str = DEFAULT_CONNECT, data_dir: str = DEFAULT_DATA_DIR,
                  zk_timeout: float = DEFAULT_ZK_TIMEOUT, given: Iterable[str] = (),
                  bootstrap_servers: str = "", kafka: Optional[Dict[str, object]] = None,
-                 verbose: int = 0, log_format: str = "text", zk_auth=None, zk_tls=None):
+                 verbose: int = 0, log_format: str = "text", zk_auth=None, zk_tls=None, zk_sasl=None):
         self.zk_connect, self.data_dir, self.zk_timeout = zk_connect, data_dir, zk_timeout
         self.zk_auth = parse_auth(zk_auth)  # a Credential (never shown) or None
         self.zk_tls = parse_tls(zk_tls)  # TLS to ZooKeeper (a ZkTls) or None
+        self.zk_sasl = parse_auth(zk_sasl, "--zk-sasl")  # a SASL user's Credential or None
         self.verbose, self.log_format = verbose, log_format
         self.given = frozenset(given)
         self.bootstrap_servers = bootstrap_servers
@@ -76,7 +77,7 @@ class CliContext:
         if self._zk is None:
             # No policy yet is fine here: an admin creates it with `groupctl acl apply`.
             self._zk = start_client(self.zk_connect, connect_timeout=self.zk_timeout, auth=self.zk_auth,
-                                    require_policy=False, tls=self.zk_tls)
+                                    require_policy=False, tls=self.zk_tls, sasl=self.zk_sasl)
         return self._zk
 
     @property
@@ -243,7 +244,7 @@ def global_options(f):
     @functools.wraps(f)
     def callback(*args, zk: str, data_dir: str, bootstrap_servers: Optional[str], kafka_config: Optional[str],
                  zk_timeout: float, verbose: int, log_format: str, zk_auth: Optional[str], zk_tls_ca, zk_tls_cert,
-                 zk_tls_key, zk_tls_key_password_file, zk_tls_no_verify_hostname, **kwargs):
+                 zk_tls_key, zk_tls_key_password_file, zk_tls_no_verify_hostname, zk_sasl, **kwargs):
         setup_logging(verbose, log_format)
         # librdkafka's own lines (connection retries, ...) are detail: the tools say what failed.
         logging.getLogger("zkgroups.kafka").setLevel(logging.CRITICAL if verbose <= 0 else logging.NOTSET)
@@ -254,10 +255,10 @@ def global_options(f):
         zk_tls = zktls.from_options(zk_tls_ca, zk_tls_cert, zk_tls_key, zk_tls_key_password_file,
                                     zk_tls_no_verify_hostname)
         ctx.obj = CliContext(zk, data_dir, zk_timeout, given, bootstrap_servers, kafka, verbose, log_format,
-                             zk_auth, zk_tls)
+                             zk_auth, zk_tls, zk_sasl)
         ctx.call_on_close(ctx.obj.close)
         return f(*args, **kwargs)
 
-    for option in reversed(_GLOBAL_OPTIONS + ZK_TLS_OPTIONS):
+    for option in reversed(_GLOBAL_OPTIONS + ZK_TLS_OPTIONS + (ZK_SASL_OPTION,)):
         callback = option(callback)
     return callback

@@ -414,6 +414,11 @@ def print_json(document: Any) -> None:
     click.echo(json.dumps(document, indent=2, ensure_ascii=False))
 
 
+ZK_SASL_OPTION = click.option(
+    "--zk-sasl", envvar="ZK_SASL", show_envvar=True, metavar="USER:PASSWORD|@FILE",
+    help="A SASL (DIGEST-MD5) identity for ZooKeeper, or @FILE holding it (keeps it out of ps); instead of "
+         "--zk-auth where ZooKeeper authenticates users with SASL.")
+
 ZK_TLS_OPTIONS = (
     click.option("--zk-tls-ca", envvar=zktls.ENV["ca"], show_envvar=True, metavar="FILE",
                  help="TLS to ZooKeeper: the PEM file of the CA its certificate is checked against."),

@@ -61,8 +61,8 @@ import click
 from coordinator import config as cfg
 from coordinator import documents
 from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, LOG_FORMAT_OPTION, MAX_MS, MAX_WAIT_S, ZK_CONNECT,
-                                    CliCommand, Seconds, setup_logging, take_connect, take_tls, version_option,
-                                    zk_tls_options)
+                                    ZK_SASL_OPTION, CliCommand, Seconds, setup_logging, take_connect, take_tls,
+                                    version_option, zk_tls_options)
 from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.config import ENV_DATA_DIR, default_data_dir
 from coordinator.kafka import check_bootstrap_servers
@@ -72,7 +72,8 @@ from coordinator.acl import ENV_ZK_AUTH
 from coordinator.console.app import NodeConsole
 from coordinator.console.lag import DEFAULT_INTERVAL_S
 from coordinator.http import HttpSettings, NodeHttpServer, Response, node_health, node_readiness
-from coordinator.metrics import CoordinatorMetrics, check_port
+from coordinator.metrics import CoordinatorMetrics
+from coordinator.metrics_server import check_port
 from coordinator.mirror import check_mirror_config
 from coordinator.zkclient import wait_for_zookeeper
 
@@ -144,6 +145,7 @@ _DEFAULTS = CoordinatorConfig()  # the help shows the dataclass's defaults
               help="TOML file with the options above ([coordinator] table or top level; TLS to ZooKeeper "
                    "in [zookeeper.tls]).")
 @zk_tls_options
+@ZK_SASL_OPTION
 @version_option
 def main(zk, zk_tls, node_id, zk_timeout, wait_for_zk, metrics_port, http_addr, http_allowed_hosts, http_tls_cert,
          http_tls_key, console, lag_interval, data_dir, lag_bootstrap_servers, log_level, log_format, config_file,

@@ -184,13 +184,16 @@ class LeaderInfo:
 _DIGEST_ID = re.compile(r"^[^:\s]+:[A-Za-z0-9+/=]{28}$")
 #: A certificate's identity: ``x509:`` and the subject ZooKeeper's X509AuthenticationProvider derives (RFC 2253).
 _X509_ID = re.compile(r"^x509:[^\x00-\x1f\x7f]{1,1024}$")
+#: A SASL user's identity: ``sasl:`` and the user name.
+_SASL_ID = re.compile(r"^sasl:[^:\s]{1,256}$")
 
 
 @dataclass(frozen=True)
 class AclPolicy:
     """acl: the ids of the coordinators' and the admins' identities and of each group's, and
     whether anyone else may read. An id is a digest id (``user:base64(sha1(user:password))``, no
-    secret) or a certificate's (``x509:CN=billing,O=zkgroups``, the subject ZooKeeper derives)."""
+    secret), a certificate's (``x509:CN=billing,O=zkgroups``, the subject ZooKeeper derives) or a
+    SASL user's (``sasl:billing``)."""
     coordinator: str
     admin: str
     groups: Dict[str, str] = field(default_factory=dict)
@@ -218,9 +221,9 @@ class AclPolicy:
         groups = obj.get("groups", {})
         require(isinstance(groups, dict), path, "ACL policy groups must map group -> identity id")
         for ident in (obj.get("coordinator"), obj.get("admin"), *groups.values()):
-            require(isinstance(ident, str) and bool(_DIGEST_ID.match(ident) or _X509_ID.match(ident)), path,
-                     f"ACL policy names {str(ident)[:60]!r}, which is not a digest id (user:base64 sha1) "
-                     "or an x509 one (x509:SUBJECT)")
+            require(isinstance(ident, str) and any(p.match(ident) for p in (_DIGEST_ID, _X509_ID, _SASL_ID)), path,
+                     f"ACL policy names {str(ident)[:60]!r}, which is not a digest id (user:base64 sha1), "
+                     "an x509 one (x509:SUBJECT) or a SASL one (sasl:USER)")
         for group in groups:
             validate_name(group, "group")
         require(isinstance(obj.get("world_read", True), bool), path, "ACL policy world_read must be true or false")

@@ -118,7 +118,7 @@ class Server:
     def __init__(self, myid: int, workdir: str, client_port: int, peers: List[str],
                  tick_ms: int, fsync: bool, classpath: str, jvm: Sequence[str] = TEST_JVM,
                  host: str = "127.0.0.1", preexec: Optional[Callable[[], None]] = None,
-                 tls: Optional[Dict[str, str]] = None):
+                 tls: Optional[Dict[str, str]] = None, jaas: Optional[str] = None):
         self.myid, self.client_port, self.host = myid, client_port, host
         self.probe_context: Optional[ssl.SSLContext] = None  # TLS: how serving() reaches the port
         self.preexec = preexec  # run in the child before exec, after die_with_parent
@@ -140,6 +140,9 @@ class Server:
                  f"minSessionTimeout={2 * tick_ms}", f"maxSessionTimeout={60 * tick_ms}",
                  "admin.enableServer=false", "4lw.commands.whitelist=*", "maxClientCnxns=0",
                  f"forceSync={'yes' if fsync else 'no'}"] + peers
+        if jaas is not None:  # SASL (DIGEST-MD5) beside the other schemes; the users are in the JAAS file
+            lines.append("authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider")
+            jvm = [*jvm, f"-Djava.security.auth.login.config={jaas}"]
         with open(self.cfg, "w") as f:
             f.write("\n".join(lines) + "\n")
         self.classpath, self.jvm = classpath, list(jvm)
@@ -195,13 +198,15 @@ class Ensemble:
     (one address per server) puts each server on an address of its own with ZooKeeper's
     standard ports, for servers in network namespaces of their own; ``preexecs`` (one per
     server) run in each server's child before exec (e.g. entering its namespace). ``tls``:
-    TLS only, certificates from :attr:`ca` (a new CA in the work directory).
+    TLS only, certificates from :attr:`ca` (a new CA in the work directory). ``sasl``
+    ({user: password}): the servers also authenticate those users with SASL DIGEST-MD5.
     """
 
     def __init__(self, size: int = 1, tick_ms: int = 200, fsync: bool = True,
                  workdir: Optional[str] = None, classpath: Optional[str] = None, jvm: Sequence[str] = TEST_JVM,
                  hosts: Optional[Sequence[str]] = None,
-                 preexecs: Optional[Sequence[Optional[Callable[[], None]]]] = None, tls: bool = False):
+                 preexecs: Optional[Sequence[Optional[Callable[[], None]]]] = None, tls: bool = False,
+                 sasl: Optional[Dict[str, str]] = None):
         classpath = classpath or local_classpath()
         if not classpath:
             raise ZooKeeperNotFound(INSTALL_HINT)
@@ -221,7 +226,8 @@ class Ensemble:
         peers = [f"server.{i + 1}={h}:{p[1]}:{p[2]}" for i, (h, p) in enumerate(zip(hosts, ports))] if size > 1 else []
         self.ca: Optional[ThrowawayCa] = None
         settings = self._tls_settings(hosts) if tls else None
-        self.servers = [Server(i + 1, self.workdir, p[0], peers, tick_ms, fsync, classpath, jvm, h, x, settings)
+        jaas = self._jaas(sasl) if sasl else None
+        self.servers = [Server(i + 1, self.workdir, p[0], peers, tick_ms, fsync, classpath, jvm, h, x, settings, jaas)
                         for i, (h, p, x) in enumerate(zip(hosts, ports, preexecs))]
 
     def _tls_settings(self, hosts: Sequence[str]) -> Dict[str, str]:
@@ -230,6 +236,16 @@ class Ensemble:
         probe = self.ca.issue("probe")
         return {"key_store": server.pem, "trust_store": self.ca.cert, "probe_cert": probe.cert,
                 "probe_key": probe.key}
+
+    def _jaas(self, users: Dict[str, str]) -> str:
+        """The servers' JAAS file: SASL DIGEST-MD5 users and their passwords (a test's own)."""
+        os.makedirs(self.workdir, exist_ok=True)
+        path = os.path.join(self.workdir, "jaas.conf")
+        entries = "".join(f'\n    user_{user}="{password}"' for user, password in users.items())
+        with open(path, "w") as f:
+            f.write(f"Server {{\n    org.apache.zookeeper.server.auth.DigestLoginModule required{entries};\n}};\n")
+        os.chmod(path, 0o600)
+        return path
 
     def client_tls(self, name: str, **issue) -> Dict[str, str]:
         """A new client certificate (subject ``/O=zkgroups/CN=<name>``; ``issue``: more of
