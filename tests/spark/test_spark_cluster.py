@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import uuid
 from collections import Counter
 
 import pytest
@@ -56,11 +57,16 @@ def bed(tmp_path_factory):
         yield testbed
 
 
+def chroot_name(request) -> str:
+    """This test's own (a parametrized test's cases too: names cut short would clash)."""
+    return f"{re.sub(r'[^a-zA-Z0-9_-]', '_', request.node.name)[:40]}-{uuid.uuid4().hex[:6]}"
+
+
 @pytest.fixture
 def chroot(bed, request):
     """A ZooKeeper chroot of this test's own on the cluster's ZooKeeper, with a coordinator
     mirroring the Kafka mock's topics into it."""
-    connect = f"{bed.zk_connect}/{request.node.name.replace('[', '_').replace(']', '')[:50]}"
+    connect = f"{bed.zk_connect}/{chroot_name(request)}"
     node = coordinator_in(connect, bootstrap_servers=bed.bootstrap_servers)
     yield connect
     node.close()
@@ -164,7 +170,7 @@ def coordinator_in(connect: str, **mirror):
 @pytest.fixture
 def log_chroot(bed, request):
     """A chroot with a coordinator for the embedded log (no Kafka mirror)."""
-    connect = f"{bed.zk_connect}/{request.node.name[:50]}"
+    connect = f"{bed.zk_connect}/{chroot_name(request)}"
     node = coordinator_in(connect)
     yield connect
     node.close()
@@ -290,27 +296,27 @@ def test_the_driver_killed_and_submitted_again_finishes_the_output_exactly_once(
 
 @pytest.mark.slow
 @by_hand
-def test_a_stream_on_the_embedded_log_runs_on_the_cluster_when_its_data_directory_is_shared(
-        bed, log_chroot, tmp_path):
-    """Every host mounts the data directory at the same path (here: one machine's disk)."""
+@pytest.mark.parametrize("mode", ["drain", "stream"])
+def test_the_pipeline_on_the_embedded_log_runs_on_the_cluster_when_its_data_directory_is_shared(
+        bed, log_chroot, tmp_path, mode):
+    """Every host mounts the data directory at the same path (here: one machine's disk); the
+    stream reads records appended while it runs."""
     from tests.spark.test_spark import Producer
 
     data_dir, out = str(tmp_path / "data"), tmp_path / "out"
     os.makedirs(data_dir)
-    client = start_client(log_chroot)
-    try:
+    more = ["--duration", "40", "--trigger-interval", "2"] if mode == "stream" else []
+    with zk_client(log_chroot) as client:
         helpers.fill(data_dir, "logged", [5000] * 4, zk=client)
-        with Producer(data_dir, "logged", 4, 20, pause_s=0.05):
+        with Producer(data_dir, "logged", 4, 20, pause_s=0.05) if mode == "stream" else contextlib.nullcontext():
             proc = submit(bed, bed.submit_argv(PIPELINE_APP, "--zk", log_chroot, "--data-dir", data_dir,
                                                "--topic", "logged", "--out", str(out), "--workers", "2",
-                                               "--mode", "stream", "--duration", "40", "--trigger-interval", "2",
-                                               "--json"))
+                                               "--mode", mode, "--json", *more))
         assert proc.returncode == 0, proc.stderr[-3000:]
         report = json.loads(proc.stdout)
         committed = helpers.committed(client, "pipeline", "logged", 4)
-    finally:
-        close_client(client)
-    assert report["summary"]["master"] == bed.spark.url and all(committed.values())
+    assert report["summary"]["master"] == bed.spark.url
+    assert all(end >= 5000 for end in committed.values()) and (mode == "stream" or report["summary"]["complete"])
     offsets = output_offsets(out)  # (the records appended meanwhile have other values than fill's)
     assert set(offsets) == {("logged", p, o) for p, end in committed.items() for o in range(end)}
     assert max(offsets.values()) == 1
