@@ -288,3 +288,17 @@ def test_certificates_replaced_on_disk_are_used_by_the_next_connection(tls_zk, t
     _connect_fails(tls_zk.connect, setting, "refused this client's certificate")
     install(good["cert"], good["key"])
     close_client(start_client(tls_zk.connect, tls=setting))
+
+
+@pytest.mark.slow
+def test_live_demo_over_tls_only(subprocess_env):
+    """``bin/demo --zk-tls``: its ZooKeeper serves TLS only; the coordinators, consumers and
+    the demo itself connect with certificates (~40 s here)."""
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "consumer.cli.demo", "--zk-tls", "--no-spark"],
+                          env=subprocess_env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    for said in ("TLS only", "consumer-3 joined", "consumers kept fetching", "missing 0",
+                 "OK: every produced record was consumed"):
+        assert said in proc.stdout, proc.stdout
