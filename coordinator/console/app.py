@@ -14,6 +14,7 @@ functions (:mod:`coordinator.documents`) from the node's :class:`ClusterSnapshot
 ``/api/v1/groups/G/timeline``       ``{"group", "capacity", "timeline": [entry, ...]}``, oldest first
 ``/api/v1/topics``                  ``groupctl topics list``
 ``/api/v1/topics/T``                ``groupctl topics describe T`` (as of the last lag reading)
+``/api/v1/openapi.json``            the API's OpenAPI 3.1 document (``static/openapi.json``)
 ==================================  ==============================================================
 
 The pages are rendered on the server by Jinja2 with autoescaping on: every name, id, host and
@@ -41,7 +42,7 @@ from coordinator.http import Response
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STATIC = {"console.css": "text/css; charset=utf-8", "console.js": "text/javascript; charset=utf-8",
-          "favicon.svg": "image/svg+xml"}
+          "favicon.svg": "image/svg+xml", "openapi.json": "application/json"}
 PAGE_SIZES = (25, 50, 100, 500)
 SORTS = ("name", "state", "generation", "members", "lag", "last", "coordinator")
 STATES = (protocol.EMPTY, protocol.REBALANCING, protocol.STABLE, protocol.FAILED, "unreadable")
@@ -206,7 +207,9 @@ class Console:
             return Response.json({"endpoints": ["/api/v1/coordinator", "/api/v1/groups", "/api/v1/groups/{group}",
                                                 "/api/v1/groups/{group}/members", "/api/v1/groups/{group}/offsets",
                                                 "/api/v1/groups/{group}/timeline", "/api/v1/topics",
-                                                "/api/v1/topics/{topic}"]})
+                                                "/api/v1/topics/{topic}", "/api/v1/openapi.json"]})
+        if parts == ["openapi.json"]:
+            return Response(200, self._static["openapi.json"], STATIC["openapi.json"])
         if parts == ["coordinator"]:
             return Response.json(self._coordinator_document())
         if parts == ["groups"]:

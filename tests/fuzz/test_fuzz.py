@@ -14,7 +14,7 @@ from tests.fuzz.targets import TARGETS, fix_checksum
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: Inputs per target: each run takes seconds (the log's target writes a file per input).
-RUNS = {"batch": 20_000, "log": 1_000, "znode": 20_000, "config": 1_000}
+RUNS = {"batch": 10_000, "log": 1_000, "znode": 10_000, "config": 1_000}
 
 pytestmark = pytest.mark.fuzz
 
