@@ -60,6 +60,7 @@ from coordinator.errors import CommitFailedError, InvalidConfig, ZkGroupsError
 from coordinator.lifecycle import Lifecycle
 from coordinator.zkclient import close_client, start_client
 from consumer.consumer import Consumer, ConsumerRebalanceListener
+from consumer.hand_out import WakeupException
 from consumer.offsets import read_completed
 from consumer.parallel_state import ORDERINGS, Lanes, Progress, Work
 from consumer.records import TopicPartition
@@ -89,12 +90,15 @@ class ParallelState(enum.Enum):
 class ThreadRunner:
     """Runs a plain function on ``n`` threads; results go to ``results``."""
 
-    def __init__(self, fn: Callable, n: int, results: "queue.SimpleQueue"):
+    def __init__(self, fn: Callable, n: int, results):
         self._fn, self._results = fn, results
         self._pool = ThreadPoolExecutor(n, thread_name_prefix="parallel-worker")
 
     def submit(self, work: Work) -> None:
         self._pool.submit(self._run, work)
+
+    def flush(self) -> None:
+        pass
 
     def _run(self, work: Work) -> None:
         try:
@@ -110,17 +114,25 @@ class ThreadRunner:
 class LoopRunner:
     """Runs a coroutine function on an event loop thread of its own; results go to ``results``."""
 
-    def __init__(self, fn: Callable, results: "queue.SimpleQueue"):
+    def __init__(self, fn: Callable, results):
         self._fn, self._results = fn, results
         self._loop = asyncio.new_event_loop()
+        self._batch = []  # submitted, not handed to the loop yet (poller thread)
         self._thread = threading.Thread(target=self._loop.run_forever, name="parallel-loop", daemon=True)
         self._thread.start()
 
     def submit(self, work: Work) -> None:
-        self._loop.call_soon_threadsafe(self._start, work)
+        self._batch.append(work)
 
-    def _start(self, work: Work) -> None:
-        self._loop.create_task(self._run(work))
+    def flush(self) -> None:
+        """Hand the records submitted to the loop in one wake-up (not one per record)."""
+        if self._batch:
+            batch, self._batch = self._batch, []
+            self._loop.call_soon_threadsafe(self._start, batch)
+
+    def _start(self, batch) -> None:
+        for work in batch:
+            self._loop.create_task(self._run(work))
 
     async def _run(self, work: Work) -> None:
         try:
@@ -265,6 +277,8 @@ class ParallelConsumer(Lifecycle[ParallelState]):
         room = self.max_pending * max(1, len(self._progress)) - self._lanes.queued - self._in_flight
         try:
             batch = self.consumer.poll(0, max_records=max(1, min(500, room)))
+        except WakeupException:  # close(): the loop sees the state
+            return False
         except ZkGroupsError as e:
             log.warning("parallel consumer %s: poll failed: %s", self.consumer.consumer_id, e)
             return False
@@ -304,6 +318,7 @@ class ParallelConsumer(Lifecycle[ParallelState]):
                 break
             self._start(work, now)
             started = True
+        self._runner.flush()
         return started
 
     def _start(self, work: Work, now: float, retry: bool = False) -> None:

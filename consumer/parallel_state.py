@@ -9,7 +9,7 @@ Guarantees
   taken), with the offsets finished above it; a restart from there redoes only what was in
   flight.
 * **Bounded.** Offsets finished above the point are kept only up to
-  :data:`~coordinator.protocol.MAX_COMPLETED_SPAN` past it (:meth:`Progress.room` says when
+  :data:`~coordinator.protocol.groups.MAX_COMPLETED_SPAN` past it (:meth:`Progress.room` says when
   to stop taking more), so they always fit the completed znode.
 * **Per-lane order.** :class:`Lanes` hands out the records of one lane one at a time, in the
   order they were added; a record being retried keeps its lane busy, so order holds through
