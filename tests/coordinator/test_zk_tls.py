@@ -84,6 +84,11 @@ def _records(consumer):
     return [r for records in consumer.poll(timeout_ms=200).values() for r in records] or None
 
 
+def _until_value(consumer, value, message):
+    """Poll until a record of ``value`` comes (earlier ones may come again: at-least-once)."""
+    wait_for(lambda: any(r.value == value for r in _records(consumer) or ()), 30, message=message)
+
+
 def _poll_owned(consumer):
     consumer.poll(timeout_ms=100)
     return True
@@ -302,3 +307,101 @@ def test_live_demo_over_tls_only(subprocess_env):
     for said in ("TLS only", "consumer-3 joined", "consumers kept fetching", "missing 0",
                  "OK: every produced record was consumed"):
         assert said in proc.stdout, proc.stdout
+
+
+# ---------------------------------------------------------------- on the wire, and through faults
+
+class _Tap:
+    """A TCP relay between clients and a server that keeps every byte it passed (the wire)."""
+
+    def __init__(self, target):
+        import socket
+        import threading
+        self.target, self.seen, self.lock = target, bytearray(), threading.Lock()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        import socket
+        import threading
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, source, sink):
+        while True:
+            try:
+                data = source.recv(65536)
+                if not data:
+                    break
+                with self.lock:
+                    self.seen += data
+                sink.sendall(data)
+            except OSError:
+                break
+        for sock in (source, sink):
+            sock.close()
+
+    def close(self):
+        self.listener.close()
+
+
+def test_the_wire_carries_no_znode_path_or_data_in_clear(tls_zk, zk_server):
+    secret_path, secret_data = f"/wire-{uuid.uuid4().hex}", b"offsets-and-epochs-" + uuid.uuid4().hex.encode()
+    for server, tls, visible in ((zk_server.connect.split(",")[0], None, True),
+                                 (tls_zk.connect, tls_zk.client_tls("wire"), False)):
+        host, port = server.split(":")
+        tap = _Tap((host, int(port)))
+        try:
+            client = start_client(tap.address, tls=tls)
+            client.create(secret_path, secret_data)
+            assert client.get(secret_path)[0] == secret_data
+            client.delete(secret_path)
+            close_client(client)
+            with tap.lock:
+                seen = bytes(tap.seen)
+        finally:
+            tap.close()
+        assert (secret_path.encode() in seen and secret_data in seen) is visible, \
+            f"{'plaintext' if visible else 'TLS'}: the path {'should' if visible else 'must not'} be on the wire"
+
+
+def test_a_server_restart_and_a_session_expiry_over_tls_are_recovered(tmp_path, data_dir):
+    from kazoo.client import KazooClient
+    with Ensemble(1, tick_ms=200, fsync=False, workdir=str(tmp_path / "zk"), tls=True) as ens:
+        connect, member = ens.connect + "/app", ens.client_tls("member")
+        node = Coordinator(connect, "n0", CoordinatorConfig(**FAST, zk_tls=ens.client_tls("coordinator"))).start()
+        with Producer(connect, data_dir=data_dir, zk_tls=member, auto_create_topics=True,
+                      auto_create_partitions=2) as producer:
+            producer.send("events", b"before", partition=0)
+        consumer = Consumer("g", ["events"], zk=connect, data_dir=data_dir, zk_tls=member, session_timeout_ms=1500,
+                            auto_offset_reset="earliest", enable_auto_commit=False)
+        try:
+            _until_value(consumer, b"before", "a record before the restart")
+            consumer.commit()
+            ens.servers[0].stop()
+            ens.restart(0)
+            with Producer(connect, data_dir=data_dir, zk_tls=member) as producer:
+                producer.send("events", b"after-restart", partition=1)
+            _until_value(consumer, b"after-restart", "fetching again after the server restart")
+            consumer.commit()
+            # expire the node's session for real: a twin with its id and password, over TLS too
+            twin = KazooClient(hosts=ens.connect, client_id=node.client.client_id, use_ssl=True,
+                               **{k: v for k, v in parse_tls(ens.client_tls("twin")).kazoo_options().items()
+                                  if k != "use_ssl"})
+            twin.start(timeout=10)
+            twin.stop()
+            twin.close()
+            wait_for(lambda: node.is_leader and node.elected.is_set(), 30, message="the node leads again")
+            with Producer(connect, data_dir=data_dir, zk_tls=member) as producer:
+                producer.send("events", b"after-expiry", partition=0)
+            _until_value(consumer, b"after-expiry", "fetching after the expiry")
+        finally:
+            consumer.close()
+            node.close()
