@@ -86,9 +86,13 @@ class Registration:
                 require(is_int(obj.get(key)) and obj[key] > 0, path, f"registration's {key} must be positive")
             static = {"group_instance_id": instance, "session_timeout_ms": obj["session_timeout_ms"],
                       "static_grace_ms": obj["static_grace_ms"]}
+        try:
+            timestamp = int(obj.get("timestamp", 0))
+        except (TypeError, ValueError):
+            raise CorruptZnode(path, f"registration's timestamp {obj.get('timestamp')!r:.40} is not a number") from None
         return cls(subscription=dict(sub), pattern=pattern, strategies=list(strategies),
                    host=str(obj.get("host", "")), client_id=str(obj.get("client_id", "")),
-                   timestamp=int(obj.get("timestamp", 0)), **static)
+                   timestamp=timestamp, **static)
 
     def topics(self, all_topics) -> Dict[str, int]:
         """Resolve the subscription against existing topics: {topic: streams}."""

@@ -68,3 +68,14 @@ def test_a_znode_of_numbers_json_cannot_hold_or_of_deep_nesting_is_corrupt(raw):
                    lambda r: protocol.GroupState.decode(r.replace(b"epoch", b"generation"), "/g")):
         with pytest.raises(CorruptZnode):
             decode(raw)
+
+
+def test_a_registration_whose_timestamp_is_no_number_is_corrupt():
+    # Found by the znode fuzzer (bin/fuzz): int("i") raised ValueError out of the decoder.
+    from coordinator import protocol
+    from coordinator.errors import CorruptZnode
+    raw = (b'{"version":1,"subscription":{"t":2},"pattern":"static","strategies":["range"],'
+           b'"host":"","client_id":"","timestamp":"i"}')
+    with pytest.raises(CorruptZnode, match="timestamp"):
+        protocol.Registration.decode(raw, "/ids/m")
+    assert protocol.Registration.decode(raw.replace(b'"i"', b'"17"'), "/ids/m").timestamp == 17
