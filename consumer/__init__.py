@@ -47,7 +47,9 @@ checks the order):
 * :mod:`~consumer.spark` — consumer groups inside Spark ``foreachPartition`` workers.
 * :mod:`~consumer.cli` — ``groupctl``, ``pipeline`` and the live demo.
 
-It builds on :mod:`coordinator` (the shared ZooKeeper contract), never the other way round;
+It builds on :mod:`coordinator`'s contract layer (the clients' API: the layer table in
+:mod:`coordinator`'s docstring), never on its node, and never the other way round; its tools
+(``consumer.cli``, ``consumer.spark.cluster``) may also use the coordinator's tools;
 runtime code never imports ``tests``. Imports are lazy so that ``import consumer.log`` stays
 light and ``consumer.spark`` never pulls in pyspark unless it is used.
 

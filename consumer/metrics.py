@@ -41,7 +41,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from coordinator.errors import ZkGroupsError
-from coordinator.metrics import MetricsServer
+from coordinator.metrics_server import MetricsServer
 from consumer.records import column
 
 POLL_BUCKETS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

@@ -38,6 +38,8 @@ Modules, from the bottom up (each imports only those above it):
   back, every shard is on a live node; the topic mirror.
 * :mod:`~coordinator.timeline` — the rebalance timeline: each group's last rebalances, kept in
   ZooKeeper by the node leading it.
+* :mod:`~coordinator.metrics_server` — serving a Prometheus registry, checking a metrics port
+  (every process with ``--metrics-port``).
 * :mod:`~coordinator.documents` — the JSON documents of the read views (``groupctl --output
   json`` and the console's API), as pure functions.
 * :mod:`~coordinator.lagtime` — lag in seconds: the age of the oldest unconsumed record and
@@ -60,11 +62,26 @@ Modules, from the bottom up (each imports only those above it):
 * :mod:`~coordinator.cli` — ``coordinatord`` and the one-line-error plumbing every tool shares.
 * :mod:`~coordinator.testing` — ZooKeeper and Kafka servers for tests, benchmarks and the demo.
 
-The import rule: ``coordinator`` never imports ``consumer`` (the client side builds on this
-package, never the other way round), but for ``coordinatord`` (:mod:`coordinator.cli.coordinatord`,
-the composition root), which gives the console a reader of the data plane's log ends and
-records' timestamps; and no
-runtime module imports ``tests`` (``tests/project/test_layering.py`` checks both, and the order above).
+Layers, bottom up; a module imports only modules of its own layer and those below (the
+module map's order within a layer), and ``tests/project/test_layering.py`` reads this list:
+
+* **contract**: ``errors``, ``lifecycle``, ``shards``, ``kafka``, ``config``, ``protocol``,
+  ``acl``, ``zktls``, ``zkclient``, ``read``, ``fencing``, ``topics``, ``assignors``, ``static``,
+  ``lagtime``, ``metrics_server``, ``documents``
+* **node**: ``plan``, ``verify``, ``rebalance``, ``mirror``, ``controller``, ``timeline``,
+  ``requests``, ``metrics``, ``shard_terms``, ``shard_follower``, ``rebalance_handlers``,
+  ``groups``, ``coordinator``, ``http``, ``console``
+* **tools**: ``cli``, ``testing``
+
+The contract is **the clients' API**: the client side's library (:mod:`consumer`, but its tools)
+imports those modules of this package and no others; its tools (``consumer.cli``,
+``consumer.spark.cluster``) may import the tools here too (the one-line-error plumbing, the test
+servers of the demo and the Spark testbed). The node is never imported by the client side.
+
+The import rule the other way: ``coordinator`` never imports ``consumer`` (the client side
+builds on this package, never the other way round), but for ``coordinatord``
+(:mod:`coordinator.cli.coordinatord`, the composition root), which gives the console a reader of
+the data plane's log ends and records' timestamps; and no runtime module imports ``tests``.
 """
 
 #: The version of the zkgroups distribution (setup.cfg reads it from here; every tool's --version prints it).

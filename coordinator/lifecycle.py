@@ -8,7 +8,7 @@ state of its own), after kazoo's ``SetPartitioner`` (its states in the class doc
 ``_set_state``) and Curator's ``LeaderLatch`` (``start()`` and ``close()`` by compare-and-set).
 Where Curator throws on a second ``start()``, zkgroups has one rule for every class: a second
 ``start()`` of a running object does nothing, a ``start()`` after close raises
-:class:`~coordinator.errors.IllegalStateError` (:meth:`Lifecycle._start_once`), a second
+:class:`~coordinator.errors.IllegalStateError` (``Lifecycle._start_once``), a second
 ``close()`` does nothing:
 
 .. code-block:: python
@@ -66,7 +66,7 @@ The rules the pattern keeps:
   user errors, which the command-line tools print as one line without a traceback, and a bug
   must keep its traceback. It is never caught to carry on.
 * **Start once, close once.** ``start()`` moves from the initial state only
-  (:meth:`Lifecycle._start_once`: a second call does nothing, a call after close raises
+  (``Lifecycle._start_once``: a second call does nothing, a call after close raises
   IllegalStateError); ``close()`` (or ``stop()``) moves to the terminal state from wherever
   the table allows and does its work only if it made the move (a second call does nothing); a
   closed object is never started again. The work itself (threads,

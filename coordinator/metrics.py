@@ -54,11 +54,11 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Dict, Optional, Tuple
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from coordinator import protocol
-from coordinator.errors import ConsumerRebalanceFailedException, InvalidConfig
+from coordinator.errors import ConsumerRebalanceFailedException
 from coordinator.fencing import Deposed
 from coordinator.rebalance import Abandoned, Superseded
 
@@ -66,47 +66,6 @@ GROUP_STATES = (protocol.EMPTY, protocol.REBALANCING, protocol.STABLE, protocol.
 #: Rebalances take milliseconds to a rebalance timeout (30 s by default).
 REBALANCE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 EVENT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
-MAX_PORT = 65535
-
-
-# ---------------------------------------------------------------- serving
-
-def check_port(port, source: str = "--metrics-port") -> int:
-    """A metrics port: a whole number 0..65535 (0: any free port). InvalidConfig otherwise."""
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= MAX_PORT:
-        raise InvalidConfig(f"{source} must be a port number from 0 to {MAX_PORT} (0: any free port), got {port!r}")
-    return port
-
-
-class MetricsServer:
-    """``registry`` served at ``http://<addr>:<port>/metrics`` by a daemon thread (prometheus_client's).
-    ``start()`` binds (InvalidConfig, one line, when the port cannot be had); ``close()``
-    stops it; ``port`` is the port bound (the one picked when asked for 0)."""
-
-    def __init__(self, registry: CollectorRegistry, port: int, addr: str = "0.0.0.0"):
-        self.registry, self.requested, self.addr = registry, check_port(port), addr
-        self.port: Optional[int] = None
-        self._server = None
-
-    def start(self) -> "MetricsServer":
-        try:
-            self._server, _thread = start_http_server(self.requested, addr=self.addr, registry=self.registry)
-        except OSError as e:
-            raise InvalidConfig(f"cannot serve metrics on {self.addr}:{self.requested}: "
-                                f"{e.strerror or e}") from None
-        self.port = self._server.server_port
-        return self
-
-    @property
-    def url(self) -> str:
-        host = "127.0.0.1" if self.addr in ("0.0.0.0", "", "::") else self.addr
-        return f"http://{host}:{self.port}/metrics"
-
-    def close(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
 
 
 # ---------------------------------------------------------------- the coordinator's metrics

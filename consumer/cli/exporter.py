@@ -50,7 +50,7 @@ from consumer.dataplane.record_times import RecordTimesReader
 from coordinator import lagtime, read
 from coordinator.cli.common import Seconds, report
 from coordinator.errors import ZkGroupsError
-from coordinator.metrics import MetricsServer, check_port
+from coordinator.metrics_server import MetricsServer, check_port
 
 log = logging.getLogger("zkgroups.exporter")
 

@@ -51,7 +51,7 @@ from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, MAX_MS, ZK_CONNECT, CliC
                                     Limited, Seconds, version_option)
 from coordinator.config import DEFAULT_CONNECT, DEFAULT_DATA_DIR, DEFAULT_SESSION_TIMEOUT_MS, ENV_DATA_DIR, ENV_ZK_CONNECT
 from coordinator.errors import InvalidConfig, UnknownTopic, ZkGroupsError
-from coordinator.metrics import check_port
+from coordinator.metrics_server import check_port
 from consumer.cli.context import BOOTSTRAP_SERVERS, kafka_settings
 from consumer.dataplane import ENV_BOOTSTRAP_SERVERS
 from consumer.spark.driver import check_spark_conf

@@ -42,7 +42,7 @@ from coordinator import protocol
 from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS, default_data_dir
 from coordinator.errors import InvalidConfig, ZkGroupsError
 from coordinator.kafka import check_bootstrap_servers
-from coordinator.metrics import MetricsServer, check_port
+from coordinator.metrics_server import MetricsServer, check_port
 from coordinator.zkclient import close_client, start_client
 from consumer.dataplane import (DataPlane, bootstrap_servers_from, open_data_plane, registered_partitions,
                                 topic_partitions)

@@ -146,3 +146,70 @@ def test_the_module_map_lists_every_module_in_an_order_the_imports_keep(package)
                 if target in rank and target != here and rank[target] > rank[here]:
                     upward.append(f"{path} imports {package}.{target}")
     assert upward == []
+
+
+# ---------------------------------------------------------------- the layer table
+
+def layer_table():
+    """{layer: {module}} as coordinator's package docstring lists them (``* **layer**: ``a``, ...``)."""
+    import coordinator
+    text = coordinator.__doc__
+    table = {}
+    for layer, names in re.findall(r"^\* \*\*(\w+)\*\*: ((?:``\w+``(?:,\s*)?)+)", text, re.M):
+        table[layer] = set(re.findall(r"``(\w+)``", names))
+    return table
+
+
+CLIENT_TOOLS = ("consumer/cli/", "consumer/spark/cluster.py")
+
+
+def test_the_layer_table_names_every_coordinator_module_once():
+    table = layer_table()
+    assert set(table) == {"contract", "node", "tools"}
+    listed = [m for names in table.values() for m in names]
+    assert len(listed) == len(set(listed)), "a module in two layers"
+    assert set(listed) == set(top_level("coordinator")), "the table and the tree differ"
+
+
+def test_the_layers_hold_lazy_imports_included():
+    """contract imports no node or tools module, node no tools module; the client side's library
+    imports only the contract, its tools the contract and the tools. Imports under
+    ``TYPE_CHECKING`` are annotations and may cross."""
+    table = layer_table()
+    below = {"contract": table["contract"], "node": table["contract"] | table["node"]}
+    broken = []
+    for package in ("coordinator", "consumer"):
+        for path in modules(package):
+            rel = path.replace(os.sep, "/")
+            if package == "coordinator":
+                mine = rel.split("/")[1].removesuffix(".py")
+                layer = next((name for name, names in table.items() if mine in names), None)
+                allowed = below.get(layer)  # tools (and the package itself): anything
+            else:
+                allowed = table["contract"] | (table["tools"] if rel.startswith(CLIENT_TOOLS) else set())
+            if allowed is None:
+                continue
+            for name in runtime_imports(path):
+                parts = name.split(".")
+                if parts[0] == "coordinator" and len(parts) > 1 and parts[1] not in allowed:
+                    broken.append((rel, name))
+    assert broken == []
+
+
+def runtime_imports(path):
+    """Every module an import statement of ``path`` names (at any depth; ``from coordinator import
+    x`` as ``coordinator.x``), but those under ``if TYPE_CHECKING:``."""
+    with open(os.path.join(ROOT, path)) as f:
+        tree = ast.parse(f.read(), path)
+    type_only = {id(n) for block in ast.walk(tree) if _is_type_checking_block(block) for n in ast.walk(block)}
+    for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module in ("coordinator", "consumer"):
+                yield from (f"{node.module}.{alias.name}" for alias in node.names)
+            else:
+                yield node.module
+
