@@ -223,6 +223,9 @@ class ParallelConsumer(Lifecycle[ParallelState]):
                 close_client(self._client)
             raise
         self._data_dir = data_dir
+        # the dead-letter producer's data plane: the consumer's
+        servers = self.consumer.config.bootstrap_servers or None
+        self._plane = {"bootstrap_servers": servers, **({"kafka": config["kafka"]} if config.get("kafka") else {})}
         self._dlq_pool = ThreadPoolExecutor(1, thread_name_prefix="parallel-dead-letter")
 
     @staticmethod
@@ -390,7 +393,7 @@ class ParallelConsumer(Lifecycle[ParallelState]):
         try:
             if self._dlq is None:
                 from consumer.producer import Producer  # only a consumer with a dead-letter topic needs one
-                self._dlq, self._own_dlq = Producer(self._client, data_dir=self._data_dir), True
+                self._dlq, self._own_dlq = Producer(self._client, data_dir=self._data_dir, **self._plane), True
             self._dlq.send(self.dead_letter_topic, r.value, key=r.key,
                            headers=list(r.headers or ()) + headers).get(timeout=30)
         except Exception as e:  # not written: the record is tried again later

@@ -295,9 +295,10 @@ def read_events(paths):
     return out
 
 
-def test_members_as_processes_keep_key_order_through_a_join_a_leave_and_a_sigkill(
+def test_members_as_processes_keep_key_order_through_a_join_a_leave_a_failover_and_a_sigkill(
         cluster, zk, zk_connect, data_dir, tmp_path, subprocess_env):
-    cluster.node("n")
+    cluster.node("n1")
+    cluster.node("n2")
     parts, per = 4, 400
     fill(data_dir, "t", [per] * parts, zk=zk, key=key_of)
     outs = [str(tmp_path / f"m{i}.jsonl") for i in range(3)]
@@ -320,6 +321,7 @@ def test_members_as_processes_keep_key_order_through_a_join_a_leave_and_a_sigkil
     wait_for(lambda: by(1) >= 50, 30, message="the second member under way")
     b.send_signal(15)  # a clean leave: SIGTERM
     assert b.wait(30) == 0
+    cluster.leader().close()  # a coordinator failover: the other node rebalances the third member in
     c = spawn(2)
     wait_for(lambda: by(2) >= 50, 30, message="a third member under way")
     c.kill()  # SIGKILL: its in-flight records are redone by the next owner
