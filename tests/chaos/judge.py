@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Tuple
 from consumer.log import Log
 from tests.chaos import kafkatopic, referee, txnlog
 from tests.chaos.history import GroupHistory, group_history
+from tests.model.trace import check_model
 
 RECORD = "run.json"
 #: Processes killed or frozen, ZooKeeper servers killed (any machine).
@@ -99,6 +100,7 @@ def judge(run_dir: str) -> Outcome:
         referee.check_exits(record.processes),
         referee.check_offsets({tp: len(v) for tp, v in produced.items()}, history, live),
         referee.check_evidence(history, logs.conflicts, list(bad_lines) + topic_problems),
+        check_model(logs.txns, record.group, record.chroot),  # every step one the protocol model allows
     ]
     passed = all(r.ok for r in results)
     figures = " ".join(r.summary for r in results if r.summary and r.name != "offsets")
