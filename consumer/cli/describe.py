@@ -35,6 +35,7 @@ from kazoo.exceptions import NoNodeError
 
 from consumer.cli.context import CliContext
 from consumer.dataplane.record_times import RecordTimesReader
+from consumer.offsets import read_completed
 from consumer.records import TopicPartition
 from coordinator import documents, lagtime, protocol, read
 from coordinator.cli.common import print_table
@@ -48,6 +49,8 @@ OFFSETS_COLUMNS = (("GROUP", "group"), ("TOPIC", "topic"), ("PARTITION", "partit
                    ("CURRENT-OFFSET", "current_offset"), ("LOG-END-OFFSET", "log_end_offset"), ("LAG", "lag"),
                    ("CONSUMER-ID", "consumer_id"), ("HOST", "host"), ("CLIENT-ID", "client_id"),
                    ("LAG-SECONDS", "lag_seconds"))  # last: scripts reading Kafka's columns by position still work
+#: Shown after the others where a group has parallel consumers' completed offsets.
+COMPLETED_COLUMN = (("COMPLETED-ABOVE", "completed_above"),)
 MEMBERS_COLUMNS = (("GROUP", "group"), ("CONSUMER-ID", "consumer_id"), ("HOST", "host"),
                    ("CLIENT-ID", "client_id"), ("#PARTITIONS", "partitions"))
 MEMBERS_VERBOSE_COLUMNS = MEMBERS_COLUMNS + (("STRATEGIES", "strategies"), ("SUBSCRIPTION", "subscription"),
@@ -116,7 +119,20 @@ def offsets_rows(cli: CliContext, snapshot: GroupSnapshot, counts: Dict[str, int
     for topic, known in documents.partitions_to_read(partitions, counts).items():
         cli.warn_if_no_data(topic, known)
         ends.update(end_offsets(cli, topic, known))
-    return documents.offsets_rows(snapshot, pairs, committed, problems, ends)
+    rows = documents.offsets_rows(snapshot, pairs, committed, problems, ends)
+    if cli.zk.exists(protocol.completed_path(snapshot.group)):
+        add_completed(cli.zk, snapshot.group, rows)
+    return rows
+
+
+def add_completed(zk, group: str, rows: List[dict]) -> None:
+    """Each row's ``completed_above``: how many offsets a parallel consumer finished above its
+    committed offset (:mod:`consumer.parallel`); 0 where none are recorded or they are stale."""
+    known = {TopicPartition(r["topic"], r["partition"]): r["current_offset"] for r in rows
+             if isinstance(r.get("current_offset"), int)}
+    found = read_completed(zk, group, known)
+    for r in rows:
+        r["completed_above"] = len(found.get(TopicPartition(r["topic"], r["partition"]), ()))
 
 
 def all_offsets_rows(cli: CliContext, snapshots: Sequence[GroupSnapshot], times: Optional[lagtime.RecordTimes] = None,

@@ -162,10 +162,13 @@ def groups_describe(cli: CliContext, group: Optional[str], all_groups: bool, off
             describe.print_rows(describe.MEMBERS_VERBOSE_COLUMNS if verbose else describe.MEMBERS_COLUMNS, rows)
         return
     rows = describe.all_offsets_rows(cli, snapshots)
+    completed = any("completed_above" in r for r in rows)  # a group with parallel consumers
+    for r in rows if completed else ():
+        r.setdefault("completed_above", None)
     if output == "json":
         print_json({"offsets": rows})
     else:
-        describe.print_rows(describe.OFFSETS_COLUMNS, rows)
+        describe.print_rows(describe.OFFSETS_COLUMNS + (describe.COMPLETED_COLUMN if completed else ()), rows)
 
 
 @groups.command("reset-offsets")

@@ -16,7 +16,7 @@ import pytest
 from coordinator import protocol
 from coordinator.errors import InvalidConfig
 from consumer import Consumer, ParallelConsumer, ProcessingFailed, TopicPartition
-from tests.support.helpers import committed, fill, wait_for
+from tests.support.helpers import committed, fill, ok, wait_for
 
 KEYS = 20
 
@@ -103,7 +103,7 @@ def test_key_order_many_in_flight_and_the_committed_point(cluster, zk, data_dir,
     assert zk.get(protocol.offsets_path("g", "t", 0))[0] == b"300"
 
 
-def test_committed_point_never_passes_an_unfinished_record(cluster, zk, data_dir, parallel):
+def test_committed_point_never_passes_an_unfinished_record(cluster, zk, data_dir, parallel, groupctl):
     """One slow record holds the point; the records finished above it are committed as the
     completed set, and a new consumer of the group skips them."""
     cluster.node("n")
@@ -127,6 +127,10 @@ def test_committed_point_never_passes_an_unfinished_record(cluster, zk, data_dir
              message="the 89 records above the slow one committed as completed")
     assert committed(zk, "g", "t", 1) == {0: 10}
     assert completed_set()[0] == 10
+    header, row = ok(groupctl("groups", "describe", "g")).splitlines()[:2]
+    assert header.split()[-1] == "COMPLETED-ABOVE" and row.split()[3] == "10" and row.split()[-1] == "89"
+    listed = json.loads(ok(groupctl("groups", "describe", "g", "--output", "json")))["offsets"]
+    assert listed[0]["completed_above"] == 89
     # A crash now (no clean leave) would redo offset 10 only: what the next owner reads back.
     from consumer.offsets import read_completed
     assert read_completed(zk, "g", {TopicPartition("t", 0): 10})[TopicPartition("t", 0)] == set(range(11, 100))
