@@ -59,6 +59,7 @@ from coordinator import protocol
 from coordinator.errors import CommitFailedError, InvalidConfig, ZkGroupsError
 from coordinator.lifecycle import Lifecycle
 from coordinator.zkclient import close_client, start_client
+from consumer.config import build_consumer_config
 from consumer.consumer import Consumer, ConsumerRebalanceListener
 from consumer.hand_out import WakeupException
 from consumer.offsets import read_completed
@@ -213,7 +214,7 @@ class ParallelConsumer(Lifecycle[ParallelState]):
                          "key_wait_s": 0.0, "key_wait_max_s": 0.0, "started": 0}
         zk = zk or cfg.default_connect()
         self._own_client = isinstance(zk, str)
-        self._client = start_client(zk, config.get("session_timeout_ms", 10_000)) if self._own_client else zk
+        self._client = self._start_client(zk, config) if self._own_client else zk
         self._dlq, self._own_dlq = dead_letter_producer, False
         try:
             self.consumer = Consumer(group_id, topics, pattern, zk=self._client, data_dir=data_dir,
@@ -227,6 +228,14 @@ class ParallelConsumer(Lifecycle[ParallelState]):
         servers = self.consumer.config.bootstrap_servers or None
         self._plane = {"bootstrap_servers": servers, **({"kafka": config["kafka"]} if config.get("kafka") else {})}
         self._dlq_pool = ThreadPoolExecutor(1, thread_name_prefix="parallel-dead-letter")
+
+    @staticmethod
+    def _start_client(connect: str, config: dict) -> KazooClient:
+        """A client of the group's settings, as the Consumer would start (session, identity, TLS);
+        shared with it, so completed offsets are read on the same session."""
+        c = build_consumer_config({k: v for k, v in config.items() if k != "kafka"})
+        return start_client(connect, c.session_timeout_ms, c.connect_timeout_s, auth=c.zk_auth, tls=c.zk_tls,
+                            sasl=c.zk_sasl)
 
     @staticmethod
     def _check(ordering, max_concurrency, on_failure, max_attempts, config) -> None:
