@@ -89,6 +89,7 @@ _ZNODE_DECODERS: List[Callable[[bytes], object]] = [
     lambda raw: protocol.GroupState.decode(raw, "/state"),
     lambda raw: protocol.decode_timeline(raw, "/timeline"),
     lambda raw: protocol.decode_offset(raw, "/offsets/t/0"),
+    lambda raw: protocol.decode_completed(raw, "/completed/t/0"),
     lambda raw: protocol.decode_topic_znode(raw, "/brokers/topics/t"),
     lambda raw: protocol.decode_topic(raw, "/brokers/topics/t"),
     lambda raw: protocol.ShardsInfo.decode(raw),
