@@ -44,7 +44,7 @@ from tests.support import helpers  # noqa: E402
 from tests.support.helpers import wait_for  # noqa: E402
 from tests.support.sparkcluster import PIPELINE_APP, ROOT, SparkTestbed  # noqa: E402
 
-pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.spark, pytest.mark.kafka, pytest.mark.zk, pytest.mark.timeout(300)]
 
 SUBMIT_TIMEOUT_S = 240
 
