@@ -21,6 +21,7 @@ import time
 
 from consumer.producer import Producer
 from coordinator.zkclient import close_client, start_client
+from coordinator.zktls import from_environment
 
 TICK_S = 0.01
 NEVER_REFRESH_MS = 10 ** 9  # the partition count is fixed for the whole run
@@ -41,7 +42,7 @@ def main() -> None:
     if args.bootstrap_servers:
         producer = Producer(bootstrap_servers=args.bootstrap_servers, kafka={"enable.idempotence": True})
     else:
-        zk = start_client(args.zk)
+        zk = start_client(args.zk, tls=from_environment())  # ZK_TLS_* with bin/chaos --zk-tls
         producer = Producer(zk, data_dir=args.data_dir, metadata_max_age_ms=NEVER_REFRESH_MS)
     sent = 0
     started = time.monotonic()

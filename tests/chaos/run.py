@@ -2,7 +2,7 @@
 ZooKeeper's own transaction log.
 
     bin/chaos [--seed N] [--duration SECONDS] [--consumers 5] [--partitions 8] [--keep]
-              [--data-plane embedded|kafka] [--network auto|namespaces|shared] [--faults KIND,...]
+              [--data-plane embedded|kafka] [--network auto|namespaces|shared] [--faults KIND,...] [--zk-tls]
     bin/chaos --judge RUN_DIR      (judge a kept run again, e.g. after changing the referee)
 
 The cluster: a 3-server ZooKeeper ensemble (``tickTime`` 200 ms), three ``coordinatord``
@@ -136,6 +136,7 @@ class Options:
     data_plane: str = "embedded"      # embedded | kafka
     network: str = "auto"             # auto | namespaces | shared
     faults: Optional[List[str]] = None  # the kinds, in the order of the first round (None: all, shuffled)
+    zk_tls: bool = False              # ZooKeeper serves TLS only; every process connects with a certificate
 
 
 @dataclass
@@ -182,6 +183,7 @@ class ChaosRun:
         os.makedirs(self.logs, exist_ok=True)
         os.makedirs(self.data_dir, exist_ok=True)
         self.ensemble: Optional[Ensemble] = None
+        self.tls: Optional[Dict[str, str]] = None  # with --zk-tls: the zk_tls of every client of the run
         self.kafka = None  # the MockKafkaCluster on the Kafka data plane
         self.bootstrap_servers = ""
         self.brokers_down: set = set()
@@ -227,6 +229,8 @@ class ChaosRun:
         out_path = os.path.join(self.logs, f"{name}.out") if out else None
         env = dict(os.environ, PYTHONPATH=ROOT, PYTHONUNBUFFERED="1")
         env.pop(ENV_BOOTSTRAP_SERVERS, None)  # Kafka only when the run is on Kafka (argv says so)
+        if self.tls:  # the tools' and the producer's TLS setting
+            env.update({"ZK_TLS_CA": self.tls["ca"], "ZK_TLS_CERT": self.tls["cert"], "ZK_TLS_KEY": self.tls["key"]})
         with open(log, "ab") as err, open(out_path or os.devnull, "ab") as stdout:
             popen = subprocess.Popen(argv, stdout=stdout, stderr=err, stdin=subprocess.DEVNULL, env=env,
                                      cwd=ROOT, preexec_fn=place.preexec if place else die_with_parent)
@@ -269,8 +273,10 @@ class ChaosRun:
             self.node_places = {node: self.net.add(node) for node in NODES}
         self.ensemble = Ensemble(3, tick_ms=200, fsync=False, workdir=os.path.join(self.dir, "zk"),
                                  hosts=[p.address for p in self.zk_places] if self.net else None,
-                                 preexecs=[p.enter for p in self.zk_places] if self.net else None).start(60)
-        self.admin = start_client(self.connect, 6000)
+                                 preexecs=[p.enter for p in self.zk_places] if self.net else None,
+                                 tls=self.o.zk_tls).start(60)
+        self.tls = self.ensemble.client_tls("chaos") if self.o.zk_tls else None
+        self.admin = start_client(self.connect, 6000, tls=self.tls)
         if self.on_kafka:
             self.start_kafka()
         else:
@@ -711,6 +717,9 @@ def parse_args(argv=None) -> Options:
     parser.add_argument("--faults", metavar="KIND,...",
                         help="the fault kinds of the run, made once each in this order first (repeat one to make "
                              f"it more often), then drawn at random; kinds: {', '.join(KINDS)} [all, shuffled]")
+    parser.add_argument("--zk-tls", action="store_true",
+                        help="ZooKeeper serves TLS only (certificates from a throwaway CA); every process connects "
+                             "over TLS")
     args = parser.parse_args(argv)
     for name in ("duration", "consumers", "partitions", "rate", "session_timeout_ms", "drain_timeout"):
         if getattr(args, name) <= 0:
@@ -727,7 +736,7 @@ def parse_args(argv=None) -> Options:
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     return Options(seed, args.duration, args.consumers, args.partitions, args.keep, args.rate,
                    args.session_timeout_ms, args.drain_timeout, args.run_dir, args.judge,
-                   args.data_plane, args.network, faults)
+                   args.data_plane, args.network, faults, args.zk_tls)
 
 
 def prepare_run_dir(options: Options) -> str:
