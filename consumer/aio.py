@@ -33,6 +33,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Set
 
 from coordinator.errors import IllegalStateError, ZkGroupsError
 from coordinator.lifecycle import Lifecycle
+from consumer.config import Topics
 from consumer.consumer import Consumer, ConsumerRebalanceListener
 from consumer.records import ConsumerRecord, TopicPartition
 
@@ -84,7 +85,7 @@ class AsyncConsumer(Lifecycle[AsyncState]):
         AsyncState.CLOSED: set(),
     }
 
-    def __init__(self, group_id: str, topics=None, pattern: Optional[str] = None, *,
+    def __init__(self, group_id: str, topics: Topics = None, pattern: Optional[str] = None, *,
                  listener: Optional[ConsumerRebalanceListener] = None, **kwargs: Any) -> None:
         super().__init__(AsyncState.NEW)
         self._args = (group_id, topics, pattern)

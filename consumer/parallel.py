@@ -59,11 +59,12 @@ from coordinator import protocol
 from coordinator.errors import CommitFailedError, InvalidConfig, ZkGroupsError
 from coordinator.lifecycle import Lifecycle
 from coordinator.zkclient import close_client, start_client
-from consumer.config import build_consumer_config
+from consumer.config import Topics, build_consumer_config
 from consumer.consumer import Consumer, ConsumerRebalanceListener
 from consumer.hand_out import WakeupException
 from consumer.offsets import read_completed
 from consumer.parallel_state import ORDERINGS, Lanes, Progress, Work
+from consumer.producer import Producer
 from consumer.records import TopicPartition
 
 log = logging.getLogger("zkgroups.parallel")
@@ -75,7 +76,7 @@ IDLE_WAIT_S = 0.01
 class ProcessingFailed(ZkGroupsError):
     """A record failed ``max_attempts`` times and the consumer stops (``on_failure="stop"``)."""
 
-    def __init__(self, tp: TopicPartition, offset: int, attempts: int, cause: BaseException):
+    def __init__(self, tp: TopicPartition, offset: int, attempts: int, cause: BaseException) -> None:
         super().__init__(f"record {tp.topic}-{tp.partition}@{offset} failed {attempts} times: "
                          f"{type(cause).__name__}: {cause}")
         self.tp, self.offset, self.attempts, self.cause = tp, offset, attempts, cause
@@ -185,13 +186,13 @@ class ParallelConsumer(Lifecycle[ParallelState]):
         ParallelState.CLOSED: set(),
     }
 
-    def __init__(self, group_id: str, topics=None, pattern: Optional[str] = None, *,
+    def __init__(self, group_id: str, topics: Topics = None, pattern: Optional[str] = None, *,
                  zk: Union[None, str, KazooClient] = None, data_dir: Optional[str] = None,
                  ordering: str = "key", max_concurrency: int = 64, max_pending_per_partition: Optional[int] = None,
                  commit_interval_ms: int = 1000, revoke_timeout_ms: int = 5000, max_attempts: int = 5,
                  retry_backoff_ms: int = 100, retry_backoff_max_ms: int = 10_000,
                  dead_letter_topic: Optional[str] = None, on_failure: str = "dead_letter",
-                 dead_letter_producer=None, listener: Optional[ConsumerRebalanceListener] = None,
+                 dead_letter_producer: Optional[Producer] = None, listener: Optional[ConsumerRebalanceListener] = None,
                  **config: Any) -> None:
         super().__init__(ParallelState.NEW)
         self._check(ordering, max_concurrency, on_failure, max_attempts, config)
@@ -401,7 +402,6 @@ class ParallelConsumer(Lifecycle[ParallelState]):
                    ("zkgroups.offset", str(r.offset).encode()), ("zkgroups.attempts", str(work.attempts).encode())]
         try:
             if self._dlq is None:
-                from consumer.producer import Producer  # only a consumer with a dead-letter topic needs one
                 self._dlq, self._own_dlq = Producer(self._client, data_dir=self._data_dir, **self._plane), True
             self._dlq.send(self.dead_letter_topic, r.value, key=r.key,
                            headers=list(r.headers or ()) + headers).get(timeout=30)

@@ -6,6 +6,7 @@ records each call and fails: the fast subset never calls it."""
 from __future__ import annotations
 
 import os
+import re  # noqa: F401 (the skipif condition's)
 import subprocess
 import sys
 
@@ -65,10 +66,19 @@ def test_a_server_started_where_the_marking_cannot_see_it_is_refused(tmp_path):
     assert not calls.exists()
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(3600)  # the whole fast subset, processes included: minutes on 2 shared cores
-def test_the_fast_subset_starts_no_jvm(tmp_path):
+#: The documented no-server subset (docs/development.md): pure logic and the log, seconds.
+NO_SERVER = FAST + " and not process and not model and not fuzz"
+#: Only when asked for (``-m slow``): the fast subset with the tools' processes takes minutes.
+by_hand = pytest.mark.skipif("not re.search(r'(?<!not )\\bslow\\b', config.getoption('markexpr') or '')",
+                             reason="the fast subset with processes runs by hand: -m slow")
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("subset", [pytest.param(NO_SERVER, id="no-server"),
+                                    pytest.param(FAST, id="with-processes", marks=[pytest.mark.slow, by_hand])])
+def test_the_fast_subset_starts_no_jvm(tmp_path, subset):
     env, calls = failing_java(tmp_path)
-    done = pytest_run(["-q", "-m", FAST], env, 3500)
+    done = pytest_run(["-q", "-m", subset], env, 3500 if subset == FAST else 850)
     assert not calls.exists(), "java was started:\n" + calls.read_text()[:2000]
     assert REFUSAL not in done.stdout, done.stdout[-3000:]
+    assert done.returncode == 0, done.stdout[-3000:]
