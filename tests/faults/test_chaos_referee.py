@@ -483,7 +483,8 @@ def test_judge_a_run_directory(tmp_path):
     assert outcome.passed, outcome.verdict
     assert outcome.verdict == ("chaos PASS seed=7 duration=10s data-plane=embedded network=shared produced=3 "
                                "consumed=3 lost=0 duplicates=0 (all explained) outside-ownership=0 "
-                               "unexpected-exits=0 resets-at-heal=0 faults=kill:0 term:0 pause:1 leader-kill:0 "
+                               "unexpected-exits=0 model-steps=claims:2,commits:2,releases:0,tool-writes:0 resets-at-heal=0 "
+                               "faults=kill:0 term:0 pause:1 leader-kill:0 "
                                "zk-restart:0 quorum-loss:0")
     assert (tmp_path / "ok" / "referee" / "ownership.txt").read_text().count("session 0x") >= 2
 
