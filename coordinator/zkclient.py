@@ -454,6 +454,10 @@ def _start(client: KazooClient, connect: str, connect_timeout: float) -> KazooCl
             _raise_tls_failure(client)
             if client.client_state == KeeperState.AUTH_FAILED:  # kazoo stops trying: say whom it refused
                 raise _refused(client, connect)
+            if time.monotonic() >= deadline:
+                tls = client.handler.failures.last()
+                raise ZooKeeperUnavailable(f"ZooKeeper at {connect} did not answer within {connect_timeout:g}s"
+                                           + (f" (last TLS failure: {tls})" if tls else ""))
         if client.sasl_user is not None:  # kazoo reports CONNECTED before SASL is done: one round trip after it
             try:
                 client.exists_async("/").get(timeout=max(deadline - time.monotonic(), 0.001))
@@ -461,10 +465,6 @@ def _start(client: KazooClient, connect: str, connect_timeout: float) -> KazooCl
                 raise _refused(client, connect) from None
             except (KazooTimeoutError,) + LOST_CONNECTION:
                 pass  # the caller's first request says it
-            if time.monotonic() >= deadline:
-                tls = client.handler.failures.last()
-                raise ZooKeeperUnavailable(f"ZooKeeper at {connect} did not answer within {connect_timeout:g}s"
-                                           + (f" (last TLS failure: {tls})" if tls else ""))
     except BaseException:
         close_client(client)
         raise
