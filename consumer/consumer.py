@@ -142,8 +142,7 @@ class Consumer(Lifecycle[ConsumerState]):
         self._convert = None if self._deserializers is None else self._deserializers.one  # what iteration applies
         self._handoff = Handoff()
         self._user_paused: Set[TopicPartition] = set()
-        self.poll_interval = PollInterval(self.config.max_poll_interval_ms, self._evict_overdue,
-                                          lambda: self._state is not ConsumerState.CLOSED)
+        self.poll_interval = PollInterval(self.config.max_poll_interval_ms, self._evict_overdue, self._is_open)
         self._streams: Optional[Streams] = None
         self._metrics: Optional[ConsumerMetrics] = None  # with metrics_port: counted per poll and commit
         self._own_client = isinstance(zk, str)
