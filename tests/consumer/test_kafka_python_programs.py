@@ -42,9 +42,14 @@ def offsets_until_break(consumer, stop_after: int):
 
 # ---------------------------------------------------------------- iteration is at-least-once
 
-def test_a_loop_left_by_break_leaves_the_rest_of_the_batch_for_the_next_loop(cluster, zk, data_dir, make_consumer):
+@pytest.fixture
+def ten_records(cluster, zk, data_dir):
+    """A coordinator and topic t with one partition of ten records: one batch for the first poll."""
     cluster.node("n")
-    fill(data_dir, "t", [10], zk=zk)  # one ten-record batch for the first poll
+    fill(data_dir, "t", [10], zk=zk)
+
+
+def test_a_loop_left_by_break_leaves_the_rest_of_the_batch_for_the_next_loop(ten_records, make_consumer):
     c = make_consumer(enable_auto_commit=False)
     assert offsets_until_break(c, 3) == [0, 1, 2]
     assert c.position(TP) == 3
@@ -53,9 +58,7 @@ def test_a_loop_left_by_break_leaves_the_rest_of_the_batch_for_the_next_loop(clu
     assert offsets_until_break(c, 7) == list(range(3, 10))
 
 
-def test_next_and_poll_after_a_break_hand_out_what_the_loop_did_not(cluster, zk, data_dir, make_consumer):
-    cluster.node("n")
-    fill(data_dir, "t", [10], zk=zk)
+def test_next_and_poll_after_a_break_hand_out_what_the_loop_did_not(ten_records, make_consumer):
     c = make_consumer(enable_auto_commit=False)
     assert next(c).offset == 0
     assert offsets_until_break(c, 2) == [1, 2]
@@ -63,9 +66,7 @@ def test_next_and_poll_after_a_break_hand_out_what_the_loop_did_not(cluster, zk,
     assert c.position(TP) == 10
 
 
-def test_auto_commit_and_close_store_only_what_the_loop_yielded(cluster, zk, data_dir, make_consumer):
-    cluster.node("n")
-    fill(data_dir, "t", [10], zk=zk)
+def test_auto_commit_and_close_store_only_what_the_loop_yielded(ten_records, make_consumer, zk):
     c = make_consumer(auto_commit_interval_ms=1)
     assert offsets_until_break(c, 3) == [0, 1, 2]
     c.close()  # auto-commit at close: the position after the last record yielded
@@ -74,9 +75,7 @@ def test_auto_commit_and_close_store_only_what_the_loop_yielded(cluster, zk, dat
     assert offsets_until_break(again, 7) == list(range(3, 10))
 
 
-def test_a_seek_during_iteration_drops_the_records_held_for_it(cluster, zk, data_dir, make_consumer):
-    cluster.node("n")
-    fill(data_dir, "t", [10], zk=zk)
+def test_a_seek_during_iteration_drops_the_records_held_for_it(ten_records, make_consumer):
     c = make_consumer(enable_auto_commit=False)
     assert next(c).offset == 0
     c.seek(TP, 8)
