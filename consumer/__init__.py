@@ -44,6 +44,10 @@ checks the order):
 * :mod:`~consumer.parallel` — the ``ParallelConsumer``: many records of a partition in flight,
   in key order, with the completed offsets committed.
 * :mod:`~consumer.aio` — the ``AsyncConsumer``: the consumer for asyncio, its calls awaited.
+* :mod:`~consumer.share_exchange` — a share member's one write per partition: acknowledgements,
+  acquisition and dead letters in one compare-and-set.
+* :mod:`~consumer.share` — the ``ShareConsumer``: a member of a share group (a queue: records
+  locked one by one, acknowledged, redelivered, dead-lettered).
 * :mod:`~consumer.spark` — consumer groups inside Spark ``foreachPartition`` workers.
 * :mod:`~consumer.cli` — ``groupctl``, ``pipeline`` and the live demo.
 
@@ -72,9 +76,13 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from consumer.producer import Producer
     from consumer.parallel import ParallelConsumer, ProcessingFailed
     from consumer.aio import AsyncConsumer
-    from consumer.records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata, TopicPartition
-    from coordinator.errors import (CommitFailedError, FetchFailed, IllegalStateError, InvalidConfig, LogCorrupted,
-                                    NoOffsetForPartition, OffsetOutOfRange, RecordDeserializationError,
+    from consumer.share import ShareConsumer
+    from coordinator.share_partition import AcknowledgeType
+    from consumer.records import (ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata,
+                                  ShareRecord, TopicPartition)
+    from coordinator.errors import (AcknowledgementRefused, CommitFailedError, FetchFailed, IllegalStateError,
+                                    InvalidConfig, LogCorrupted, NoOffsetForPartition, OffsetOutOfRange,
+                                    RecordDeserializationError,
                                     ZkGroupsError, ZooKeeperUnavailable)
     from coordinator.zkclient import close_client, start_client
 
@@ -84,6 +92,8 @@ _EXPORTS = {
     "Producer": "consumer.producer", "FutureRecordMetadata": "consumer.futures",
     "ParallelConsumer": "consumer.parallel", "ProcessingFailed": "consumer.parallel",
     "AsyncConsumer": "consumer.aio",
+    "ShareConsumer": "consumer.share", "AcknowledgeType": "coordinator.share_partition",
+    "ShareRecord": "consumer.records", "AcknowledgementRefused": "coordinator.errors",
     "DeliveryFailed": "consumer.futures", "Log": "consumer.log",
     "TopicPartition": "consumer.records", "ConsumerRecord": "consumer.records",
     "RecordMetadata": "consumer.records", "OffsetAndTimestamp": "consumer.records",

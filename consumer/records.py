@@ -222,6 +222,19 @@ class OffsetAndTimestamp(NamedTuple):
     timestamp: int
 
 
+class ShareRecord(NamedTuple):
+    """A record a share consumer was given: a :class:`ConsumerRecord`'s seven values and how
+    many times it has been delivered (1 the first time)."""
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: Optional[bytes]
+    value: bytes
+    headers: Tuple[Tuple[str, bytes], ...] = ()
+    delivery_count: int = 1
+
+
 class OffsetAndMetadata(NamedTuple):
     """A commit as kafka-python writes one. ``commit()`` takes it in place of an offset;
     ``committed(tp, metadata=True)`` returns one. The offset znode holds the offset alone (the

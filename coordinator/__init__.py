@@ -26,6 +26,8 @@ Modules, from the bottom up (each imports only those above it):
 * :mod:`~coordinator.assignors` — assignment strategies as pure functions (range,
   roundrobin, sticky) and the group's vote on one.
 * :mod:`~coordinator.static` — static membership's pure rules (who is held while away).
+* :mod:`~coordinator.share_partition` — a share group's records in flight: acquire,
+  acknowledge, expire, dead letters, as pure functions on a share-partition's state.
 * :mod:`~coordinator.plan` — the pure part of a rebalance: the snapshot, the plan computed
   from it, the reasons to rebalance, the group state each step writes.
 * :mod:`~coordinator.verify` — verification: fingerprints of verified groups, "still as
@@ -53,6 +55,8 @@ Modules, from the bottom up (each imports only those above it):
   placement and terms, the watches of topics and members, the requests it queues.
 * :mod:`~coordinator.rebalance_handlers` — a node's handler threads: take a queued group and
   rebalance it.
+* :mod:`~coordinator.share_decider` — the clock of a node's share groups: locks and delays that
+  end, members that left (judged by this node alone, written fenced).
 * :mod:`~coordinator.groups` — the groups a node leads (its shards'): the follower and the
   handlers wired together.
 * :mod:`~coordinator.coordinator` — the node (and its ``CoordinatorConfig``): the controller
@@ -67,10 +71,10 @@ module map's order within a layer), and ``tests/project/test_layering.py`` reads
 
 * **contract**: ``errors``, ``lifecycle``, ``shards``, ``kafka``, ``config``, ``protocol``,
   ``acl``, ``zktls``, ``zkclient``, ``read``, ``fencing``, ``topics``, ``assignors``, ``static``,
-  ``lagtime``, ``metrics_server``, ``documents``
+  ``share_partition``, ``lagtime``, ``metrics_server``, ``documents``
 * **node**: ``plan``, ``verify``, ``rebalance``, ``mirror``, ``controller``, ``timeline``,
   ``requests``, ``metrics``, ``shard_terms``, ``shard_follower``, ``rebalance_handlers``,
-  ``groups``, ``coordinator``, ``http``, ``console``
+  ``share_decider``, ``groups``, ``coordinator``, ``http``, ``console``
 * **tools**: ``cli``, ``testing``
 
 The contract is **the clients' API**: the client side's library (:mod:`consumer`, but its tools)

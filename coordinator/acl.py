@@ -197,6 +197,9 @@ def writers(policy: protocol.AclPolicy, path: str) -> Dict[str, int]:
         rest = _below(path, spark)
         if rest is not None or path == _parent(spark):
             return {ident: (RWCD if rest else C | D) for ident in group_ids}
+    rest = _below(path, protocol.SHARE_GROUPS)
+    if rest is not None or path == protocol.SHARE_GROUPS:
+        return _share_writers(coord, group_ids, policy.groups.get(rest[0]) if rest else None, rest or [])
     rest = _below(path, protocol.GROUPS)
     if rest is None:
         return {}
@@ -227,6 +230,24 @@ def _group_writers(coord: str, member: Optional[str], group: str, path: str) -> 
         rest = _below(path, base)                  # <base>/<topic>/<partition>
         if rest is not None:
             return {member: C | D} if len(rest) < 2 else {member: RWCD}
+    return {}
+
+
+def _share_writers(coord: str, group_ids, member: Optional[str], rest: List[str]) -> Dict[str, int]:
+    """Within /consumers/share-groups (``rest``: the path below it): members make their group
+    and its znodes and write the share-partitions by compare-and-set; the group's coordinator
+    writes the share-partitions too (locks and delays that end) and may set the settings."""
+    if not rest:                                   # the share groups' root: made by any first member
+        return {coord: C, **{ident: C for ident in group_ids}}
+    mine = {member: RWCD} if member else {}
+    if len(rest) == 1:                             # the group's node: its settings
+        return _union({coord: C | W}, {member: C | W} if member else {})
+    if rest[1] == "members":
+        return _union({member: C | D} if member else {}) if len(rest) == 2 else mine
+    if rest[1] == "partitions":
+        if len(rest) < 4:                          # partitions/, partitions/<topic>
+            return {member: C | D} if member else {}
+        return _union({coord: W}, mine)            # a share-partition's state
     return {}
 
 

@@ -129,6 +129,18 @@ class CommitFailedError(ZkGroupsError):
         self.partitions = frozenset(partitions)
 
 
+class AcknowledgementRefused(ZkGroupsError):
+    """A share consumer's acknowledgement of ``offsets`` of ``partition`` took no effect: their
+    lock had ended (expired, or released by the group's coordinator) before it arrived. The
+    records are or will be delivered again; the partition's other acknowledgements took effect."""
+
+    def __init__(self, partition: Any, offsets: Iterable[int]) -> None:
+        self.partition, self.offsets = partition, sorted(offsets)
+        shown = ", ".join(map(str, self.offsets[:5])) + (", ..." if len(self.offsets) > 5 else "")
+        super().__init__(f"acknowledgement of {len(self.offsets)} record(s) of {partition} refused: "
+                         f"their lock had ended (offsets {shown}); they will be delivered again")
+
+
 class FencedInstanceIdError(ZkGroupsError):
     """Another live process holds this consumer's ``group_instance_id`` (as Kafka's
     FENCED_INSTANCE_ID): fatal for this consumer; close it."""

@@ -9,7 +9,9 @@ the node; :mod:`coordinator.controller` the controller half). It only wires its 
 * :class:`~coordinator.rebalance_handlers.RebalanceHandlers` — the handler threads: take a
   queued group and rebalance it (read → compute → diff → write → wait, :mod:`coordinator.rebalance`);
 * :class:`~coordinator.shard_terms.ShardTerms` — what both sides share, under one lock: the
-  terms, the groups not verified yet, the retries due.
+  terms, the groups not verified yet, the retries due;
+* :class:`~coordinator.share_decider.ShareDecider` — the clock of the share groups of the same
+  shards: locks and delays that end, members that left (its own thread; it reads the terms).
 
 The two sides meet only at the blocking :class:`~coordinator.requests.RebalanceRequests` (the
 follower puts, the handlers take), the shared terms, and the follower's any-thread calls
@@ -24,6 +26,7 @@ from coordinator.rebalance import GroupRebalancer
 from coordinator.rebalance_handlers import RebalanceHandlers
 from coordinator.requests import GroupIndex, RebalanceRequests
 from coordinator.shard_follower import ShardFollower
+from coordinator.share_decider import ShareDecider
 from coordinator.shard_terms import ShardTerms
 from coordinator.timeline import TimelineRecorder
 
@@ -43,16 +46,19 @@ class GroupCoordinator:
         self.follower = ShardFollower(node, self.terms, self.requests, self.rebalancer, self.index)
         self.handlers = RebalanceHandlers(node, self.terms, self.follower, self.requests, self.rebalancer, self.index,
                                           TimelineRecorder(node.client, node.node_id))
+        self.share = ShareDecider(node.client, self.terms, node.metrics)
 
     def start(self) -> "GroupCoordinator":
         self.handlers.start()
         self.follower.start()
+        self.share.start()
         return self
 
     def stop(self) -> None:
         """End every term, stop both sides, and give the shards up now."""
         if not self.follower.stop():
             return
+        self.share.stop()
         self.handlers.stop()
         self.follower.leave()
 

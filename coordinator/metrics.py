@@ -29,6 +29,11 @@ zkgroups_rebalance_requests_queued        gauge                          groups 
 zkgroups_watch_event_handling_seconds     histogram  kind                time the event thread spent on one event
 zkgroups_zookeeper_requests_total         counter    op                  requests sent to ZooKeeper (a transaction is one)
 zkgroups_zookeeper_errors_total           counter    op, error           requests that ended in an error (NoNode included)
+zkgroups_share_records_total              counter    group, event        share-group records this node released or made
+                                                                         available: ``lock_expired``, ``released_member_gone``,
+                                                                         ``delay_ended``
+zkgroups_share_in_flight_records          gauge      group, state        records in the windows of each share group it leads,
+                                                                         by state (``acquired``, ``available``, ...)
 ========================================  =========  ==================  ==========================================
 
 With the console on (:mod:`coordinator.console`), the node's registry also serves, for the
@@ -63,6 +68,9 @@ from coordinator.fencing import Deposed
 from coordinator.rebalance import Abandoned, Superseded
 
 GROUP_STATES = (protocol.EMPTY, protocol.REBALANCING, protocol.STABLE, protocol.FAILED)
+#: The names of a share-partition range's states in metrics (the znode keeps two letters).
+SHARE_STATE_NAMES = {"av": "available", "aq": "acquired", "dl": "delayed", "ok": "accepted", "ar": "archived",
+                     "dq": "dead_letter_pending", "dw": "dead_letter_writing"}
 #: Rebalances take milliseconds to a rebalance timeout (30 s by default).
 REBALANCE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 EVENT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
@@ -94,6 +102,8 @@ class CoordinatorMetrics:
         self.zk_requests = Counter("zkgroups_zookeeper_requests", "Requests sent to ZooKeeper.", ["op"], registry=r)
         self.zk_errors = Counter("zkgroups_zookeeper_errors", "ZooKeeper requests that ended in an error.",
                                  ["op", "error"], registry=r)
+        self.share_records = Counter("zkgroups_share_records", "Records of share groups whose lock or delay "
+                                     "ended, by event.", ["group", "event"], registry=r)
         self._lock = threading.Lock()
         self._groups: Dict[str, Tuple[str, int, int]] = {}   # group -> (state, generation, members)
         self._node = None
@@ -256,5 +266,11 @@ class _NodeCollector:
             members.add_metric([group], n)
             count_failed += s == protocol.FAILED
         failed.add_metric([], count_failed)
+        in_flight = GaugeMetricFamily("zkgroups_share_in_flight_records", "Records in the windows of each share "
+                                      "group this node leads, by state.", labels=["group", "state"])
+        share = node.groups.share.report() if node is not None and node.groups is not None else {}
+        for group, totals in sorted(share.items()):
+            for name, n in sorted(totals.items()):
+                in_flight.add_metric([group, SHARE_STATE_NAMES.get(name, name)], n)
         return [controller, epoch, shard_leader, shard_epoch, shards, state, generation, members, failed, events,
-                queued]
+                queued, in_flight]

@@ -96,7 +96,7 @@ def acl_apply(cli: CliContext, coordinator_identity: Optional[str], groups: Tupl
                             "(their members would be locked out); nothing was changed")
     _write_policy(zk, policy, current)
     zk.acl_policy = policy  # from here on, what this client creates gets the policy's ACLs
-    for path in (protocol.BROKER_TOPICS, protocol.COORDINATOR, protocol.GROUPS):
+    for path in (protocol.BROKER_TOPICS, protocol.COORDINATOR, protocol.GROUPS, protocol.SHARE_GROUPS):
         zk.ensure_path(path)
     changed, refused = 0, []
     for path in acl.znodes(zk):

@@ -15,6 +15,8 @@ Modules:
 * :mod:`~coordinator.protocol.cluster` — topics (Kafka's format), shards, nodes, the
   controller, the ACL policy.
 * :mod:`~coordinator.protocol.spark` — what Spark workers record of their runs.
+* :mod:`~coordinator.protocol.share` — under ``/consumers/share-groups/<group>``: a share
+  group's settings, members and share-partition states.
 
 Layout (documented in docs/concepts/zookeeper-layout.md)::
 
@@ -43,6 +45,11 @@ Layout (documented in docs/concepts/zookeeper-layout.md)::
                                                     ``static`` record keeps static members while away)
     /consumers/groups/<group>/timeline              Timeline: the group's last rebalances (a ring of at most
                                                     TIMELINE_ENTRIES), written by the leader after each one
+    /consumers/share-groups/<group>                 ShareGroupConfig: the share group's settings
+    /consumers/share-groups/<group>/members/<member id>          ephemeral ShareMember
+    /consumers/share-groups/<group>/partitions/<topic>/<partition>  SharePartitionState: the window of
+                                                    records in flight (written by members by compare-and-set,
+                                                    by the group's coordinator fenced by its shard's epoch)
     /zkgroups-spark/stop/<run id>                   created to stop a streaming Spark job
     /consumers/acl                                  AclPolicy: the identities ACLs name (absent: open installation)
     /zkgroups-spark/runs/<run id>/workers/<consumer-id>   ephemeral: a Spark worker of the run is up
@@ -76,5 +83,7 @@ from coordinator.protocol.groups import (PATTERN_STATIC, PATTERN_WHITE_LIST, PAT
 from coordinator.protocol.cluster import (MAX_SHARD_COUNT, MAX_PARTITIONS, MIRROR_MARK, TopicZnode, encode_topic,
                                           encode_mirrored_topic, decode_topic_znode, decode_topic, ShardsInfo,
                                           ShardAssignment, NodeInfo, LeaderInfo, AclPolicy)
+from coordinator.protocol.share import (SHARE_GROUPS, ShareGroupConfig, ShareMember, SharePartitionState,
+                                        share_group_path, share_members_path, share_partitions_path)
 from coordinator.protocol.spark import (MAX_SPARK_ERROR_CHARS, encode_spark_error, decode_spark_error,
                                         SparkProgress, encode_spark_progress, decode_spark_progress)

@@ -65,6 +65,15 @@ def _perms(policy, path):
     # a group nobody is bound to: no member may write there
     (protocol.offsets_path("unbound", "t", 0), {"admin": ALL, "anyone": R}),
     (protocol.state_path("unbound"), {"admin": ALL, "coord": R | W | C | D, "anyone": R}),
+    # share groups: members make their znodes; the coordinator writes share-partitions (locks that end)
+    (protocol.SHARE_GROUPS, {"admin": ALL, "coord": R | C, "alpha": R | C, "beta": R | C, "anyone": R}),
+    (protocol.share_group_path("ga"), {"admin": ALL, "coord": R | W | C, "alpha": R | W | C, "anyone": R}),
+    (protocol.share_members_path("ga"), {"admin": ALL, "alpha": R | C | D, "anyone": R}),
+    (protocol.share_members_path("ga", "m1"), {"admin": ALL, "alpha": R | W | C | D, "anyone": R}),
+    (protocol.share_partitions_path("gb", "t"), {"admin": ALL, "beta": R | C | D, "anyone": R}),
+    (protocol.share_partitions_path("gb", "t", 0), {"admin": ALL, "coord": R | W, "beta": R | W | C | D,
+                                                     "anyone": R}),
+    (protocol.share_partitions_path("unbound", "t", 0), {"admin": ALL, "coord": R | W, "anyone": R}),
 ])
 def test_policy_table(path, expected):
     assert _perms(POLICY, path) == expected
@@ -81,7 +90,8 @@ def test_no_group_writes_outside_its_own_group():
     paths = [protocol.ids_path("gb", "m"), protocol.channel_path("gb", "m"), protocol.command_prefix("gb", "m"),
              protocol.owners_path("gb", "t", 0), protocol.offsets_path("gb", "t", 0), protocol.state_path("gb"),
              protocol.LEADER, protocol.EPOCH, protocol.topic_path("t"), protocol.BROKER_TOPICS, protocol.ACL_POLICY,
-             protocol.shard_path(0), protocol.node_path("n")]
+             protocol.shard_path(0), protocol.node_path("n"), protocol.share_group_path("gb"),
+             protocol.share_members_path("gb", "m"), protocol.share_partitions_path("gb", "t", 0)]
     for path in paths:
         assert _perms(POLICY, path).get("alpha", 0) & ~R == 0, path
 
@@ -429,3 +439,38 @@ def test_parents_made_by_ensure_path_and_makepath_get_their_own_acls(secured):
                                 acl.acl_for(POLICY, protocol.offsets_path("gnew", "t")))
     finally:
         close_client(admin)
+
+
+def test_a_share_group_works_in_a_secured_installation_and_others_cannot_touch_it(secured, data_dir):
+    from consumer import ShareConsumer
+    from coordinator.protocol.share import ShareGroupConfig
+    fill(data_dir, "t", [3, 0, 0, 0])
+    admin = _client(secured, ADMIN)
+    admin.ensure_path(protocol.share_group_path("ga"))
+    admin.set(protocol.share_group_path("ga"),
+              ShareGroupConfig(auto_offset_reset="earliest", lock_duration_ms=1000).encode())
+    node = Coordinator(secured, "n1", protocol_config(zk_auth=COORD)).start()
+    consumers, other = [], None
+    try:
+        wait_for(lambda: node.is_leader, 15, message="the coordinator leads")
+        slow = ShareConsumer("ga", ["t"], zk=secured, data_dir=data_dir, zk_auth=GROUP_A,
+                             share_acknowledgement_mode="explicit")
+        consumers.append(slow)
+        held = []
+        wait_for(lambda: held.extend(slow.poll(50)) or len(held) == 3, 15, message="three records")
+        fast = ShareConsumer("ga", ["t"], zk=secured, data_dir=data_dir, zk_auth=GROUP_A)
+        consumers.append(fast)
+        again = []   # the coordinator (its own identity) ended the lock: it may write the share-partition
+        wait_for(lambda: again.extend(fast.poll(50)) or len(again) == 3, 15, message="redelivered")
+        other = _client(secured, GROUP_B)
+        with pytest.raises(NoAuthError):
+            other.set(protocol.share_partitions_path("ga", "t", 0), b"{}")
+        with pytest.raises(NoAuthError):
+            other.create(protocol.share_members_path("ga", "intruder"), b"{}", ephemeral=True)
+    finally:
+        for c in consumers:
+            c.close()
+        node.close()
+        close_client(admin)
+        if other is not None:
+            close_client(other)

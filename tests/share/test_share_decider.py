@@ -1,0 +1,109 @@
+"""The group coordinator decides a share group's time: locks that end, delays that end, members
+that left — a real ZooKeeper and a real coordinator node; the members in this process or as
+processes (SIGKILL, SIGSTOP past the lock)."""
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+import time
+
+import pytest
+
+from consumer import AcknowledgeType
+from tests.share.conftest import configure, drain, state
+from tests.support.helpers import fill
+
+pytestmark = pytest.mark.zk
+
+
+@pytest.fixture(autouse=True)
+def coordinator(cluster):
+    """One coordinator node: it leads every shard, so it decides the share groups' time."""
+    cluster.node("n1")
+    cluster.leader()
+
+
+def test_a_lock_that_ends_refuses_the_late_acknowledgement_and_redelivers(zk, make, data_dir):
+    fill(data_dir, "t", [3], zk=zk)
+    configure(zk, share_auto_offset_reset="earliest", share_record_lock_duration_ms=1000)
+    slow = make(share_acknowledgement_mode="explicit")
+    got = drain(slow, 3)
+    other = make()
+    again = drain(other, 3, timeout=10)   # after the lock's second, on the coordinator's clock
+    assert sorted((r.offset, r.delivery_count) for r in again) == [(0, 2), (1, 2), (2, 2)]
+    for r in got:
+        slow.acknowledge(r)
+    results = slow.commit_sync()
+    assert results[("t", 0)].offsets == [0, 1, 2]
+    other.commit_sync()
+    assert state(zk).start == 3
+
+
+def test_renew_keeps_a_slow_record_from_redelivery(zk, make, data_dir):
+    fill(data_dir, "t", [1], zk=zk)
+    configure(zk, share_auto_offset_reset="earliest", share_record_lock_duration_ms=1000)
+    slow = make(share_acknowledgement_mode="explicit")
+    (record,) = drain(slow, 1)
+    other = make()
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:   # working for 2.5 lock durations, renewing
+        slow.acknowledge(record, AcknowledgeType.RENEW)
+        slow.commit_sync()
+        assert other.poll(300) == []
+    slow.acknowledge(record)
+    assert slow.commit_sync() == {("t", 0): None}
+
+
+def test_a_release_with_a_delay_is_not_redelivered_before_it(zk, make, data_dir):
+    fill(data_dir, "t", [1], zk=zk)
+    configure(zk, share_auto_offset_reset="earliest")
+    c = make(share_acknowledgement_mode="explicit")
+    (record,) = drain(c, 1)
+    c.acknowledge(record, AcknowledgeType.RELEASE, delay_ms=1500)
+    released = time.monotonic()
+    c.commit_sync()
+    (again,) = drain(c, 1, timeout=10)
+    assert time.monotonic() - released >= 1.5 and again.delivery_count == 2
+
+
+WORKER = textwrap.dedent("""
+    import sys, time
+    from consumer import ShareConsumer
+    c = ShareConsumer("q", ["t"], zk=sys.argv[1], data_dir=sys.argv[2], session_timeout_ms=1000,
+                      share_acknowledgement_mode="explicit")
+    got = []
+    while len(got) < 5:
+        got += c.poll(100)
+    print("held", len(got), flush=True)
+    sys.stdin.readline()   # (killed, or paused and woken up here)
+    for r in got:
+        c.acknowledge(r)
+    refused = c.commit_sync()[("t", 0)]
+    print("refused", refused.offsets if refused else [], flush=True)
+    c.close()
+""")
+
+
+@pytest.mark.parametrize("how", ["sigkill", "sigstop"])
+def test_a_member_killed_or_paused_has_its_records_delivered_to_another(zk, make, data_dir, zk_connect, cluster,
+                                                                         subprocess_env, how):
+    fill(data_dir, "t", [5], zk=zk)
+    configure(zk, share_auto_offset_reset="earliest", share_record_lock_duration_ms=2000)
+    proc = cluster.spawn("-c", WORKER, zk_connect, data_dir, env=subprocess_env)
+    assert proc.stdout.readline().strip() == "held 5"
+    os.kill(proc.pid, signal.SIGKILL if how == "sigkill" else signal.SIGSTOP)
+    killed = time.monotonic()
+    other = make()
+    again = drain(other, 5, timeout=15)
+    took = time.monotonic() - killed
+    assert sorted(r.offset for r in again) == [0, 1, 2, 3, 4] and {r.delivery_count for r in again} == {2}
+    print(f"redelivered {took:.2f} s after the {how} (lock 2 s, session 1 s)")
+    other.commit_sync()
+    if how == "sigstop":   # its late acknowledgement is refused: the records were delivered again
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        line = proc.stdout.readline().strip()
+        assert line == "refused [0, 1, 2, 3, 4]", proc.stderr.read()[-2000:]
+    assert state(zk).start == 5
