@@ -13,6 +13,8 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from coordinator import protocol
 from coordinator.protocol import GroupState, LeaderInfo, Registration
+from coordinator.protocol.share import ACQUIRED
+from coordinator.share_partition import counts as share_counts
 
 
 @dataclass
@@ -163,3 +165,51 @@ def topic_partition_row(partition: int, earliest: int, latest: int, size: Option
     """A row of ``topics describe``: ``bytes`` on the embedded log, ``leader`` on Kafka (else None)."""
     return {"partition": partition, "earliest": earliest, "latest": latest, "records": latest - earliest,
             "bytes": size, "leader": leader}
+
+
+# ---------------------------------------------------------------- share groups
+
+#: The columns of a share group's partitions (those of Kafka's ``kafka-share-groups.sh --describe``, and ours).
+SHARE_PARTITION_COLUMNS = ("topic", "partition", "start_offset", "end_offset", "log_end_offset", "lag",
+                           "in_flight", "acquired", "available", "delayed", "archived_pending", "holders",
+                           "max_deliveries")
+
+
+def share_partition_rows(view, log_ends: Mapping[Tuple[str, int], int]) -> List[dict]:
+    """One row per share-partition of ``view`` (a :class:`coordinator.read.ShareGroupView`):
+    its start (everything below is done), the window's end, the log end and the lag (records not
+    done yet: from the start to the log end, less those done inside the window), what is in flight."""
+    rows = []
+    for (topic, partition), state in sorted(view.partitions.items()):
+        c = share_counts(state)
+        done = c.get("ok", 0) + c.get("ar", 0)
+        end = log_ends.get((topic, partition))
+        holders = sorted({holder for holder, _ in state.held.values()})
+        rows.append({"topic": topic, "partition": partition, "start_offset": state.start,
+                     "end_offset": state.end, "log_end_offset": end,
+                     "lag": None if end is None else max(0, end - state.start - done),
+                     "in_flight": state.end - state.start - done, "acquired": c.get("aq", 0),
+                     "available": c.get("av", 0), "delayed": c.get("dl", 0),
+                     "archived_pending": c.get("dq", 0) + c.get("dw", 0), "holders": holders,
+                     "max_deliveries": max((r[3] for r in state.ranges), default=0)})
+    return rows
+
+
+def share_member_rows(view) -> List[dict]:
+    """One row per member of ``view``: its id, host, client id, topics or pattern, records held."""
+    held: Dict[str, int] = {}
+    for state in view.partitions.values():
+        for first, last, s, _, token, _ in state.ranges:
+            if s == ACQUIRED:
+                holder = state.held[token][0]
+                held[holder] = held.get(holder, 0) + last - first + 1
+    return [{"member_id": m, "host": info.host, "client_id": info.client_id,
+             "subscription": info.pattern or ",".join(info.topics), "records_held": held.get(m, 0)}
+            for m, info in sorted(view.members.items())]
+
+
+def share_group_document(view, log_ends: Mapping[Tuple[str, int], int]) -> dict:
+    """A share group as ``groupctl share-groups describe --output json`` and the console's API give it."""
+    return {"group": view.name, "type": "share", "settings": view.config.settings(),
+            "members": share_member_rows(view), "partitions": share_partition_rows(view, log_ends),
+            "problems": dict(sorted(view.problems.items()))}

@@ -158,3 +158,68 @@ def all_verified(zk) -> bool:
     start or a failover: the coordinators have caught up)."""
     leaders = shard_leaders(zk)
     return bool(leaders) and all(node and verified for node, _, verified in leaders.values())
+
+
+# ---------------------------------------------------------------- share groups
+
+def share_groups(zk) -> List[str]:
+    return children(zk, protocol.SHARE_GROUPS)
+
+
+class ShareGroupView:
+    """What is in ZooKeeper of one share group: its settings, its members, each share-partition's
+    state (``problems``: {path: what is wrong} of the znodes that could not be read)."""
+
+    def __init__(self, name: str, config, members: Dict[str, "protocol.ShareMember"],
+                 partitions: Dict[Tuple[str, int], "protocol.SharePartitionState"], problems: Dict[str, str]):
+        self.name, self.config, self.members, self.partitions, self.problems = \
+            name, config, members, partitions, problems
+
+
+def share_group(zk, group: str) -> Optional[ShareGroupView]:
+    """The share group ``group`` (None if it does not exist). Reads pipelined; a corrupt
+    znode is reported in ``problems`` and leaves the rest readable."""
+    path = protocol.share_group_path(group)
+    try:
+        raw = zk.get(path)[0]
+    except NoNodeError:
+        return None
+    problems: Dict[str, str] = {}
+    config = _decoded(protocol.ShareGroupConfig.decode, raw, path, problems) or protocol.ShareGroupConfig()
+    ids = children(zk, protocol.share_members_path(group))
+    member_reads = [(m, zk.get_async(protocol.share_members_path(group, m))) for m in ids]
+    base = protocol.share_partitions_path(group)
+    topic_reads = [(t, zk.get_children_async(f"{base}/{t}")) for t in children(zk, base)]
+    state_reads = []
+    for topic, answer in topic_reads:
+        try:
+            parts = sorted(int(p) for p in answer.get() if p.isdigit())
+        except NoNodeError:
+            continue
+        state_reads += [((topic, p), zk.get_async(protocol.share_partitions_path(group, topic, p))) for p in parts]
+    members = _gathered(member_reads, lambda m: protocol.share_members_path(group, m),
+                        protocol.ShareMember.decode, problems)
+    states = _gathered(state_reads, lambda tp: protocol.share_partitions_path(group, *tp),
+                       protocol.SharePartitionState.decode, problems)
+    return ShareGroupView(group, config, members, states, problems)
+
+
+def _decoded(decode, raw: bytes, path: str, problems: Dict[str, str]):
+    try:
+        return decode(raw, path)
+    except CorruptZnode as e:
+        problems[path] = e.problem
+        return None
+
+
+def _gathered(reads, path_of, decode, problems: Dict[str, str]) -> dict:
+    out = {}
+    for key, answer in reads:
+        try:
+            raw = answer.get()[0]
+        except NoNodeError:
+            continue
+        value = _decoded(decode, raw, path_of(key), problems)
+        if value is not None:
+            out[key] = value
+    return out

@@ -89,3 +89,18 @@ def test_acknowledge_in_implicit_mode_and_bad_arguments_are_one_line(zk, make, d
         make(share_acknowledgement_mode="sometimes")
     with pytest.raises(InvalidConfig):
         make(max_poll_records=0)
+
+
+def test_the_read_view_shows_members_partitions_and_what_is_in_flight(zk, make, data_dir):
+    from coordinator import read
+    from coordinator.documents import share_group_document
+    fill(data_dir, "t", [4], zk=zk)
+    configure(zk, share_auto_offset_reset="earliest")
+    c = make(share_acknowledgement_mode="explicit", max_poll_records=3)
+    drain(c, 3)
+    doc = share_group_document(read.share_group(zk, "q"), {("t", 0): 4})
+    (member,) = doc["members"]
+    assert member["member_id"] == c.member_id and member["records_held"] == 3
+    (row,) = doc["partitions"]
+    assert (row["start_offset"], row["end_offset"], row["lag"], row["acquired"]) == (0, 3, 4, 3)
+    assert read.share_group(zk, "nope") is None
