@@ -12,6 +12,7 @@ checks the order):
 * :mod:`~consumer.log` — the embedded, durable, partitioned log (the default data plane).
 * :mod:`~consumer.partition_buffer` — one partition's positions and buffered records in a
   fetcher.
+* :mod:`~consumer.fetch_buffers` — a fetcher's partitions, buffers and fair round-robin, under one lock.
 * :mod:`~consumer.fetcher` — prefetching and fair ``max_poll_records`` hand-out.
 * :mod:`~consumer.dataplane` — where records live, behind one interface: the embedded log or Kafka.
 * :mod:`~consumer.commands` — which channel commands a member applies (pure).

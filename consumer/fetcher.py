@@ -46,7 +46,8 @@ Implements seed 004 (KIP-41, ``max.poll.records``):
 Thread-safety and guarantees
 ----------------------------
 All state is guarded by one lock (with two condition variables: one the prefetch thread waits
-on, one ``poll()`` waits on). The log is read *outside* the lock. Every partition state (a
+on, one ``poll()`` waits on), :class:`~consumer.fetch_buffers.FetchBuffers`' with the partitions
+it guards. The log is read *outside* the lock. Every partition state (a
 :class:`~consumer.partition_buffer.PartitionBuffer`, which also holds its buffered records) carries
 an epoch that is bumped by ``seek``/``assign`` and the state object is dropped by ``revoke``
 (each of them also changes ``Fetcher.generation``, the consumer's iterator's cue);
@@ -90,10 +91,10 @@ import enum
 import logging
 import threading
 import time
-from typing import Callable, Dict, Iterable, List, Optional, Set
+from typing import Callable, Dict, Iterable, List, Optional
 
+from consumer.fetch_buffers import FetchBuffers
 from consumer.log.batch import Columns
-from consumer.partition_buffer import PartitionBuffer, rest_of
 from consumer.records import ConsumerRecord, TopicPartition
 from coordinator.errors import IllegalStateError, InvalidConfig, OffsetOutOfRange
 from coordinator.lifecycle import Lifecycle
@@ -122,8 +123,14 @@ class FetcherState(enum.Enum):
 _CLOSED = FetcherState.CLOSED  # read on every poll(): one global, no enum class attribute
 
 
-class Fetcher(Lifecycle[FetcherState]):
+class Fetcher(FetchBuffers, Lifecycle[FetcherState]):
     """Prefetches records from a ``Log`` and hands them out fairly, ``max_records`` at a time.
+
+    The partitions, their buffers and the fair round-robin over them are
+    :class:`~consumer.fetch_buffers.FetchBuffers`' (``assign``, ``revoke``, ``seek``,
+    ``pause``, ``resume``, ``give_back``, the positions); this class adds the reads (the
+    prefetch thread's and a starved ``poll()``'s, one at a time: the read slot), the waits of
+    ``poll()`` and the lifecycle.
 
     States (:class:`FetcherState`), changed through ``_set_state``::
 
@@ -146,8 +153,6 @@ class Fetcher(Lifecycle[FetcherState]):
         FetcherState.CLOSED: set(),
     }
 
-    #: The per-partition state (a data plane's fetcher may buffer its own form of records).
-    _partition_type = PartitionBuffer
     #: Whether ``start()`` starts the prefetch thread. A data plane whose client prefetches in
     #: threads of its own (librdkafka) needs none: ``poll()`` reads what the client holds.
     _reads_ahead = True
@@ -164,7 +169,8 @@ class Fetcher(Lifecycle[FetcherState]):
                 raise InvalidConfig(f"{name} must be a positive integer, not {value!r}")
         if fetch_max_wait_ms < 0:
             raise InvalidConfig(f"fetch_max_wait_ms must be >= 0, not {fetch_max_wait_ms!r}")
-        super().__init__(FetcherState.NEW)
+        Lifecycle.__init__(self, FetcherState.NEW)
+        FetchBuffers.__init__(self)
         self._log = log
         self.max_poll_records = max_poll_records
         # One log call reads one partition, so both byte limits bound the same call.
@@ -173,16 +179,6 @@ class Fetcher(Lifecycle[FetcherState]):
         self._idle_wait = max(fetch_max_wait_ms, MIN_IDLE_WAIT_MS) / 1000.0  # never spin
         self._on_error = on_error
 
-        self._lock = threading.Lock()
-        self._fetch_cv = threading.Condition(self._lock)  # the prefetch thread waits here
-        self._data_cv = threading.Condition(self._lock)   # poll() waits here
-        self._parts: Dict[TopicPartition, PartitionBuffer] = {}
-        self._order: List[TopicPartition] = []  # assignment order, for both rotations
-        self._poll_next = 0                     # index in _order where the next poll starts
-        self._fetch_next = 0                    # index in _order where the next fetch looks
-        #: Changes whenever a partition is assigned, revoked or repositioned (the partitions'
-        #: epochs come from it; the consumer's iterator reads it without the lock: an int).
-        self.generation = 0
         self._busy = False                      # one read in flight at a time (thread or poll)
         # Who waits on the conditions: hot paths notify only when someone does.
         self._thread_waiting = False
@@ -193,11 +189,6 @@ class Fetcher(Lifecycle[FetcherState]):
         self._away_s = float("inf")
         self._returned_at: Optional[float] = None
         self._wakeup = False
-        self._columns = False                   # buffers hold Columns (poll_columns), not records
-        # False only once a drain found nothing buffered for unpaused partitions; set again
-        # whenever records arrive or partitions resume. While it is False, poll() and the
-        # prefetch thread know without a walk of the assignment that nothing is buffered.
-        self._drainable = False
         self._thread: Optional[threading.Thread] = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -231,70 +222,7 @@ class Fetcher(Lifecycle[FetcherState]):
     def __exit__(self, *exc):
         self.close()
 
-    # ------------------------------------------------------------------ assignment
-
-    def assign(self, positions: Dict[TopicPartition, int], paused: bool = False) -> None:
-        """Add partitions with their fetch positions. An already assigned partition is
-        re-positioned as by ``seek`` (its pause state is kept). With ``paused=True`` new
-        partitions start paused, atomically (no poll() can return their records in between,
-        as it could between ``assign`` and a separate ``pause``)."""
-        with self._lock:
-            self._check_open()
-            for tp, offset in positions.items():
-                tp = TopicPartition(*tp)
-                self.generation += 1
-                st = self._parts.get(tp)
-                if st is None:
-                    st = self._parts[tp] = self._partition_type(tp, int(offset), self.generation)
-                    st.paused = paused
-                    self._order.append(tp)
-                else:
-                    st.reset(int(offset), self.generation)
-            self._fetch_cv.notify_all()
-
-    def revoke(self, tps: Iterable[TopicPartition]) -> None:
-        """Stop fetching ``tps`` and drop their buffers. Unknown partitions are ignored."""
-        with self._lock:
-            for tp in map(TopicPartition._make, tps):
-                if self._parts.pop(tp, None) is not None:
-                    self.generation += 1
-                    i = self._order.index(tp)
-                    del self._order[i]
-                    if i < self._poll_next:
-                        self._poll_next -= 1
-                    if i < self._fetch_next:
-                        self._fetch_next -= 1
-            n = len(self._order)
-            if self._poll_next >= n:
-                self._poll_next = 0
-            if self._fetch_next >= n:
-                self._fetch_next = 0
-            self._fetch_cv.notify_all()  # buffer space may have been freed
-
-    def assigned(self) -> Set[TopicPartition]:
-        with self._lock:
-            return set(self._parts)
-
-
-    def seek(self, tp: TopicPartition, offset: int) -> None:
-        """Drop ``tp``'s buffer and fetch from ``offset`` next; clears a reported error."""
-        with self._lock:
-            st = self._assigned_partition(tp)
-            self.generation += 1
-            st.reset(int(offset), self.generation)
-            self._fetch_cv.notify_all()
-
-    def position(self, tp: TopicPartition) -> int:
-        """Offset of the next record ``poll()`` would return for ``tp``."""
-        with self._lock:
-            return self._assigned_partition(tp).position
-
-    def highwater(self, tp: TopicPartition) -> Optional[int]:
-        """The partition's latest offset (next to be written) as last seen, without I/O: exact
-        after a read that reached the end, otherwise at least the offset after the last record
-        read. None before the first read. ``end_offsets`` asks the log."""
-        with self._lock:
-            return self._assigned_partition(tp).highwater
+    # ------------------------------------------------------------------ the log's ends
 
     def end_offsets(self, tps: Iterable[TopicPartition]) -> Dict[TopicPartition, int]:
         """Latest offsets asked of the log now (also refreshes ``highwater``)."""
@@ -306,46 +234,6 @@ class Fetcher(Lifecycle[FetcherState]):
                 if st is not None and (st.highwater is None or latest > st.highwater):
                     st.highwater = latest
         return out
-
-    def buffered(self, tp: Optional[TopicPartition] = None) -> int:
-        """Records retained (fetched, not yet returned): for ``tp``, or for all partitions."""
-        with self._lock:
-            if tp is not None:
-                st = self._parts.get(TopicPartition(*tp))
-                return st.count if st is not None else 0
-            return sum(st.count for st in self._parts.values())
-
-    def holding(self) -> Set[TopicPartition]:
-        """The partitions with records retained (fetched, not yet returned)."""
-        with self._lock:
-            return {tp for tp, st in self._parts.items() if st.count}
-
-    # ------------------------------------------------------------------ pause / resume
-
-    def pause(self, tps: Iterable[TopicPartition]) -> None:
-        """Neither fetch nor return ``tps``; their buffers are kept. Partitions that are not
-        assigned are ignored (a revoke may race with the caller; the consumer API checks its
-        own assignment). Pause state ends with ``revoke``."""
-        with self._lock:
-            for st in filter(None, map(self._parts.get, map(TopicPartition._make, tps))):
-                st.paused = True
-            self._fetch_cv.notify_all()  # paused buffers stop counting towards the bound
-
-    def resume(self, tps: Iterable[TopicPartition]) -> None:
-        """Fetch and return ``tps`` again, starting with their kept buffers. Partitions that
-        are not assigned are ignored."""
-        with self._lock:
-            for tp in tps:
-                st = self._parts.get(TopicPartition(*tp))
-                if st is not None:
-                    st.paused = False
-            self._drainable = True
-            self._fetch_cv.notify_all()
-            self._data_cv.notify_all()
-
-    def paused(self) -> Set[TopicPartition]:
-        with self._lock:
-            return {tp for tp, st in self._parts.items() if st.paused}
 
     # ------------------------------------------------------------------ poll
 
@@ -449,78 +337,6 @@ class Fetcher(Lifecycle[FetcherState]):
             self._returned_at = time.monotonic()
             lock.release()
 
-    def give_back(self, taken: Dict[TopicPartition, list]) -> None:
-        """Undo a ``poll()`` or ``poll_columns()`` whose records the caller could not hand out:
-        put them back in front of their partitions' buffers and move the positions back.
-        Partitions revoked, seeked or polled again since are left alone (their records are
-        dropped)."""
-        with self._lock:
-            for tp, items in taken.items():
-                st = self._parts.get(tp)
-                if st is None or not items:
-                    continue
-                columns = isinstance(items[0], Columns)
-                if columns != self._columns:
-                    continue  # the buffers changed form since: these were read again
-                first, end = (items[0].base, items[-1].end) if columns else (items[0].offset, items[-1].offset + 1)
-                if st.position != end:
-                    continue
-                if st.idx:  # the head chunk was partly taken: keep only its untaken part
-                    st.chunks[0] = rest_of(st.chunks[0], st.idx)
-                    st.idx = 0
-                st.chunks.extendleft(reversed(items) if columns else (st.chunk_of(items),))
-                st.count += end - first
-                st.position = first
-                self._drainable = True
-            self._data_cv.notify_all()
-
-    def _switch_form(self, columns: bool) -> None:
-        """Under the lock: buffer Columns (or records) from now on. What is buffered in the
-        other form is dropped and read again from the positions (as a ``seek`` to each
-        position; a read in flight is discarded)."""
-        self._columns = columns
-        for st in self._parts.values():
-            self.generation += 1
-            st.refetch(self.generation)
-        self._fetch_cv.notify_all()
-
-    def _rotation(self, start: int):
-        """(index, state) of every assigned partition, from ``start`` round to ``start - 1``."""
-        order, parts = self._order, self._parts
-        size = len(order)
-        for k in range(size):
-            i = start + k
-            if i >= size:
-                i -= size
-            yield i, parts[order[i]]
-
-    def _drain(self, n: int, columns: bool, drained: List[tuple]) -> dict:
-        """Greedy round-robin (under the lock): start at the rotating partition, take as much
-        as possible from each until ``n`` are taken; the next poll starts after the partition
-        where this one stopped. A parked partition whose last buffered record is taken goes
-        to ``drained``: its error is reported now (see Errors)."""
-        size = len(self._order)
-        result = {}
-        if not size or not self._drainable:
-            return result
-        start = i = self._poll_next
-        for i, st in self._rotation(start):
-            if st.count and not st.paused:
-                before = st.count
-                result[st.tp] = st.take_columns(n) if columns else st.take(n)
-                n -= before - st.count
-                if not st.count and st.unreported is not None:
-                    drained.append((st.tp, st.unreported, st.error))
-                    st.unreported = None
-                if not n:
-                    break
-        else:
-            i = start  # went all the way round (all drained): rotate the start by one
-            self._drainable = False
-        if result:
-            self._poll_next = i + 1 if i + 1 < size else 0
-        return result
-
     # ------------------------------------------------------------------ fetching
 
     def _run(self) -> None:
@@ -586,9 +402,6 @@ class Fetcher(Lifecycle[FetcherState]):
             wait = max(wait, self._idle_wait / IDLE_SWEEPS)
         return None, wait
 
-    def _current(self, st: PartitionBuffer, epoch: int) -> bool:
-        return self._parts.get(st.tp) is st and st.epoch == epoch
-
     def _fetch(self, job, wait: Optional[float] = None) -> None:
         """Read one chunk outside the lock (holding the read slot), then apply it under the
         lock, or discard it if its partition was revoked, re-assigned or seeked meanwhile.
@@ -640,24 +453,6 @@ class Fetcher(Lifecycle[FetcherState]):
                 return
         self._report(tp, offset, exc)
 
-    def _park(self, st: PartitionBuffer, offset: int, exc: BaseException) -> bool:
-        """Under the lock: a fetch of ``st`` at ``offset`` failed. It is not fetched again until
-        seek/assign; True if the error is to be reported now, False if records read before it
-        are still buffered (the poll() that hands out the last of them reports it)."""
-        st.error = exc
-        if isinstance(exc, OffsetOutOfRange):
-            st.highwater = exc.latest
-        if st.count:
-            st.unreported = offset
-            return False
-        return True
-
-    def _keep(self, st: PartitionBuffer, chunks: list, count: int) -> None:
-        """Under the lock: buffer the ``count`` records a read of ``st`` brought (in ``chunks``)."""
-        st.chunks.extend(chunks)
-        st.count += count
-        self._drainable = True
-
     def _release_slot(self) -> None:
         # The prefetch thread is not woken here: after its own read it loops anyway, and after
         # a poll()'s read that poll drains the result and wakes the thread when it returns.
@@ -686,11 +481,6 @@ class Fetcher(Lifecycle[FetcherState]):
     # ------------------------------------------------------------------ helpers
 
     def _check_open(self) -> None:
+        """Under the lock: IllegalStateError once closed (before partitions are added)."""
         if self._state is _CLOSED:
             raise IllegalStateError("fetcher is closed")
-
-    def _assigned_partition(self, tp: TopicPartition) -> PartitionBuffer:
-        st = self._parts.get(TopicPartition(*tp))
-        if st is None:
-            raise IllegalStateError(f"partition {TopicPartition(*tp)} is not assigned")
-        return st
