@@ -48,6 +48,7 @@ checks the order):
 * :mod:`~consumer.aio` — the ``AsyncConsumer``: the consumer for asyncio, its calls awaited.
 * :mod:`~consumer.share_exchange` — a share member's one write per partition: acknowledgements,
   acquisition and dead letters in one compare-and-set.
+* :mod:`~consumer.share_buffer` — what a share member acquired and has not handed out yet.
 * :mod:`~consumer.share` — the ``ShareConsumer``: a member of a share group (a queue: records
   locked one by one, acknowledged, redelivered, dead-lettered).
 * :mod:`~consumer.spark` — consumer groups inside Spark ``foreachPartition`` workers.

@@ -62,6 +62,7 @@ from coordinator.zktls import parse_tls
 from consumer.dataplane import DataPlane, open_data_plane, topic_partitions
 from consumer.hand_out import WakeupException
 from consumer.records import ShareRecord, TopicPartition
+from consumer.share_buffer import Prefetched
 from consumer.share_exchange import Ack, Outcome, ShareExchange, member_gone
 
 log = logging.getLogger("zkgroups.share")
@@ -69,8 +70,8 @@ log = logging.getLogger("zkgroups.share")
 MODES = ("implicit", "explicit")
 #: An idle poll looks again after this, doubling up to the max (records released elsewhere, new records).
 IDLE_WAIT_S, IDLE_WAIT_MAX_S = 0.02, 0.2
-#: The partitions of a pattern's (or a growing topic's) are looked up again this often.
-REFRESH_S = 5.0
+#: The partitions of a pattern's (or a growing topic's), and the group's member count, are looked up again this often.
+REFRESH_S = 2.0
 
 #: (record or (topic, partition, offset), result) — what an acknowledgement commit callback gets per partition.
 AckCallback = Callable[[Dict[TopicPartition, List[int]], Optional[Exception]], None]
@@ -117,6 +118,9 @@ class ShareConsumer(Lifecycle[ShareConsumerState]):
         self._refused: Dict[TopicPartition, List[int]] = {}
         self._acknowledged: set = set()                            # partitions acknowledged since the last commit
         self._partitions: List[TopicPartition] = []
+        self._buffer = Prefetched()                                # acquired, not handed out yet
+        self._pending_since = 0.0                                  # when the oldest unsent acknowledgement was made
+        self._members = 1                                          # the group's members, as last counted
         self._refreshed = 0.0
         self._turn = random.randrange(1 << 16)  # members start at different partitions
         self._wakeup = threading.Event()
@@ -175,7 +179,14 @@ class ShareConsumer(Lifecycle[ShareConsumerState]):
         else:
             counts = topic_partitions(self._plane, self._client, self.topics)
         self._partitions = [TopicPartition(t, p) for t in sorted(counts) for p in range(counts[t])]
+        self._members = max(1, len(self._client.get_children(share_members_path(self.group_id))))
         self._refreshed = time.monotonic()
+
+    def _fair_share(self) -> int:
+        """The most records this member takes at once: its share of the records the group may
+        have in flight (each partition's lock limit), so that when members far outnumber what
+        may be in flight, every member still gets some (32 members, 4 partitions: 250 each)."""
+        return max(1, self._group_config.max_record_locks * len(self._partitions) // self._members)
 
     # ------------------------------------------------------------ the API
 
@@ -193,7 +204,11 @@ class ShareConsumer(Lifecycle[ShareConsumerState]):
                 self._register()
             if time.monotonic() - self._refreshed > REFRESH_S:
                 self._refresh_partitions()
-            records = self._round(want)
+            lock_ms = self._group_config.lock_duration_ms
+            self._buffer.drop_stale(lock_ms)
+            if not self._buffer or (self._pending and time.monotonic() - self._pending_since > lock_ms / 4000):
+                self._round(self._buffer.acquisition_size(self.max_poll_records, self._fair_share()))
+            records = self._buffer.take(want, self._handed, lock_ms)
             left = deadline - time.monotonic()
             if records or left <= 0:
                 return records
@@ -220,6 +235,7 @@ class ShareConsumer(Lifecycle[ShareConsumerState]):
             raise IllegalStateError(f"record {tp}@{record.offset} is not held by this consumer "
                                     f"(acknowledged already, or not delivered to it)")
         self._pending.setdefault(tp, {})[record.offset] = (type, delay_ms)
+        self._pending_since = self._pending_since or time.monotonic()
         if type is AcknowledgeType.RENEW:
             self._renewed.setdefault(tp, set()).add(record.offset)
 
@@ -258,6 +274,7 @@ class ShareConsumer(Lifecycle[ShareConsumerState]):
             return
         try:
             self._close_previous_poll(committing=True, closing=True)
+            self._buffer.give_back_all()
             self._flush()
         except Exception as e:  # ZooKeeper away: the coordinator releases our records when our member znode goes
             log.warning("share group %s: acknowledgements not sent at close (%s)", self.group_id, e)
@@ -291,6 +308,8 @@ class ShareConsumer(Lifecycle[ShareConsumerState]):
             missing = [o for o in offsets if o not in pending and o not in renewed]
             if not missing:
                 continue
+            if not self._pending_since:
+                self._pending_since = time.monotonic()
             if not self.explicit:
                 pending.update((o, (AcknowledgeType.ACCEPT, 0)) for o in missing)
             elif closing:
@@ -315,32 +334,38 @@ class ShareConsumer(Lifecycle[ShareConsumerState]):
                 acks.append((offset, offset, kind, delay))
         return out
 
-    def _round(self, want: int) -> List[ShareRecord]:
-        """One pass over the partitions: each with acknowledgements to send, or while records are
-        still wanted, gets one write (acknowledgements and acquisition together)."""
-        records: List[ShareRecord] = []
+    def _round(self, want: int) -> None:
+        """One pass over the partitions: each with acknowledgements or undelivered records to
+        send, or while records are still wanted, gets one write (all of it together); what is
+        acquired goes to the buffer."""
         n = len(self._partitions)
+        if not n:
+            return
         self._turn += 1
         order = [self._partitions[(self._turn + i) % n] for i in range(n)]
         for tp in sorted(order, key=lambda p: p not in self._pending):   # acknowledgements first
-            wanted = want - len(records)
-            if wanted <= 0 and tp not in self._pending:
+            wanted = want - self._buffer.size
+            if wanted <= 0 and tp not in self._pending and not self._buffer.undelivered.get(tp):
                 continue
-            outcome = self._exchange.exchange(tp, self._acks_of(tp), max(0, wanted))
-            if outcome.written:
-                self._acknowledgements_sent(tp, outcome)
-                records += self._hand_out(tp, outcome)
-        return records
+            self._write(tp, max(0, wanted))
 
     def _flush(self) -> None:
-        """Send every pending acknowledgement (no acquisition)."""
-        for tp in list(self._pending):
-            outcome = self._exchange.exchange(tp, self._acks_of(tp), 0)
-            if outcome.written:
-                self._acknowledgements_sent(tp, outcome)
+        """Send every pending acknowledgement and undelivered record (no acquisition)."""
+        for tp in set(self._pending) | set(self._buffer.undelivered):
+            self._write(tp, 0)
+
+    def _write(self, tp: TopicPartition, want: int) -> None:
+        started = time.monotonic()
+        outcome = self._exchange.exchange(tp, self._acks_of(tp), want, self._buffer.undelivered.get(tp, ()))
+        if outcome.written:
+            self._buffer.undelivered.pop(tp, None)
+            self._acknowledgements_sent(tp, outcome)
+            self._buffer.add(tp, outcome.token, started, outcome.records)
 
     def _acknowledgements_sent(self, tp: TopicPartition, outcome: Outcome) -> None:
         pending = self._pending.pop(tp, {})
+        if not self._pending:
+            self._pending_since = 0.0
         handed, renewed = self._handed.get(tp, {}), self._renewed.get(tp, set())
         for offset, (kind, _) in pending.items():
             if kind is AcknowledgeType.RENEW:
@@ -360,13 +385,6 @@ class ShareConsumer(Lifecycle[ShareConsumerState]):
         if self.callback is not None and pending:
             error = AcknowledgementRefused(tp, refused) if refused else None
             self.callback({tp: sorted(o for o in pending if pending[o][0] is not AcknowledgeType.RENEW)}, error)
-
-    def _hand_out(self, tp: TopicPartition, outcome: Outcome) -> List[ShareRecord]:
-        if outcome.records:
-            handed = self._handed.setdefault(tp, {})
-            for record in outcome.records:
-                handed[record.offset] = outcome.token
-        return outcome.records
 
 
 def _subscription(topics, pattern) -> Tuple[List[str], Optional[str]]:

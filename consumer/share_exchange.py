@@ -67,21 +67,30 @@ class ShareExchange:
         self.writes = 0          # znode writes made (the cost the docs give per 1,000 records)
         self.conflicts = 0       # writes that lost the race and were made again
         self._missing_said: Set[str] = set()   # dead-letter topics said to be missing
+        # The state this member wrote last, per partition, at the version its write made: the
+        # next write starts from it without a read (if someone wrote since, that write fails
+        # on the version, and the state is read).
+        self._written: Dict[TopicPartition, Tuple[SharePartitionState, int]] = {}
 
-    def exchange(self, tp: TopicPartition, acks: Dict[int, List[Ack]], want: int) -> Outcome:
-        """Apply ``acks`` ({token: acks}), acquire up to ``want`` records and claim pending dead
+    def exchange(self, tp: TopicPartition, acks: Dict[int, List[Ack]], want: int,
+                 undelivered: Sequence[Tuple[int, int, int]] = ()) -> Outcome:
+        """Apply ``acks`` ({token: acks}), give back ``undelivered`` ((token, first, last) never
+        handed to the application), acquire up to ``want`` records and claim pending dead
         letters, in one write. ``written`` False: the state could not be written (too many
         races, or ZooKeeper away); nothing of it took effect."""
         path = share_partitions_path(self.group, tp.topic, tp.partition)
         fresh: List[ShareRecord] = []
         for _ in range(CAS_TRIES):
-            state, version = self._read(tp, path)
+            cached = self._written.pop(tp, None)
+            state, version = (rules.copy(cached[0]), cached[1]) if cached else self._read(tp, path)
             if state is None:
                 continue
             config = self.config()
             outcome = Outcome()
             for token, token_acks in acks.items():
                 outcome.refused += rules.acknowledge(state, self.member_id, token, token_acks, config)
+            for token, first, last in undelivered:
+                rules.release_undelivered(state, self.member_id, token, first, last)
             if want > 0:
                 fresh = self._fresh(tp, state, fresh, min(want, rules.room(state, config)))
                 outcome.token, taken = rules.acquire(state, self.member_id, want, [r.offset for r in fresh], config)
@@ -91,12 +100,14 @@ class ShareExchange:
                 end = self._letters_end(tp, config)
                 if end is not None:
                     outcome.letters = rules.claim_dead_letters(state, self.member_id, DEAD_LETTER_BATCH, end)
-            if not (acks or taken or outcome.letters[1]):
+            if not (acks or undelivered or taken or outcome.letters[1]):
                 outcome.written = True
                 return outcome
-            if not self._set(path, state.encode(), version):
+            new_version = self._set(path, state.encode(), version)
+            if new_version is None:
                 self.conflicts += 1
                 continue
+            self._written[tp] = (state, new_version)
             self.writes += 1
             outcome.written = True
             outcome.records = self._records(tp, taken, fresh)
@@ -104,21 +115,21 @@ class ShareExchange:
             return outcome
         return Outcome()
 
-    def _set(self, path: str, data: bytes, version: int) -> bool:
-        """Write ``data`` at ``version``: True if written, False if another write came first. A
-        write whose answer was lost (the connection dropped) is ours if the znode holds it now."""
+    def _set(self, path: str, data: bytes, version: int) -> Optional[int]:
+        """Write ``data`` at ``version``: the version it made, or None if another write came
+        first. A write whose answer was lost (the connection dropped) is ours if the znode holds
+        it now."""
         try:
-            self.client.set(path, data, version=version)
-            return True
+            return self.client.set(path, data, version=version).version
         except (BadVersionError, NoNodeError):
-            return False
+            return None
         except (ConnectionLoss, OperationTimeoutError, SessionExpiredError):
             self._wait_connected()
             try:
                 raw, stat = self.client.get(path)
             except NoNodeError:
-                return False
-            return raw == data and stat.version == version + 1
+                return None
+            return stat.version if raw == data and stat.version == version + 1 else None
 
     def _wait_connected(self) -> None:
         """Wait (bounded) for the connection to come back; ZooKeeperUnavailable past the bound."""
@@ -244,13 +255,16 @@ class ShareExchange:
 
     def _mark_written(self, tp: TopicPartition, token: int) -> bool:
         path = share_partitions_path(self.group, tp.topic, tp.partition)
+        self._written.pop(tp, None)
         for _ in range(CAS_TRIES):
             state, version = self._read(tp, path)
             if state is None:
                 continue
             if not rules.dead_letters_written(state, self.member_id, token):
                 return False   # the claim expired: its next writer finds these letters and skips them
-            if self._set(path, state.encode(), version):
+            new_version = self._set(path, state.encode(), version)
+            if new_version is not None:
+                self._written[tp] = (state, new_version)
                 self.writes += 1
                 return True
             self.conflicts += 1

@@ -34,6 +34,7 @@ from typing import Dict, List, Optional, Tuple
 
 from kazoo.exceptions import KazooException, NoNodeError
 
+from coordinator import read
 from coordinator import share_partition as rules
 from coordinator.errors import CorruptZnode
 from coordinator.fencing import Deposed, fenced, fenced_commit
@@ -95,7 +96,7 @@ class ShareDecider(Lifecycle[DeciderState]):
                 self._tick()
                 wait = self.tick_s
             except (KazooException, TransactionFailed) as e:
-                log.warning("share groups: a tick failed (%s); looking again in %.0f s", e, ERROR_WAIT_S)
+                log.warning("share groups: a tick failed (%s); looking again in %.0f s", repr(e), ERROR_WAIT_S)
                 wait = ERROR_WAIT_S
             except Exception:  # a bug must not stop the clocks of every group
                 log.exception("share groups: a tick failed")
@@ -146,7 +147,7 @@ class ShareDecider(Lifecycle[DeciderState]):
                 states.append((tp, SharePartitionState.decode(raw, share_partitions_path(group, *tp)), stat.version))
             except CorruptZnode as e:
                 log.error("share group %s: %s; that partition waits until it is repaired", group, e)
-        members = set(self.client.get_children(share_members_path(group)))
+        members = set(read.children(self.client, share_members_path(group)))
         totals: Dict[str, int] = {}
         for tp, state, version in states:
             if self._judge(group, tp, state, members, config):

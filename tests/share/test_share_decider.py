@@ -18,8 +18,11 @@ pytestmark = pytest.mark.zk
 
 
 @pytest.fixture(autouse=True)
-def coordinator(cluster):
-    """One coordinator node: it leads every shard, so it decides the share groups' time."""
+def coordinator(cluster, zk):
+    """One coordinator node: it leads every shard, so it decides the share groups' time. Beside
+    the tests' group, a bare one (no members, no partitions yet) that must not get in its way."""
+    from coordinator.protocol.share import share_group_path
+    zk.ensure_path(share_group_path("bare"))
     cluster.node("n1")
     cluster.leader()
 

@@ -26,8 +26,7 @@ def kafka_share(cluster, zk, zk_connect, kafka_cluster, kafka_topic_name):
         for i in range(20):
             producer.send(topic, f"v{i}".encode(), key=f"k{i}".encode(), partition=i % 2)
         producer.flush()
-    configure(zk, share_auto_offset_reset="earliest", errors_deadletterqueue_topic_name=dlq,
-              share_record_lock_duration_ms=1000)
+    configure(zk, share_auto_offset_reset="earliest", errors_deadletterqueue_topic_name=dlq)
     made = []
 
     def make(**config):
@@ -62,7 +61,8 @@ def test_two_members_on_kafka_get_every_record_once(kafka_share):
     a, b = make(max_poll_records=3), make(max_poll_records=3)
     seen = []
     wait_for(lambda: seen.extend(a.poll(50) + b.poll(50)) or len(seen) >= 20, 30, message="every record")
-    assert sorted(r.value for r in seen) == sorted(f"v{i}".encode() for i in range(20))
+    assert sorted(r.value for r in seen) == sorted(f"v{i}".encode() for i in range(20)), \
+        sorted((r.partition, r.offset, r.delivery_count) for r in seen)
     assert {r.delivery_count for r in seen} == {1}
 
 
