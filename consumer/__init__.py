@@ -79,7 +79,7 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from consumer.producer import Producer
     from consumer.parallel import ParallelConsumer, ProcessingFailed
     from consumer.aio import AsyncConsumer
-    from consumer.share import ShareConsumer
+    from consumer.share import ShareConsumer, configure_share_group
     from coordinator.share_partition import AcknowledgeType
     from consumer.records import (ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, RecordMetadata,
                                   ShareRecord, TopicPartition)
@@ -96,6 +96,7 @@ _EXPORTS = {
     "ParallelConsumer": "consumer.parallel", "ProcessingFailed": "consumer.parallel",
     "AsyncConsumer": "consumer.aio",
     "ShareConsumer": "consumer.share", "AcknowledgeType": "coordinator.share_partition",
+    "configure_share_group": "consumer.share",
     "ShareRecord": "consumer.records", "AcknowledgementRefused": "coordinator.errors",
     "DeliveryFailed": "consumer.futures", "Log": "consumer.log",
     "TopicPartition": "consumer.records", "ConsumerRecord": "consumer.records",

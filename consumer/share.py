@@ -46,13 +46,14 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
 from coordinator import config as cfg
 from coordinator.acl import parse_auth
-from coordinator.errors import AcknowledgementRefused, IllegalStateError, InvalidConfig
+from coordinator.errors import AcknowledgementRefused, CorruptZnode, IllegalStateError, InvalidConfig, ZkGroupsError
 from coordinator.lifecycle import Lifecycle
 from coordinator.protocol import topic_matcher, validate_name
 from coordinator.protocol.share import (ShareGroupConfig, ShareMember, share_group_path, share_members_path)
@@ -385,6 +386,42 @@ class ShareConsumer(Lifecycle[ShareConsumerState]):
         if self.callback is not None and pending:
             error = AcknowledgementRefused(tp, refused) if refused else None
             self.callback({tp: sorted(o for o in pending if pending[o][0] is not AcknowledgeType.RENEW)}, error)
+
+
+#: Compare-and-set attempts of :func:`configure_share_group` before it gives up (the settings kept changing).
+CONFIGURE_TRIES = 10
+
+
+def configure_share_group(zk: Any, group_id: str, settings: Mapping[str, object]) -> Tuple[ShareGroupConfig, bool]:
+    """Set ``settings`` ({Kafka-style key: value}, e.g. ``{"share.auto.offset.reset": "earliest"}``)
+    of the share group ``group_id`` through the started client ``zk``, creating the group if it
+    does not exist; the other settings keep their values. Returns (the settings now, whether
+    the group was created). A bad key or value is InvalidConfig and changes nothing."""
+    updates = {str(k): str(v) for k, v in settings.items()}
+    ShareGroupConfig().with_settings(updates)   # checked before anything is written
+    path = share_group_path(validate_name(group_id, "group"))
+    for _ in range(CONFIGURE_TRIES):
+        try:
+            raw, stat = zk.get(path)
+        except NoNodeError:
+            config = ShareGroupConfig().with_settings(updates)
+            try:
+                zk.create(path, config.encode(), makepath=True)
+                return config, True
+            except NodeExistsError:
+                continue
+        try:
+            current = ShareGroupConfig.decode(raw, path)
+        except CorruptZnode as e:
+            log.warning("%s; the settings not given start from their defaults", e)
+            current = ShareGroupConfig()
+        config = current.with_settings(updates)
+        try:
+            zk.set(path, config.encode(), version=stat.version)
+            return config, False
+        except (BadVersionError, NoNodeError):
+            continue
+    raise ZkGroupsError(f"share group {group_id!r}: its settings kept changing while configuring; nothing was set")
 
 
 def _subscription(topics, pattern) -> Tuple[List[str], Optional[str]]:

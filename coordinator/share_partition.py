@@ -30,7 +30,8 @@ import enum
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from coordinator.protocol.share import (ACCEPTED, ACQUIRED, ARCHIVED, AVAILABLE, DEAD_LETTER, DELAYED,
-                                        DELIVERY_LIMIT, DONE_STATES, REJECTED, WRITING, SharePartitionState,
+                                        DELIVERY_LIMIT, DONE_STATES, MAX_HELD_TOKENS, REJECTED, WRITING,
+                                        SharePartitionState,
                                         ShareGroupConfig)
 
 
@@ -81,7 +82,7 @@ def acquire(state: SharePartitionState, holder: str, max_records: int, fresh: Se
     ([]: nothing to acquire) — the token is only held if something was."""
     token = state.next_token
     taken: List[Acquired] = []
-    wanted = max_records
+    wanted = max_records if len(state.held) < MAX_HELD_TOKENS else 0
     for first, last, s, deliveries, *_ in list(state.ranges):
         if wanted <= 0:
             break
@@ -90,7 +91,7 @@ def acquire(state: SharePartitionState, holder: str, max_records: int, fresh: Se
             _set(state, first, upto, ACQUIRED, token, deliveries=deliveries + 1)
             taken.append((first, upto, deliveries + 1))
             wanted -= upto - first + 1
-    fresh = [o for o in fresh if o >= state.end][:min(wanted, room(state, config))]
+    fresh = [o for o in fresh if o >= state.end][:max(0, min(wanted, room(state, config)))]
     if fresh:
         taken += _acquire_fresh(state, fresh, token)
     if taken:
@@ -205,7 +206,8 @@ def claim_dead_letters(state: SharePartitionState, holder: str, max_records: int
     """Take up to ``max_records`` pending dead letters to write, under a new token. Returns
     (token, [(first, last, deliveries, reason)]). ``dead_letter_end`` is the dead-letter
     partition's end now: where a writer taking over looks for letters already written."""
-    token, taken, wanted = state.next_token, [], max_records
+    token, taken = state.next_token, []
+    wanted = max_records if len(state.held) < MAX_HELD_TOKENS else 0
     for first, last, s, deliveries, _, reason in list(state.ranges):
         if wanted > 0 and s == DEAD_LETTER:
             upto = min(last, first + wanted - 1)

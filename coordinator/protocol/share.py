@@ -55,6 +55,9 @@ REASONS = {REJECTED: "rejected", DELIVERY_LIMIT: "delivery-limit"}
 MAX_DELIVERIES = 100
 #: No window is wider than the largest lock limit: a decoder refuses what no writer makes.
 MAX_WINDOW = 10_000
+#: Acquisitions held at once per share-partition (each names its holder). With the widest window
+#: cut into one range per record, the znode stays under 700 KB (ZooKeeper's limit is 1 MB).
+MAX_HELD_TOKENS = 500
 
 
 # ---------------------------------------------------------------- paths
@@ -256,7 +259,8 @@ class SharePartitionState:
 
 
 def _decode_held(held, next_token: int, path: str) -> Dict[int, list]:
-    require(isinstance(held, dict), path, "share-partition state's held tokens are not an object")
+    require(isinstance(held, dict) and len(held) <= MAX_HELD_TOKENS, path,
+            "share-partition state's held tokens are not an object of at most 500")
     out = {}
     for text, value in held.items():
         require(text.isdigit() and len(text) < 19 and 0 < int(text) < next_token, path,

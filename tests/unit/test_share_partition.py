@@ -199,3 +199,23 @@ def test_settings_take_kafkas_names_and_refuse_bad_values_in_one_line():
         with pytest.raises(InvalidConfig) as e:
             parse_setting(key, value)
         assert "\n" not in str(e.value)
+
+
+def test_the_znode_stays_under_zookeepers_limit_however_the_window_is_cut():
+    """The widest window (10,000), one range per record, the most tokens held (500), each by a
+    member of the longest id, at 13-digit offsets: under 700 KB (ZooKeeper refuses 1 MB)."""
+    from coordinator.protocol.share import MAX_HELD_TOKENS, MAX_WINDOW
+    config = ShareGroupConfig(max_record_locks=MAX_WINDOW, delivery_count_limit=10)
+    base = 10 ** 12
+    s = initial(base)
+    for i in range(MAX_HELD_TOKENS):
+        acquire(s, f"{i:03d}" + "m" * 246, 1, [base + i], config)
+    assert acquire(s, "one-more", 1, [base + MAX_HELD_TOKENS], config)[1] == []   # no token left
+    t = next(iter(s.held))
+    for i in range(MAX_HELD_TOKENS, MAX_WINDOW):   # the rest of the window: every other record accepted
+        s.ranges.append([base + i, base + i, ACCEPTED if i % 2 else AVAILABLE, 9, 0, 0])
+        s.end = base + i + 1
+    assert len(s.ranges) > MAX_WINDOW - 10 and t
+    size = len(s.encode())
+    assert size < 700_000, size
+    assert roundtrip(s).held == s.held
