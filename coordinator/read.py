@@ -26,6 +26,15 @@ def children(zk, path: str, watch=None) -> List[str]:
         return []
 
 
+def subtree(zk, path: str) -> List[str]:
+    """``path`` and everything under it, each node after its children (the order of a delete)."""
+    out = []
+    for child in children(zk, path):
+        out.extend(subtree(zk, f"{path}/{child}"))
+    out.append(path)
+    return out
+
+
 def groups(zk) -> List[str]:
     return children(zk, protocol.GROUPS)
 

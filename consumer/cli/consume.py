@@ -103,12 +103,12 @@ def consume(cli: CliContext, group: str, topics, pattern: Optional[str], max_rec
                          group_instance_id=group_instance_id, static_grace_ms=static_grace_ms,
                          strategies=strategies, metrics_port=metrics_port)
     checked = _checked_consumer_config(settings, config_file)
-    stopping, joining = _stop_on_signals()
+    stopping, joining = stop_on_signals()
     committer = _Committer(group)
     # Its own ZooKeeper session, so that --session-timeout-ms applies to this member.
-    c = _join(lambda: Consumer(group, list(topics) or None, pattern, zk=zk_connect, data_dir=data_dir,
-                               listener=committer, consumer_id=consumer_id, kafka=cli.kafka, **settings),
-              zk_connect, checked.connect_timeout_s, joining)
+    c = join_waiting(lambda: Consumer(group, list(topics) or None, pattern, zk=zk_connect, data_dir=data_dir,
+                                      listener=committer, consumer_id=consumer_id, kafka=cli.kafka, **settings),
+                     zk_connect, checked.connect_timeout_s, joining)
     if c is None:
         report(f"stopped while waiting for ZooKeeper at {zk_connect}; consumed 0 records", "zkgroups.groupctl",
                group=group, records=0)
@@ -190,7 +190,7 @@ def _checked_consumer_config(settings: dict, config_file: Optional[str]):
     return checked
 
 
-def _stop_on_signals() -> Tuple[threading.Event, threading.Event]:
+def stop_on_signals() -> Tuple[threading.Event, threading.Event]:
     """(stopping, joining): SIGTERM and SIGINT set ``stopping`` (the loop then leaves the group
     cleanly: commit, release, deregister) and, while ``joining`` is set, end the wait to join."""
     stopping, joining = threading.Event(), threading.Event()
@@ -199,7 +199,7 @@ def _stop_on_signals() -> Tuple[threading.Event, threading.Event]:
     def stop(*_):
         stopping.set()
         if joining.is_set():
-            raise _StoppedWhileJoining()
+            raise StoppedWhileJoining()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
     return stopping, joining
@@ -232,7 +232,7 @@ def _consume_records(c, committer: "_Committer", group: str, max_records: Option
                 meta = {"member": c.consumer_id, "generation": generation, "at": c.handed_out_at} \
                     if with_metadata else {}
                 lines = _record_lines(batch, meta)
-                _print("\n".join(lines) + "\n")
+                print_text("\n".join(lines) + "\n")
                 count += len(lines)
                 if progress is not None:
                     progress.update(len(lines))
@@ -246,16 +246,16 @@ def _consume_records(c, committer: "_Committer", group: str, max_records: Option
 def _record_lines(batch, meta: dict) -> List[str]:
     """A polled batch as ``consume``'s JSON lines, each with ``meta``'s fields."""
     return [json.dumps({"topic": r.topic, "partition": r.partition, "offset": r.offset,
-                        "key": _text(r.key), "value": _text(r.value), **meta})
+                        "key": text_of(r.key), "value": text_of(r.value), **meta})
             for records in batch.values() for r in records]
 
 
-class _StoppedWhileJoining(KeyboardInterrupt):
+class StoppedWhileJoining(KeyboardInterrupt):
     """SIGTERM or SIGINT while ``consume`` waits for ZooKeeper to join its group (raised by the
     signal handler, as SIGINT's KeyboardInterrupt is, since nothing else would end the wait)."""
 
 
-def _join(make, connect: str, interval: float, joining: threading.Event):
+def join_waiting(make, connect: str, interval: float, joining: threading.Event):
     """``make()``, the consumer, waiting out a ZooKeeper it cannot connect to: each attempt is
     bounded by its connect timeout (``interval``; a lost connection once connected the consumer
     waits out itself), one warning each. None if stopped by a signal meanwhile."""
@@ -271,13 +271,13 @@ def _join(make, connect: str, interval: float, joining: threading.Event):
                 log.warning("ZooKeeper at %s not reachable yet (%s; %.0f s so far); waiting", connect, e,
                             time.monotonic() - started, extra={"zk": connect, "reason": "ZooKeeper unreachable"})
             time.sleep(max(0.0, interval - (time.monotonic() - attempt)))
-    except _StoppedWhileJoining:
+    except StoppedWhileJoining:
         if consumer is not None:  # the signal came just as it joined
             consumer.close()
         return None
 
 
-def _print(text: str) -> None:
+def print_text(text: str) -> None:
     """Write all of ``text`` to stdout. An unbuffered stdout (``python -u``) is a raw file whose
     write may take only part of the data (a signal arrives while the pipe is full), and the
     text layer would drop the rest: write the bytes until every one is out."""
@@ -389,7 +389,7 @@ class _Committer:
 
 
 
-def _text(data: Optional[bytes]):
+def text_of(data: Optional[bytes]):
     if data is None:
         return None
     try:

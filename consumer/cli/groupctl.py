@@ -8,6 +8,8 @@
     groupctl produce TOPIC --generate N [--size B]
     groupctl acl apply [--coordinator IDENTITY] [--group GROUP=IDENTITY ...] [--world-read/--no-world-read]
     groupctl acl check
+    groupctl share-groups list | describe | configure | reset-offsets | delete   (consumer.cli.share)
+    groupctl share-consume GROUP TOPIC...
 
 Global options (``--zk``, ``--zk-auth``, ``--data-dir``, ``--bootstrap-servers``, ``--kafka-config``,
 ``--zk-timeout``, ``-v``, ``--log-format``) come from :mod:`consumer.cli.context`; the error handling from
@@ -41,7 +43,7 @@ from click.core import ParameterSource
 
 from consumer.log import FSYNC_POLICIES
 from consumer.producer import Producer
-from consumer.cli import acls, groups
+from consumer.cli import acls, groups, share
 from consumer.cli.context import CliContext, global_options, pass_cli
 from consumer.records import TopicPartition
 from coordinator import documents, protocol
@@ -297,6 +299,7 @@ def _send_with_progress(producer: Producer, topic: str, partition: Optional[int]
 
 groups.register(main)  # coordinator, groups ..., consume
 acls.register(main)    # acl apply, acl check
+share.register(main)   # share-groups ..., share-consume
 
 if __name__ == "__main__":
     main(prog_name="groupctl")

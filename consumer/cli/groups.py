@@ -296,22 +296,18 @@ def groups_delete(cli: CliContext, group: str) -> None:
     live = read.children(zk, protocol.ids_path(group))
     if live:
         raise ZkGroupsError(f"group {group!r} has {len(live)} live members; stop them before deleting it")
-    # One transaction, children before parents: a member registering meanwhile makes the delete
-    # of ids (or of any other parent) fail, and then nothing is deleted.
-    t = zk.transaction()
-    for path in _subtree(zk, protocol.group_path(group)):
-        t.delete(path)
-    try:
-        commit(t)
-    except TransactionFailed:
-        raise ZkGroupsError(f"group {group!r} changed while deleting it; nothing was deleted") from None
+    delete_tree(zk, protocol.group_path(group), f"group {group!r}")
     click.echo(f"deleted group {group}")
 
 
-def _subtree(zk, path: str) -> List[str]:
-    """``path`` and everything under it, each node after its children."""
-    out = []
-    for child in read.children(zk, path):
-        out.extend(_subtree(zk, f"{path}/{child}"))
-    out.append(path)
-    return out
+def delete_tree(zk, path: str, what: str) -> None:
+    """Delete ``path`` and everything under it in one transaction, children before parents: a
+    member registering meanwhile makes the delete of its parent fail, and then nothing is deleted."""
+    t = zk.transaction()
+    for node in read.subtree(zk, path):
+        t.delete(node)
+    try:
+        commit(t)
+    except TransactionFailed:
+        raise ZkGroupsError(f"{what} changed while deleting it; nothing was deleted") from None
+
