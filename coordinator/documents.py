@@ -213,3 +213,14 @@ def share_group_document(view, log_ends: Mapping[Tuple[str, int], int]) -> dict:
     return {"group": view.name, "type": "share", "settings": view.config.settings(),
             "members": share_member_rows(view), "partitions": share_partition_rows(view, log_ends),
             "problems": dict(sorted(view.problems.items()))}
+
+
+def share_group_row(view) -> dict:
+    """A share group in one row, as ``groupctl share-groups list --output json`` and
+    ``/api/v1/share-groups`` list it: its members, share-partitions, records in flight, and the
+    first znode that could not be read (``"path: problem"``, None when all could)."""
+    rows = share_partition_rows(view, {})
+    problem = next(iter(sorted(view.problems.items())), None)
+    return {"group": view.name, "members": len(view.members), "partitions": len(rows),
+            "in_flight": sum(r["in_flight"] for r in rows),
+            "error": None if problem is None else f"{problem[0]}: {problem[1]}"}

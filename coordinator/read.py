@@ -194,7 +194,7 @@ def share_group(zk, group: str) -> Optional[ShareGroupView]:
     except NoNodeError:
         return None
     problems: Dict[str, str] = {}
-    config = _decoded(protocol.ShareGroupConfig.decode, raw, path, problems) or protocol.ShareGroupConfig()
+    config = decoded(protocol.ShareGroupConfig.decode, raw, path, problems) or protocol.ShareGroupConfig()
     ids = children(zk, protocol.share_members_path(group))
     member_reads = [(m, zk.get_async(protocol.share_members_path(group, m))) for m in ids]
     base = protocol.share_partitions_path(group)
@@ -213,7 +213,8 @@ def share_group(zk, group: str) -> Optional[ShareGroupView]:
     return ShareGroupView(group, config, members, states, problems)
 
 
-def _decoded(decode, raw: bytes, path: str, problems: Dict[str, str]):
+def decoded(decode, raw: bytes, path: str, problems: Dict[str, str]):
+    """``decode(raw, path)``, or None with the problem recorded in ``problems`` under ``path``."""
     try:
         return decode(raw, path)
     except CorruptZnode as e:
@@ -228,7 +229,7 @@ def _gathered(reads, path_of, decode, problems: Dict[str, str]) -> dict:
             raw = answer.get()[0]
         except NoNodeError:
             continue
-        value = _decoded(decode, raw, path_of(key), problems)
+        value = decoded(decode, raw, path_of(key), problems)
         if value is not None:
             out[key] = value
     return out

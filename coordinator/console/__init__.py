@@ -1,7 +1,7 @@
 """The operator console a coordinator node serves beside its metrics (``coordinatord --http-addr``).
 
-* :mod:`~coordinator.console.snapshot` — what the pages show, in memory, kept current by
-  ZooKeeper watches (never a read per page view).
+* :mod:`~coordinator.console.snapshot` — what the pages show (groups, share groups, the
+  coordinator, topics), in memory, kept current by ZooKeeper watches (never a read per page view).
 * :mod:`~coordinator.console.lag` — committed offsets against the data plane's log ends, read
   on an interval, with a short history per partition and catch-up estimates.
 * :mod:`~coordinator.console.app` — the routes: the JSON API (``/api/v1``, the documents of

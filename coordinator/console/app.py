@@ -14,6 +14,10 @@ functions (:mod:`coordinator.documents`) from the node's :class:`ClusterSnapshot
 ``/api/v1/groups/G/timeline``       ``{"group", "capacity", "timeline": [entry, ...]}``, oldest first
 ``/api/v1/topics``                  ``groupctl topics list``
 ``/api/v1/topics/T``                ``groupctl topics describe T`` (as of the last lag reading)
+``/api/v1/share-groups``            ``groupctl share-groups list``: each share group in one row
+                                    (:func:`~coordinator.documents.share_group_row`)
+``/api/v1/share-groups/G``          ``groupctl share-groups describe G --output json``
+                                    (:func:`~coordinator.documents.share_group_document`)
 ``/api/v1/openapi.json``            the API's OpenAPI 3.1 document (``static/openapi.json``)
 ==================================  ==============================================================
 
@@ -22,6 +26,10 @@ error comes from ZooKeeper and is written by consumers, so it is text, never mar
 script (``/static/console.js``) fetches the same page again every few seconds and swaps the
 parts marked ``data-live`` with the server's; it never builds HTML from data. Nothing here
 writes anything; where an operator would act, the page shows the ``groupctl`` command.
+
+Share groups (``/ui/share-groups``, ``/ui/share-groups/G``) come from the snapshot, which
+reads each one whole when it changes; their log ends (for lag) are those of the last lag
+reading's topics (:attr:`LagSampler.reading`), so nothing is read per request there either.
 """
 from __future__ import annotations
 
@@ -38,6 +46,7 @@ from prometheus_client.core import GaugeMetricFamily
 from coordinator import documents, lagtime, protocol
 from coordinator.console.lag import DEFAULT_INTERVAL_S, LagSampler, LogEnds, catch_up, sparkline
 from coordinator.console.snapshot import ClusterSnapshot, GroupView
+from coordinator.protocol.share import SETTINGS as SHARE_SETTINGS
 from coordinator.http import Response
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -100,6 +109,7 @@ class Console:
         self._rows_cache: Tuple[tuple, List[dict]] = ((), [])
         self._list_cache: Tuple[Optional[List[dict]], bytes] = (None, b"")
         self._shards: Tuple[Optional[int], Dict[str, int]] = (None, {})   # (shard count, group -> shard)
+        self._share_ends: Tuple[Optional[float], Dict[Tuple[str, int], int]] = (None, {})
 
     # ------------------------------------------------------------ routing
 
@@ -207,7 +217,8 @@ class Console:
             return Response.json({"endpoints": ["/api/v1/coordinator", "/api/v1/groups", "/api/v1/groups/{group}",
                                                 "/api/v1/groups/{group}/members", "/api/v1/groups/{group}/offsets",
                                                 "/api/v1/groups/{group}/timeline", "/api/v1/topics",
-                                                "/api/v1/topics/{topic}", "/api/v1/openapi.json"]})
+                                                "/api/v1/topics/{topic}", "/api/v1/share-groups",
+                                                "/api/v1/share-groups/{group}", "/api/v1/openapi.json"]})
         if parts == ["openapi.json"]:
             return Response(200, self._static["openapi.json"], STATIC["openapi.json"])
         if parts == ["coordinator"]:
@@ -240,6 +251,13 @@ class Console:
                                       "timeline": [e.encode() for e in view.timeline]})
         if parts == ["topics"]:
             return Response.json({"topics": self._topic_rows()})
+        if parts == ["share-groups"]:
+            return Response.json({"share_groups": [documents.share_group_row(v) for v in self._share_views()]})
+        if parts[:1] == ["share-groups"] and len(parts) == 2:
+            view = self.snapshot.share_group(parts[1])
+            if view is None:
+                return Response.json({"error": f"share group {parts[1]!r} does not exist"}, 404)
+            return Response.json(documents.share_group_document(view, self._share_log_ends()))
         if parts[:1] == ["topics"] and len(parts) == 2:
             reading = self.sampler.reading()
             rows = reading.topics.get(parts[1])
@@ -264,6 +282,21 @@ class Console:
         verified = bool(leaders) and all(node and ok for node, _, ok in leaders.values())
         shards = documents.shard_rows(count, leaders, self.snapshot.groups())
         return documents.coordinator_document(leader, verified, contenders, nodes, shards)
+
+    def _share_log_ends(self) -> Dict[Tuple[str, int], int]:
+        """{(topic, partition): log end} of the last lag reading (the lag reader's ends, every
+        topic of the data plane; cached per reading)."""
+        reading = self.sampler.reading()
+        at, ends = self._share_ends
+        if at != reading.at:
+            ends = {(topic, row["partition"]): row["latest"] for topic, rows in reading.topics.items()
+                    for row in rows if row.get("latest") is not None}
+            self._share_ends = (reading.at, ends)
+        return ends
+
+    def _share_views(self) -> list:
+        """The share groups read so far, by name (one listed a moment ago may not be read yet)."""
+        return [view for _, view in sorted(self.snapshot.share_groups().items()) if view is not None]
 
     def _topic_rows(self) -> List[dict]:
         reading = self.sampler.reading()
@@ -294,6 +327,13 @@ class Console:
             return self._group(view)
         if parts == ["topics"]:
             return self._render("topics.html", topics=self._topic_rows(), page="topics")
+        if parts == ["share-groups"]:
+            return self._share_groups()
+        if parts[:1] == ["share-groups"] and len(parts) == 2:
+            view = self.snapshot.share_group(parts[1])
+            if view is None:
+                return self._render("missing.html", 404, what="share group", name=parts[1])
+            return self._share_group(view)
         if parts[:1] == ["topics"] and len(parts) == 2:
             return self._topic(parts[1])
         return self._render("missing.html", 404, what="page", name="/ui/" + "/".join(parts))
@@ -356,6 +396,30 @@ class Console:
                             total_lag=sum(lags) if lags else None, capacity=protocol.TIMELINE_ENTRIES,
                             max_lag_s=reading.max_lag_s.get(view.name),
                             last=_age(view.last_rebalance_ms, now), lag_read=view.name in reading.rows)
+
+    def _share_groups(self) -> Response:
+        ends = self._share_log_ends()
+        rows = []
+        for view in self._share_views():
+            partitions = documents.share_partition_rows(view, ends)
+            lags = [r["lag"] for r in partitions if r["lag"] is not None]
+            rows.append({**documents.share_group_row(view), "coordinator": self._coordinator(view.name),
+                         "lag": sum(lags) if lags else None,
+                         **{k: sum(r[k] for r in partitions) for k in ("acquired", "delayed", "archived_pending")}})
+        return self._render("share_groups.html", page="share-groups", rows=rows)
+
+    def _share_group(self, view) -> Response:
+        document = documents.share_group_document(view, self._share_log_ends())
+        partitions = document["partitions"]
+        lags = [r["lag"] for r in partitions if r["lag"] is not None]
+        settings = [{"key": key, "value": value, "default": SHARE_SETTINGS[key].default,
+                     "doc": SHARE_SETTINGS[key].doc} for key, value in document["settings"].items()]
+        return self._render("share_group.html", page="share-groups", view=view, document=document,
+                            partitions=partitions, members=document["members"], settings=settings,
+                            coordinator=self._coordinator(view.name), total_lag=sum(lags) if lags else None,
+                            in_flight=sum(r["in_flight"] for r in partitions),
+                            acquired=sum(r["acquired"] for r in partitions),
+                            archived_pending=sum(r["archived_pending"] for r in partitions))
 
     def _topic(self, topic: str) -> Response:
         reading = self.sampler.reading()

@@ -100,7 +100,8 @@ def test_every_alert_names_exported_metrics_and_has_a_unit_test():
                   if t.get("exp_alerts")}
     alerts = rules()
     assert {"ZkgroupsGroupFailed", "ZkgroupsGroupRebalancingTooLong", "ZkgroupsLagGrowing", "ZkgroupsNoController",
-            "ZkgroupsShardWithoutLeader", "ZkgroupsCommitFailures"} <= {r["alert"] for r in alerts}
+            "ZkgroupsShardWithoutLeader", "ZkgroupsCommitFailures", "ZkgroupsShareLocksExpiring",
+            "ZkgroupsShareDeadLettersPending"} <= {r["alert"] for r in alerts}
     recorded = {r["record"] for r in rules("record")}
     for rule in rules("record"):
         assert RECORDED.fullmatch(rule["record"]) and set(METRIC.findall(rule["expr"])) <= known, rule["record"]
