@@ -64,7 +64,7 @@ from consumer.dataplane import DataPlane, open_data_plane, topic_partitions
 from consumer.hand_out import WakeupException
 from consumer.records import ShareRecord, TopicPartition
 from consumer.share_buffer import Prefetched
-from consumer.share_exchange import Ack, Outcome, ShareExchange, member_gone
+from consumer.share_exchange import CONNECTION_ERRORS, Ack, Outcome, ShareExchange, member_gone
 
 log = logging.getLogger("zkgroups.share")
 
@@ -183,6 +183,15 @@ class ShareConsumer(Lifecycle[ShareConsumerState]):
         self._members = max(1, len(self._client.get_children(share_members_path(self.group_id))))
         self._refreshed = time.monotonic()
 
+    def _keep_up(self) -> None:
+        """Register again after a lost session, look at the partitions and members again when
+        due, give back what waited too long."""
+        if self._lost.is_set():
+            self._register()
+        if time.monotonic() - self._refreshed > REFRESH_S:
+            self._refresh_partitions()
+        self._buffer.drop_stale(self._group_config.lock_duration_ms)
+
     def _fair_share(self) -> int:
         """The most records this member takes at once: its share of the records the group may
         have in flight (each partition's lock limit), so that when members far outnumber what
@@ -201,14 +210,13 @@ class ShareConsumer(Lifecycle[ShareConsumerState]):
         deadline = time.monotonic() + max(0.0, timeout_ms) / 1000
         wait = IDLE_WAIT_S
         while True:
-            if self._lost.is_set():
-                self._register()
-            if time.monotonic() - self._refreshed > REFRESH_S:
-                self._refresh_partitions()
             lock_ms = self._group_config.lock_duration_ms
-            self._buffer.drop_stale(lock_ms)
-            if not self._buffer or (self._pending and time.monotonic() - self._pending_since > lock_ms / 4000):
-                self._round(self._buffer.acquisition_size(self.max_poll_records, self._fair_share()))
+            try:
+                self._keep_up()
+                if not self._buffer or (self._pending and time.monotonic() - self._pending_since > lock_ms / 4000):
+                    self._round(self._buffer.acquisition_size(self.max_poll_records, self._fair_share()))
+            except CONNECTION_ERRORS:   # ZooKeeper away: what was not written waits (bounded: ZooKeeperUnavailable)
+                self._exchange.wait_connected()
             records = self._buffer.take(want, self._handed, lock_ms)
             left = deadline - time.monotonic()
             if records or left <= 0:
@@ -351,9 +359,15 @@ class ShareConsumer(Lifecycle[ShareConsumerState]):
             self._write(tp, max(0, wanted))
 
     def _flush(self) -> None:
-        """Send every pending acknowledgement and undelivered record (no acquisition)."""
+        """Send every pending acknowledgement and undelivered record (no acquisition), riding
+        out a lost connection (bounded: ZooKeeperUnavailable)."""
         for tp in set(self._pending) | set(self._buffer.undelivered):
-            self._write(tp, 0)
+            while True:
+                try:
+                    self._write(tp, 0)
+                    break
+                except CONNECTION_ERRORS:
+                    self._exchange.wait_connected()
 
     def _write(self, tp: TopicPartition, want: int) -> None:
         started = time.monotonic()

@@ -34,6 +34,8 @@ log = logging.getLogger("zkgroups.share")
 
 #: Compare-and-set attempts of one write before it waits for the next poll (others won them all).
 CAS_TRIES = 25
+#: What ZooKeeper raises while the connection is away (or the session was just replaced).
+CONNECTION_ERRORS = (ConnectionLoss, OperationTimeoutError, SessionExpiredError)
 #: How long a write waits for a lost connection to come back before it gives up (ZooKeeperUnavailable).
 RECONNECT_WAIT_S = 30.0
 #: Dead letters one write claims at most.
@@ -71,6 +73,7 @@ class ShareExchange:
         # next write starts from it without a read (if someone wrote since, that write fails
         # on the version, and the state is read).
         self._written: Dict[TopicPartition, Tuple[SharePartitionState, int]] = {}
+        self._sequence = 0       # numbers this member's writes (their ids)
 
     def exchange(self, tp: TopicPartition, acks: Dict[int, List[Ack]], want: int,
                  undelivered: Sequence[Tuple[int, int, int]] = ()) -> Outcome:
@@ -103,11 +106,9 @@ class ShareExchange:
             if not (acks or undelivered or taken or outcome.letters[1]):
                 outcome.written = True
                 return outcome
-            new_version = self._set(path, state.encode(), version)
-            if new_version is None:
+            if not self._set(tp, path, state, version):
                 self.conflicts += 1
                 continue
-            self._written[tp] = (state, new_version)
             self.writes += 1
             outcome.written = True
             outcome.records = self._records(tp, taken, fresh)
@@ -115,23 +116,35 @@ class ShareExchange:
             return outcome
         return Outcome()
 
-    def _set(self, path: str, data: bytes, version: int) -> Optional[int]:
-        """Write ``data`` at ``version``: the version it made, or None if another write came
-        first. A write whose answer was lost (the connection dropped) is ours if the znode holds
-        it now."""
+    def _set(self, tp: TopicPartition, path: str, state: SharePartitionState, version: int) -> bool:
+        """Write ``state`` at ``version``: True if it was written, False if another write came
+        first. Each write carries an id of its own (the state keeps the last few): a write whose
+        answer was lost (the connection dropped) was made if its id is in the znode now."""
+        self._sequence += 1
+        write_id = f"{self.member_id}:{self._sequence}"
+        rules.note_write(state, write_id)
         try:
-            return self.client.set(path, data, version=version).version
+            self._written[tp] = (state, self.client.set(path, state.encode(), version=version).version)
+            return True
         except (BadVersionError, NoNodeError):
-            return None
-        except (ConnectionLoss, OperationTimeoutError, SessionExpiredError):
-            self._wait_connected()
-            try:
-                raw, stat = self.client.get(path)
-            except NoNodeError:
-                return None
-            return stat.version if raw == data and stat.version == version + 1 else None
+            return False
+        except CONNECTION_ERRORS:
+            return self._made(path, write_id)
 
-    def _wait_connected(self) -> None:
+    def _made(self, path: str, write_id: str) -> bool:
+        """Whether the write ``write_id`` is in the znode (asked until ZooKeeper answers; a
+        connection away for RECONNECT_WAIT_S is ZooKeeperUnavailable)."""
+        while True:
+            self.wait_connected()
+            try:
+                raw, _ = self.client.get(path)
+            except NoNodeError:
+                return False
+            except CONNECTION_ERRORS:
+                continue
+            return write_id in SharePartitionState.decode(raw, path).writes
+
+    def wait_connected(self) -> None:
         """Wait (bounded) for the connection to come back; ZooKeeperUnavailable past the bound."""
         deadline = time.monotonic() + RECONNECT_WAIT_S
         while not self.client.connected:
@@ -144,8 +157,8 @@ class ShareExchange:
     def _read(self, tp: TopicPartition, path: str) -> Tuple[Optional[SharePartitionState], int]:
         try:
             raw, stat = self.client.get(path)
-        except (ConnectionLoss, OperationTimeoutError, SessionExpiredError):
-            self._wait_connected()
+        except CONNECTION_ERRORS:
+            self.wait_connected()
             return None, -1
         except NoNodeError:
             self._create(tp, path)
@@ -262,9 +275,7 @@ class ShareExchange:
                 continue
             if not rules.dead_letters_written(state, self.member_id, token):
                 return False   # the claim expired: its next writer finds these letters and skips them
-            new_version = self._set(path, state.encode(), version)
-            if new_version is not None:
-                self._written[tp] = (state, new_version)
+            if self._set(tp, path, state, version):
                 self.writes += 1
                 return True
             self.conflicts += 1

@@ -36,9 +36,10 @@ from kazoo.exceptions import KazooException, NoNodeError
 
 from coordinator import read
 from coordinator import share_partition as rules
-from coordinator.errors import CorruptZnode
+from coordinator.errors import CorruptZnode, InvalidName
 from coordinator.fencing import Deposed, fenced, fenced_commit
 from coordinator.lifecycle import Lifecycle
+from coordinator.protocol import validate_name
 from coordinator.protocol.share import (SHARE_GROUPS, ShareGroupConfig, SharePartitionState, share_group_path,
                                         share_members_path, share_partitions_path)
 from coordinator.zkclient import TransactionFailed
@@ -48,6 +49,14 @@ log = logging.getLogger("zkgroups.coordinator")
 TICK_S = 0.1
 #: A tick that failed (ZooKeeper away) is tried again after this.
 ERROR_WAIT_S = 1.0
+
+
+def _is_name(group: str) -> bool:
+    try:
+        validate_name(group, "group")
+        return True
+    except InvalidName:
+        return False
 
 
 class DeciderState(enum.Enum):
@@ -70,6 +79,7 @@ class ShareDecider(Lifecycle[DeciderState]):
         self._locks: Dict[Tuple[str, str, int], Dict[int, Tuple[int, float]]] = {}  # token -> (renewals, deadline)
         self._delays: Dict[Tuple[str, str, int], Dict[Tuple[int, int], float]] = {}  # (first, token) -> deadline
         self._report: Dict[str, Dict[str, int]] = {}
+        self._said: Dict[str, str] = {}   # what was said of a bad znode (said again only if it changes)
 
     def start(self) -> "ShareDecider":
         if self._start_once(DeciderState.RUNNING):
@@ -110,6 +120,9 @@ class ShareDecider(Lifecycle[DeciderState]):
             groups = []
         report = {}
         for group in groups:
+            if not _is_name(group):
+                self._say_once(group, f"share group {group[:60]!r} has a name zkgroups does not accept; it is left alone")
+                continue
             term = self.terms.of(group)
             if term is None or not term.active:
                 self._forget(group)
@@ -119,10 +132,16 @@ class ShareDecider(Lifecycle[DeciderState]):
             except Deposed:
                 self._forget(group)
             except CorruptZnode as e:
-                log.error("share group %s: %s; its other partitions are decided", group, e)
+                self._say_once(e.path, f"share group {group}: {e}; it waits until the znode is repaired")
         for gone in set(k[0] for k in self._locks) - set(report):
             self._forget(gone)
         self._report = report
+
+    def _say_once(self, key: str, line: str) -> None:
+        """An error line, once per thing and problem (the loop looks every tick)."""
+        if self._said.get(key) != line:
+            self._said[key] = line
+            log.error("%s", line)
 
     def _forget(self, group: str) -> None:
         for clocks in (self._locks, self._delays):
@@ -146,7 +165,7 @@ class ShareDecider(Lifecycle[DeciderState]):
             try:
                 states.append((tp, SharePartitionState.decode(raw, share_partitions_path(group, *tp)), stat.version))
             except CorruptZnode as e:
-                log.error("share group %s: %s; that partition waits until it is repaired", group, e)
+                self._say_once(e.path, f"share group {group}: {e}; that partition waits until it is repaired")
         members = set(read.children(self.client, share_members_path(group)))
         totals: Dict[str, int] = {}
         for tp, state, version in states:

@@ -30,9 +30,8 @@ import enum
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from coordinator.protocol.share import (ACCEPTED, ACQUIRED, ARCHIVED, AVAILABLE, DEAD_LETTER, DELAYED,
-                                        DELIVERY_LIMIT, DONE_STATES, MAX_HELD_TOKENS, REJECTED, WRITING,
-                                        SharePartitionState,
-                                        ShareGroupConfig)
+                                        DELIVERY_LIMIT, DONE_STATES, MAX_HELD_TOKENS, RECENT_WRITES, REJECTED,
+                                        WRITING, SharePartitionState, ShareGroupConfig)
 
 
 class AcknowledgeType(enum.Enum):
@@ -56,7 +55,14 @@ def initial(offset: int) -> SharePartitionState:
 
 def copy(state: SharePartitionState) -> SharePartitionState:
     return SharePartitionState(state.start, state.end, [list(r) for r in state.ranges],
-                               {t: list(h) for t, h in state.held.items()}, state.next_token, state.dlq_scan)
+                               {t: list(h) for t, h in state.held.items()}, state.next_token, state.dlq_scan,
+                               list(state.writes))
+
+
+def note_write(state: SharePartitionState, write_id: str) -> None:
+    """Record ``write_id`` among the state's recent writes (so its writer can tell, if the answer
+    to its write was lost, whether the write was made)."""
+    state.writes = (state.writes + [write_id])[-RECENT_WRITES:]
 
 
 def room(state: SharePartitionState, config: ShareGroupConfig) -> int:

@@ -12,14 +12,15 @@ The state of a share-partition (one znode, bounded by the group's
 
     {"version": 1, "start": S, "end": E, "next_token": T, "dlq_scan": D,
      "ranges": [[first, last, state, deliveries, token, extra], ...],
-     "held": {"<token>": [holder, renewals], ...}}
+     "held": {"<token>": [holder, renewals], ...}, "writes": [write id, ...]}
 
 Every offset below ``start`` is done (accepted or archived). ``[start, end)`` is the window of
 records delivered at least once; the ranges cover it exactly, in order, without a gap. Offsets
 from ``end`` on were never delivered. A range's ``state`` is one of ``RANGE_STATES``;
 ``token`` names the acquisition that holds it (``held`` says by whom, and how often it was
 renewed); ``extra`` is the delay of a delayed range (ms) or the reason of an archived one.
-``dlq_scan`` (-1: none) is where, in the dead-letter topic's partition, a writer that takes
+``writes`` are the ids of the last members' writes (a writer whose answer was lost looks for its
+own). ``dlq_scan`` (-1: none) is where, in the dead-letter topic's partition, a writer that takes
 over pending dead letters starts looking for the ones already written.
 """
 from __future__ import annotations
@@ -55,6 +56,8 @@ REASONS = {REJECTED: "rejected", DELIVERY_LIMIT: "delivery-limit"}
 MAX_DELIVERIES = 100
 #: No window is wider than the largest lock limit: a decoder refuses what no writer makes.
 MAX_WINDOW = 10_000
+#: The ids of the last writes kept in the state: a writer whose answer was lost finds its own there.
+RECENT_WRITES = 16
 #: Acquisitions held at once per share-partition (each names its holder). With the widest window
 #: cut into one range per record, the znode stays under 700 KB (ZooKeeper's limit is 1 MB).
 MAX_HELD_TOKENS = 500
@@ -232,11 +235,12 @@ class SharePartitionState:
     held: Dict[int, list] = field(default_factory=dict)
     next_token: int = 1
     dlq_scan: int = -1
+    writes: List[str] = field(default_factory=list)   # the ids of the last RECENT_WRITES member writes
 
     def encode(self) -> bytes:
         return dump({"version": 1, "start": self.start, "end": self.end, "next_token": self.next_token,
                      "dlq_scan": self.dlq_scan, "ranges": self.ranges,
-                     "held": {str(t): h for t, h in self.held.items()}})
+                     "held": {str(t): h for t, h in self.held.items()}, "writes": self.writes})
 
     @classmethod
     def decode(cls, raw: bytes, path: str) -> "SharePartitionState":
@@ -255,7 +259,11 @@ class SharePartitionState:
             _check_range(r, expected, held, next_token, path)
             expected = r[1] + 1
         require(expected == end, path, f"share-partition state's ranges end at {expected}, not at {end}")
-        return cls(start, end, ranges, held, next_token, dlq_scan)
+        writes = obj.get("writes", [])
+        require(isinstance(writes, list) and len(writes) <= RECENT_WRITES
+                and all(isinstance(w, str) and len(w) <= 300 for w in writes), path,
+                "share-partition state's recent writes are not a short list of ids")
+        return cls(start, end, ranges, held, next_token, dlq_scan, writes)
 
 
 def _decode_held(held, next_token: int, path: str) -> Dict[int, list]:

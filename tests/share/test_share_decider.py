@@ -12,7 +12,7 @@ import pytest
 
 from consumer import AcknowledgeType
 from tests.share.conftest import configure, drain, state
-from tests.support.helpers import fill
+from tests.support.helpers import fill, wait_for
 
 pytestmark = pytest.mark.zk
 
@@ -110,3 +110,43 @@ def test_a_member_killed_or_paused_has_its_records_delivered_to_another(zk, make
         line = proc.stdout.readline().strip()
         assert line == "refused [0, 1, 2, 3, 4]", proc.stderr.read()[-2000:]
     assert state(zk).start == 5
+
+
+def test_a_coordinator_that_fails_over_mid_flight_hands_the_clocks_to_the_next(zk, make, data_dir, cluster):
+    """The node leading the group's shard goes away while a member holds records: the node that
+    takes the shard over reads the state, starts the lock's clock afresh, and ends it — the records go to another member; the late acknowledgement of
+    the first is refused."""
+    from coordinator import read
+    fill(data_dir, "t", [4], zk=zk)
+    configure(zk, share_auto_offset_reset="earliest", share_record_lock_duration_ms=1500)
+    cluster.node("n2")
+    slow = make(share_acknowledgement_mode="explicit")
+    held = drain(slow, 4)
+    leader = wait_for(lambda: read.group_coordinator(zk, "q"), 10, message="a node leads the group")
+    victim = next(n for n in cluster.nodes if n.node_id == leader)
+    victim.close()
+    survivor = wait_for(lambda: (read.group_coordinator(zk, "q") or leader) != leader
+                        and read.group_coordinator(zk, "q"), 20, message="the other node leads the group")
+    other = make()
+    again = drain(other, 4, timeout=20)
+    assert sorted((r.offset, r.delivery_count) for r in again) == [(0, 2), (1, 2), (2, 2), (3, 2)]
+    for r in held:
+        slow.acknowledge(r)
+    assert slow.commit_sync()[("t", 0)].offsets == [0, 1, 2, 3]
+    other.commit_sync()
+    assert state(zk).start == 4 and survivor != leader
+
+
+def test_a_share_group_of_a_bad_name_or_a_corrupt_partition_does_not_stop_the_others(zk, make, data_dir, caplog):
+    from coordinator.protocol.share import SHARE_GROUPS, share_partitions_path
+    zk.ensure_path(f"{SHARE_GROUPS}/bad name!")
+    zk.ensure_path(share_partitions_path("broken", "t", 0))
+    zk.set(share_partitions_path("broken", "t", 0), b"not json")
+    fill(data_dir, "t", [2], zk=zk)
+    configure(zk, share_auto_offset_reset="earliest", share_record_lock_duration_ms=1000)
+    slow = make(share_acknowledgement_mode="explicit")
+    drain(slow, 2)
+    again = drain(make(), 2, timeout=10)   # the clocks of the good group ran
+    assert {r.delivery_count for r in again} == {2}
+    lines = [r.getMessage() for r in caplog.records if r.name == "zkgroups.coordinator" and r.levelname == "ERROR"]
+    assert sum("broken" in line for line in lines) == 1 and sum("bad name" in line for line in lines) == 1

@@ -219,3 +219,15 @@ def test_the_znode_stays_under_zookeepers_limit_however_the_window_is_cut():
     size = len(s.encode())
     assert size < 700_000, size
     assert roundtrip(s).held == s.held
+
+
+def test_a_state_keeps_the_ids_of_its_last_writes():
+    from coordinator.protocol.share import RECENT_WRITES
+    from coordinator.share_partition import note_write
+    s = initial(0)
+    for i in range(RECENT_WRITES + 3):
+        note_write(s, f"m:{i}")
+    assert s.writes[0] == "m:3" and len(s.writes) == RECENT_WRITES and roundtrip(s).writes == s.writes
+    with pytest.raises(CorruptZnode):
+        SharePartitionState.decode(
+            b'{"version":1,"start":0,"end":0,"next_token":1,"dlq_scan":-1,"ranges":[],"held":{},"writes":[1]}', "/p")
