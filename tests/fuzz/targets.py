@@ -99,6 +99,9 @@ _ZNODE_DECODERS: List[Callable[[bytes], object]] = [
     lambda raw: protocol.AclPolicy.decode(raw, "/acl"),
     lambda raw: protocol.decode_spark_progress(raw, "/progress/m"),
     protocol.decode_spark_error,
+    lambda raw: protocol.ShareGroupConfig.decode(raw, "/share-groups/g"),
+    lambda raw: protocol.ShareMember.decode(raw, "/share-groups/g/members/m"),
+    lambda raw: protocol.SharePartitionState.decode(raw, "/share-groups/g/partitions/t/0"),
 ]
 
 
