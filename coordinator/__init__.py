@@ -83,9 +83,9 @@ imports those modules of this package and no others; its tools (``consumer.cli``
 servers of the demo and the Spark testbed). The node is never imported by the client side.
 
 The import rule the other way: ``coordinator`` never imports ``consumer`` (the client side
-builds on this package, never the other way round), but for ``coordinatord``
-(:mod:`coordinator.cli.coordinatord`, the composition root), which gives the console a reader of
-the data plane's log ends and records' timestamps; and no runtime module imports ``tests``.
+builds on this package, never the other way round) — the daemon's console reads the data plane
+through a reader its entry point hands in (``coordinatord`` is :mod:`consumer.cli.coordinatord`);
+and no runtime module imports ``tests``.
 """
 
 #: The version of the zkgroups distribution (setup.cfg reads it from here; every tool's --version prints it).

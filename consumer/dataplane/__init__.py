@@ -18,7 +18,9 @@ with fair ``max_poll_records`` hand-out (:class:`consumer.fetcher.Fetcher`'s int
 and, for Kafka, a copy of a group's committed offsets where Kafka's own tools read them.
 
 Beside them, :mod:`~consumer.dataplane.record_times` reads the timestamps of the records at
-given offsets from either (lag in seconds: the age of a group's oldest unconsumed record).
+given offsets from either (lag in seconds: the age of a group's oldest unconsumed record), and
+:mod:`~consumer.dataplane.log_ends` is the coordinator console's reader of log ends (handed to the
+node by ``coordinatord``'s entry point).
 
 Which one: :func:`open_data_plane` — Kafka when bootstrap servers are given (argument, config,
 or ``KAFKA_BOOTSTRAP_SERVERS``), else the embedded log under ``data_dir``. A topic's partition

@@ -40,10 +40,10 @@ the embedded log under ``--data-dir`` (env ``ZKGROUPS_DATA_DIR``), or from Kafka
 ``--lag-bootstrap-servers`` (default: ``--bootstrap-servers``; the ``kafka`` properties apply).
 An address out of range or taken, or TLS files that cannot be loaded, is one line and exit 1.
 
-This module is the coordinator's composition root: the one module of :mod:`coordinator` that
-imports :mod:`consumer` (its data plane, for the console's log ends and the timestamps of the
-records at committed offsets: lag in seconds), checked by
-tests/project/test_layering.py.
+The node never imports :mod:`consumer`: the console reads the data plane's log ends (and the
+timestamps of the records at committed offsets: lag in seconds) through the reader the
+daemon's entry point hands in (:func:`with_log_ends`; ``coordinatord`` is
+:mod:`consumer.cli.coordinatord`, which gives it :mod:`consumer.dataplane.log_ends`).
 
 SIGTERM/SIGINT: the leader abandons its current attempt, resigns (another node leads at
 once) and exits 0; a node still waiting for ZooKeeper exits 0 at once.
@@ -54,12 +54,11 @@ import logging
 import os
 import signal
 import threading
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import click
 
 from coordinator import config as cfg
-from coordinator import documents
 from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, LOG_FORMAT_OPTION, MAX_MS, MAX_WAIT_S, ZK_CONNECT,
                                     ZK_SASL_OPTION, CliCommand, Seconds, setup_logging, take_connect, take_tls,
                                     version_option, zk_tls_options)
@@ -302,52 +301,28 @@ def _log_ends(startup: dict, config: CoordinatorConfig, lag_kafka: dict):
     if servers:
         servers = check_bootstrap_servers(servers)
     data_dir = startup["data_dir"] or default_data_dir()
+    if _open_log_ends is None:
+        log.warning("this node was started without a data plane (python -m coordinator.cli.coordinatord): the "
+                    "console shows no log ends and no lag; start it as coordinatord")
+        return None
     if not servers and not os.path.isdir(data_dir):
         log.warning("the console reads log ends from the embedded log under %s, which does not exist here: give "
                     "--data-dir (or --lag-bootstrap-servers for Kafka), or lag will be wrong", data_dir)
-    return DataPlaneEnds.open(servers, config.kafka or lag_kafka, data_dir)
+    return _open_log_ends(servers, config.kafka or lag_kafka, data_dir)
 
 
-class DataPlaneEnds:
-    """The console's :class:`~coordinator.console.lag.LogEnds` over a :mod:`consumer.dataplane`
-    (what ``groupctl groups describe`` and ``topics describe`` read)."""
+#: How the console reads log ends: ``opener(bootstrap servers, kafka properties, data dir)``,
+#: handed in by the daemon's entry point on the client side (:mod:`consumer.cli.coordinatord`,
+#: which has the data plane); None: the console shows no log ends.
+_open_log_ends: Optional[Callable[[str, dict, str], object]] = None
 
-    def __init__(self, plane):
-        from consumer.dataplane.record_times import RecordTimesReader
-        self.plane, self.name = plane, plane.name
-        self.timestamps = RecordTimesReader(plane)  # lag in seconds: the records at committed offsets
 
-    @classmethod
-    def open(cls, bootstrap_servers: str, kafka: dict, data_dir: str) -> "DataPlaneEnds":
-        from consumer.dataplane import open_data_plane
-        return cls(open_data_plane(data_dir=data_dir, bootstrap_servers=bootstrap_servers, kafka=kafka))
-
-    def describe(self) -> str:
-        return self.plane.describe()
-
-    def partition_counts(self):
-        return self.plane.partition_counts()
-
-    def latest(self, topic: str, partitions):
-        from consumer.records import TopicPartition
-        if not self.plane.has_data(topic):  # no directory of it here (another --data-dir?): unknown, not 0
-            return {}
-        got = self.plane.latest_offsets([TopicPartition(topic, p) for p in partitions])
-        return {tp.partition: offset for tp, offset in got.items()}
-
-    def details(self, topic: str, partitions):
-        from consumer.records import TopicPartition
-        tps = [TopicPartition(topic, p) for p in partitions]
-        earliest, latest = self.plane.earliest_offsets(tps), self.plane.latest_offsets(tps)
-        kafka = self.name == "kafka"
-        leaders = self.plane.partition_leaders(topic) if kafka else {}
-        return [documents.topic_partition_row(tp.partition, earliest[tp], latest[tp],
-                                              None if kafka else self.plane.log.size_bytes(topic, tp.partition),
-                                              leaders.get(tp.partition, -1) if kafka else None) for tp in tps]
-
-    def close(self) -> None:
-        self.timestamps.close()
-        self.plane.close()
+def with_log_ends(opener: Callable[[str, dict, str], object]) -> click.Command:
+    """``main``, its console reading log ends through ``opener`` (a
+    :class:`~coordinator.console.lag.LogEnds` of the data plane)."""
+    global _open_log_ends
+    _open_log_ends = opener
+    return main
 
 
 def _startup_from_file(values: dict, source: str) -> dict:

@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry
 from consumer.cli.groupctl import main as groupctl
 from consumer.log import Log
 from coordinator import protocol
-from coordinator.cli.coordinatord import DataPlaneEnds
+from consumer.dataplane.log_ends import DataPlaneEnds
 from coordinator.console.app import Console
 from coordinator.console.lag import LagSampler
 from coordinator.console.snapshot import ClusterSnapshot

@@ -257,7 +257,7 @@ def committed_offsets(zk, paths):
 
 def coordinatord(connect: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.Popen([sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", connect,
+    return subprocess.Popen([sys.executable, "-m", "consumer.cli.coordinatord", "--zk", connect,
                              "--node-id", "bench", "--log-level", "WARNING"],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

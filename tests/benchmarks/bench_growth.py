@@ -160,7 +160,7 @@ class Stack:
                                     stdout=subprocess.DEVNULL, stderr=log, preexec_fn=die_with_parent)
 
     def start(self) -> None:
-        self.coordinator = self._spawn("coordinatord", ["coordinator.cli.coordinatord", "--zk", self.connect,
+        self.coordinator = self._spawn("coordinatord", ["consumer.cli.coordinatord", "--zk", self.connect,
                                                         "--node-id", "n1"])
         for i in range(self.count):
             self.consumers.append(self._spawn(f"consumer-{i}", [

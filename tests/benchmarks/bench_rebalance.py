@@ -41,7 +41,7 @@ def percentile(values, q):
 
 def coordinatord(connect: str, name: str, session_ms: int) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.Popen([sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", connect, "--node-id", name,
+    return subprocess.Popen([sys.executable, "-m", "consumer.cli.coordinatord", "--zk", connect, "--node-id", name,
                              "--session-timeout-ms", str(session_ms), "--log-level", "WARNING"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

@@ -76,7 +76,7 @@ def rss_mb(pid: int) -> float:
 
 def coordinatord(connect: str, name: str, session_ms: int, root: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=root)
-    return subprocess.Popen([sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", connect, "--node-id", name,
+    return subprocess.Popen([sys.executable, "-m", "consumer.cli.coordinatord", "--zk", connect, "--node-id", name,
                              "--session-timeout-ms", str(session_ms), "--log-level", "WARNING"],
                             cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             preexec_fn=die_with_parent)

@@ -17,7 +17,7 @@ from tests.support.helpers import wait_for
 
 
 def run(args, env, timeout=60):
-    return subprocess.run([sys.executable, "-m", "coordinator.cli.coordinatord", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "consumer.cli.coordinatord", *args], env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -50,7 +50,7 @@ def test_unreachable_zookeeper_is_one_line(subprocess_env):
 def node_process(args, env, log_path):
     """A coordinatord process, its stderr in ``log_path``; killed at the end if still running."""
     with open(log_path, "w") as log:
-        node = subprocess.Popen([sys.executable, "-m", "coordinator.cli.coordinatord", *args], env=env,
+        node = subprocess.Popen([sys.executable, "-m", "consumer.cli.coordinatord", *args], env=env,
                                 stdout=subprocess.DEVNULL, stderr=log)
     try:
         yield node

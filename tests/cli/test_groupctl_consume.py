@@ -269,7 +269,7 @@ def test_consumers_keep_running_through_zookeeper_failovers(tmp_path, subprocess
         try:
             TopicRegistry(zk).create("t", 4)
             with open(tmp_path / "node.log", "w") as log:
-                node = subprocess.Popen([sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", ens.connect,
+                node = subprocess.Popen([sys.executable, "-m", "consumer.cli.coordinatord", "--zk", ens.connect,
                                          "--node-id", "n1", "--session-timeout-ms", "6000"],
                                         env=subprocess_env, stdout=subprocess.DEVNULL, stderr=log)
             producer = _Producer(data_dir, "t", 4)

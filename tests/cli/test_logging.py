@@ -145,7 +145,7 @@ def json_lines(text: str):
 def test_coordinatord_logs_json_lines(zk, zk_connect, tmp_path, subprocess_env):
     log_path = tmp_path / "node.log"
     with open(log_path, "w") as log:
-        node = subprocess.Popen([sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", zk_connect,
+        node = subprocess.Popen([sys.executable, "-m", "consumer.cli.coordinatord", "--zk", zk_connect,
                                  "--node-id", "n1", "--log-format", "json", "--session-timeout-ms", "2000"],
                                 env=subprocess_env, stdout=subprocess.DEVNULL, stderr=log)
     try:
@@ -166,7 +166,7 @@ def test_coordinatord_logs_json_lines(zk, zk_connect, tmp_path, subprocess_env):
     # the environment chooses it too, and a failure is a JSON line as well
     env = dict(subprocess_env, ZKGROUPS_LOG_FORMAT="json")
     dead = f"127.0.0.1:{free_port()}"
-    proc = subprocess.run([sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", dead, "--zk-timeout", "0.5"],
+    proc = subprocess.run([sys.executable, "-m", "consumer.cli.coordinatord", "--zk", dead, "--zk-timeout", "0.5"],
                           env=env, capture_output=True, text=True, timeout=BOUND_S)
     assert proc.returncode == 75
     (line,) = json_lines(proc.stderr)

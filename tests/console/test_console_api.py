@@ -10,7 +10,7 @@ import pytest
 
 from consumer import Consumer
 from coordinator import protocol
-from coordinator.cli.coordinatord import DataPlaneEnds
+from consumer.dataplane.log_ends import DataPlaneEnds
 from coordinator.console.app import NodeConsole
 from coordinator.http import HttpSettings, NodeHttpServer, node_health, node_readiness
 from coordinator.testing.zkserver import Ensemble, local_classpath
@@ -184,7 +184,7 @@ def test_coordinatord_takes_the_http_settings_from_its_config_file(tmp_path, sub
                       f'lag_interval = 1.5\ndata_dir = "{tmp_path}"\n')
     log_path = tmp_path / "node.log"
     with open(log_path, "w") as log:
-        node = subprocess.Popen([sys.executable, "-m", "coordinator.cli.coordinatord", "--config", str(config),
+        node = subprocess.Popen([sys.executable, "-m", "consumer.cli.coordinatord", "--config", str(config),
                                  "--node-id", "n1"], env=subprocess_env, stdout=subprocess.DEVNULL, stderr=log)
     try:
         url = wait_for(lambda: (re.search(r"metrics served at (http://\S+)/metrics", log_path.read_text()) or [0, 0])[1],

@@ -52,7 +52,7 @@ class LiveSystem:
     def coordinator(self, name: str) -> None:
         log = open(os.path.join(self.workdir, f"{name}.log"), "w")
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", self.connect, "--node-id", name,
+            [sys.executable, "-m", "consumer.cli.coordinatord", "--zk", self.connect, "--node-id", name,
              "--session-timeout-ms", str(SESSION_MS), "--rebalance-timeout-ms", "3000", "--http-addr", "127.0.0.1:0",
              "--data-dir", self.data_dir, "--lag-interval", "0.5"],
             env=self.env, stdout=subprocess.DEVNULL, stderr=log)

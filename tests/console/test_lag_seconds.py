@@ -23,7 +23,7 @@ from consumer.cli.exporter import LagExporter
 from consumer.cli.groupctl import main
 from consumer.dataplane import open_data_plane
 from consumer.records import TopicPartition
-from coordinator.cli.coordinatord import DataPlaneEnds
+from consumer.dataplane.log_ends import DataPlaneEnds
 from coordinator.console.app import NodeConsole
 from coordinator.topics import TopicRegistry
 from tests.support.groups import wait_stable

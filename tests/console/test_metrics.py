@@ -25,7 +25,7 @@ from coordinator.zkclient import close_client, start_client
 from coordinator.topics import TopicRegistry
 from tests.support.helpers import GROUPCTL, assert_one_line_error, fill, wait_for
 
-COORDINATORD = [sys.executable, "-m", "coordinator.cli.coordinatord"]
+COORDINATORD = [sys.executable, "-m", "consumer.cli.coordinatord"]
 
 
 def scrape(url: str) -> dict:

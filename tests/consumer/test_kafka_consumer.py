@@ -270,7 +270,7 @@ def test_every_record_consumed_on_kafka_through_joins_kills_and_leader_failover(
             procs[name] = subprocess.Popen([sys.executable, "-m", *args], env=env, stdout=out, stderr=err)
 
     def coordinator(name):
-        start(name, "coordinator.cli.coordinatord", "--zk", zk_connect, "--node-id", name,
+        start(name, "consumer.cli.coordinatord", "--zk", zk_connect, "--node-id", name,
               "--session-timeout-ms", "2000", "--rebalance-timeout-ms", "3000")
 
     def consumer(name):  # sessions of 2 s: short for the test, long enough for a loaded machine

@@ -291,13 +291,13 @@ def test_bad_identities_are_one_line_in_bounded_time(secured, data_dir, tmp_path
         (["--zk-auth", f"@{wrong}"], "wrong password for ZooKeeper identity 'alpha'"),
         (["--zk-auth", STRANGER], "identity 'eve' is not in this installation's ACL policy"),
     ]
-    proc = subprocess.run([sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", secured, "--zk-auth", GROUP_A],
+    proc = subprocess.run([sys.executable, "-m", "consumer.cli.coordinatord", "--zk", secured, "--zk-auth", GROUP_A],
                           capture_output=True, text=True, env=subprocess_env, timeout=60)
     assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, "identity 'alpha' belongs to a group here, "
                           "not to the coordinators or admins")
     for auth, match in cases:
         for tool in (GROUPCTL + ["--zk", secured, *auth, "groups", "list"],
-                     [sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", secured, "--zk-timeout", "5",
+                     [sys.executable, "-m", "consumer.cli.coordinatord", "--zk", secured, "--zk-timeout", "5",
                       *auth],
                      GROUPCTL + ["--zk", secured, "--data-dir", data_dir, *auth, "consume", "ga", "t",
                                  "--max-records", "1"],
@@ -317,7 +317,7 @@ def test_secrets_appear_in_no_process_listing_output_or_log(secured, data_dir, t
     secret = tmp_path / "coord.secret"
     secret.write_text(COORD + "\n")
     secret.chmod(0o600)
-    node = subprocess.Popen([sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", secured,
+    node = subprocess.Popen([sys.executable, "-m", "consumer.cli.coordinatord", "--zk", secured,
                              "--zk-auth", f"@{secret}", "--log-level", "DEBUG", "--node-id", "n-secret"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env)
     admin = _client(secured, ADMIN)
@@ -412,7 +412,7 @@ def test_producer_with_an_admin_identity_creates_topics_a_group_cannot(secured, 
 def test_zk_auth_in_toml_files(tmp_path, subprocess_env):
     config = tmp_path / "coordinator.toml"
     config.write_text(f'zk = "127.0.0.1:1"\nzk_auth = "@{tmp_path}/missing"\n')
-    proc = subprocess.run([sys.executable, "-m", "coordinator.cli.coordinatord", "--config", str(config)],
+    proc = subprocess.run([sys.executable, "-m", "consumer.cli.coordinatord", "--config", str(config)],
                           capture_output=True, text=True, env=subprocess_env, timeout=60)
     assert_one_line_error(proc.returncode, proc.stdout, proc.stderr, f"zk_auth file {tmp_path}/missing does not exist")
     config.write_text('zk_auth = 5\n')

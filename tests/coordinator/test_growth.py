@@ -61,7 +61,7 @@ def test_a_growth_to_ten_thousand_partitions_loses_no_connection(zk, zk_connect,
     TopicRegistry(zk).create("t", 100)
     coordinator_log = tmp_path / "coordinatord.log"
     with open(coordinator_log, "w") as log:
-        coordinator = subprocess.Popen([sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", zk_connect,
+        coordinator = subprocess.Popen([sys.executable, "-m", "consumer.cli.coordinatord", "--zk", zk_connect,
                                         "--node-id", "n1"], env=subprocess_env, stdout=subprocess.DEVNULL,
                                        stderr=log, preexec_fn=die_with_parent)
     consumers = [ConsumeProcess(zk_connect, data_dir, ["g", "t"], subprocess_env, tmp_path / f"consumer-{i}.log")

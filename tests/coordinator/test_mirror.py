@@ -170,7 +170,7 @@ def test_properties_librdkafka_refuses_are_one_line_without_their_value():
 
 
 def _coordinatord(args, env):
-    return subprocess.run([sys.executable, "-m", "coordinator.cli.coordinatord", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "consumer.cli.coordinatord", *args], env=env,
                           capture_output=True, text=True, timeout=60)
 
 

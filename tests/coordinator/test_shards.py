@@ -75,7 +75,7 @@ def nodes(zk_connect, subprocess_env, tmp_path):
     def start(name, shards=8):
         log = open(tmp_path / f"{name}.log", "w")
         procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", zk_connect, "--node-id", name,
+            [sys.executable, "-m", "consumer.cli.coordinatord", "--zk", zk_connect, "--node-id", name,
              "--session-timeout-ms", str(SESSION_MS), "--shards", str(shards), "--rebalance-timeout-ms", "3000"],
             env=subprocess_env, stdout=subprocess.DEVNULL, stderr=log)
         return procs[name]

@@ -30,7 +30,7 @@ def test_every_record_consumed_through_joins_kills_and_failover(zk, zk_connect, 
                                        stderr=open(tmp_path / f"{name}.err", "w"))
 
     def coordinator(name):
-        start(name, "coordinator.cli.coordinatord", "--zk", zk_connect, "--node-id", name,
+        start(name, "consumer.cli.coordinatord", "--zk", zk_connect, "--node-id", name,
               "--session-timeout-ms", str(SESSION_MS), "--rebalance-timeout-ms", "3000")
 
     def consumer(name):

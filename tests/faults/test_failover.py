@@ -27,7 +27,7 @@ def nodes(zk_connect, subprocess_env, tmp_path):
     def start(name, session_ms=SESSION_MS):
         with open(tmp_path / f"{name}.log", "w") as log:
             procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "coordinator.cli.coordinatord", "--zk", zk_connect, "--node-id", name,
+                [sys.executable, "-m", "consumer.cli.coordinatord", "--zk", zk_connect, "--node-id", name,
                  "--session-timeout-ms", str(session_ms), "--rebalance-timeout-ms", "2000"],
                 env=subprocess_env, stdout=subprocess.DEVNULL, stderr=log)
         return procs[name]
