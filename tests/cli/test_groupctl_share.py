@@ -105,7 +105,8 @@ def test_a_worker_slower_than_the_lock_is_refused_and_the_record_comes_again(gro
     fill(data_dir, "t", [1], zk=zk)
     ok(groupctl("share-groups", "configure", "q", "share.auto.offset.reset=earliest",
                 "share.record.lock.duration.ms=1000", "share.delivery.count.limit=2"))
-    result = groupctl("share-consume", "q", "t", "--process-ms", "1600", "--max-records", "2")
+    # three lock durations of work, so even a late tick of the clock ends the lock first; never waits past 30 s
+    result = groupctl("share-consume", "q", "t", "--process-ms", "3000", "--max-records", "2", "--idle-exit", "30")
     assert [(r["offset"], r["delivery_count"]) for r in lines(ok(result))] == [(0, 1), (0, 2)]
     assert "refused: their lock had ended" in result.stderr
 

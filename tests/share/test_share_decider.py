@@ -45,15 +45,15 @@ def test_a_lock_that_ends_refuses_the_late_acknowledgement_and_redelivers(zk, ma
 
 def test_renew_keeps_a_slow_record_from_redelivery(zk, make, data_dir):
     fill(data_dir, "t", [1], zk=zk)
-    configure(zk, share_auto_offset_reset="earliest", share_record_lock_duration_ms=1000)
+    configure(zk, share_auto_offset_reset="earliest", share_record_lock_duration_ms=2000)
     slow = make(share_acknowledgement_mode="explicit")
     (record,) = drain(slow, 1)
     other = make()
-    deadline = time.monotonic() + 2.5
-    while time.monotonic() < deadline:   # working for 2.5 lock durations, renewing
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:   # working for 2.5 lock durations, renewing ten times a lock
         slow.acknowledge(record, AcknowledgeType.RENEW)
         slow.commit_sync()
-        assert other.poll(300) == []
+        assert other.poll(200) == []
     slow.acknowledge(record)
     assert slow.commit_sync() == {("t", 0): None}
 
