@@ -1,5 +1,7 @@
 """The operator console a coordinator node serves beside its metrics (``coordinatord --http-addr``).
 
+* :mod:`~coordinator.console.share_snapshot` — the share groups the pages show, read whole
+  when they change (at most once a second a group).
 * :mod:`~coordinator.console.snapshot` — what the pages show (groups, share groups, the
   coordinator, topics), in memory, kept current by ZooKeeper watches (never a read per page view).
 * :mod:`~coordinator.console.lag` — committed offsets against the data plane's log ends, read

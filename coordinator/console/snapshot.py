@@ -7,19 +7,16 @@
 * the controller (``leader``), the election's contenders, the live nodes and their reports,
   the shard count and every shard's placement;
 * every topic and its partition count;
-* every share group (``/consumers/share-groups`` children) and, of each, its settings, its
-  members and every share-partition's state, read whole (a :class:`coordinator.read.ShareGroupView`)
-  when any of them changes, at most once per ``share_interval_s`` a group (a share-partition's
-  state changes at every poll and acknowledgement: the console follows, a second behind at most).
+* every share group, through :class:`~coordinator.console.share_snapshot.ShareGroupsReader`
+  (read whole when any of its znodes changes, at most once a second a group).
 
 A page or an API call reads this memory, never ZooKeeper. Every change costs one read of what
 changed (pipelined with the others waiting); after a reconnect, and every
 ``resync_interval_s`` as a safety net, everything is read again (watches are hints).
 
 ZooKeeper cost per node: three watches per group (state, ids, timeline) plus one per live
-node, shard and topic; loading 10,000 groups is about 30,000 pipelined reads at start. A share
-group costs three watches plus one per topic and share-partition, and a re-read of all
-of those (pipelined, three round trips) at most once per ``share_interval_s`` while it is busy.
+node, shard and topic; loading 10,000 groups is about 30,000 pipelined reads at start (share
+groups: :mod:`coordinator.console.share_snapshot`).
 
 Lifecycle (:class:`LoadState`): ``STARTING`` → ``LOADING`` (first full read) → ``LIVE`` →
 ``CLOSED``; ``close()`` from any state ends it.
@@ -47,8 +44,8 @@ from coordinator import protocol
 from coordinator.errors import CorruptZnode
 from coordinator.lifecycle import Lifecycle
 from coordinator.protocol import GroupState, LeaderInfo, NodeInfo, RebalanceRecord, Registration, ShardAssignment
-from coordinator.protocol.share import SHARE_GROUPS, ShareGroupConfig, ShareMember, SharePartitionState
-from coordinator.read import ShareGroupView, decoded, shard_leaders_of
+from coordinator.console.share_snapshot import DEFAULT_SHARE_INTERVAL_S, ShareGroupsReader
+from coordinator.read import ShareGroupView, shard_leaders_of
 from coordinator.zkclient import wait_in_order
 
 log = logging.getLogger("zkgroups.console")
@@ -56,8 +53,6 @@ log = logging.getLogger("zkgroups.console")
 #: Reads sent at once before waiting for their answers (bounds one step's memory and latency).
 BATCH = 2000
 DEFAULT_RESYNC_INTERVAL_S = 300.0
-#: A busy share group is read again at most this often (its watches fire at every poll).
-DEFAULT_SHARE_INTERVAL_S = 1.0
 _CONTENDER = re.compile(r"__lock__(-?\d{10})$")
 
 
@@ -137,9 +132,7 @@ class ClusterSnapshot(Lifecycle[LoadState]):
         self._nodes: Dict[str, NodeInfo] = {}
         self._shard_count: Optional[int] = None
         self._assignments: Dict[int, ShardAssignment] = {}
-        self._share_groups: Dict[str, Optional[ShareGroupView]] = {}   # None: listed, not read yet
-        self._share_read_at: Dict[str, float] = {}   # group -> when it was last read (monotonic; own thread)
-        self._share_due: Dict[str, float] = {}       # group -> when its deferred re-read is due
+        self.shares = ShareGroupsReader(self, share_interval_s)   # the share groups (own thread)
         self.connection = "CONNECTED"
         self.version = 0               # bumped by every change (caches key on it)
         self.loaded_at: Optional[float] = None
@@ -195,11 +188,11 @@ class ClusterSnapshot(Lifecycle[LoadState]):
     def share_groups(self) -> Dict[str, Optional[ShareGroupView]]:
         """{share group: its view, None while it is listed but not read yet}."""
         with self._lock:
-            return dict(self._share_groups)
+            return dict(self.shares.views)
 
     def share_group(self, name: str) -> Optional[ShareGroupView]:
         with self._lock:
-            return self._share_groups.get(name)
+            return self.shares.views.get(name)
 
     def coordinator(self):
         """(leader, contenders, {node id: report}, shard count, {shard: assignment})."""
@@ -238,13 +231,13 @@ class ClusterSnapshot(Lifecycle[LoadState]):
                         self.loaded_at = time.time()
                         self._set_state(LoadState.LIVE, expect={LoadState.LOADING})
                         log.info("console: snapshot loaded (%d groups)", len(self._groups))
-                keys = self._drain(timeout=self._wait_s())
+                keys = self._drain(timeout=self.shares.wait_s())
                 if ("stop",) in keys:
                     return
                 if ("resync",) in keys:
                     next_resync = 0.0
                     continue
-                keys += self._due_share_keys()
+                keys += self.shares.due_keys()
                 if keys:
                     self._handle(keys)
             except KazooException as e:
@@ -270,19 +263,6 @@ class ClusterSnapshot(Lifecycle[LoadState]):
                 break
         return list(dict.fromkeys(keys))
 
-    def _wait_s(self) -> float:
-        """How long to wait for events: a second, or until the next deferred share group is due."""
-        if not self._share_due:
-            return 1.0
-        return min(1.0, max(0.01, min(self._share_due.values()) - time.monotonic()))
-
-    def _due_share_keys(self) -> List[tuple]:
-        now = time.monotonic()
-        due = [g for g, at in self._share_due.items() if at <= now]
-        for g in due:
-            del self._share_due[g]
-        return [("share", g) for g in due]
-
     def _resync(self) -> None:
         """Read everything (and arm every watch)."""
         read = set(self._handle([("coordinator",), ("topics",), ("groups",)]))
@@ -290,13 +270,7 @@ class ClusterSnapshot(Lifecycle[LoadState]):
             names = [g for g in self._groups if g not in read]
         for i in range(0, len(names), BATCH):
             self._handle([(kind, g) for g in names[i:i + BATCH] for kind in ("state", "ids", "timeline")])
-        self._share_read_at.clear()   # everything is read now, however recently it was
-        self._share_due.clear()
-        read = set(self._read_share_group_names())
-        with self._lock:
-            names = [g for g in self._share_groups if g not in read]
-        for i in range(0, len(names), BATCH):
-            self._read_share_groups(names[i:i + BATCH])
+        self.shares.read_all()
         self._watch_missing()
 
     def _handle(self, keys: List[tuple]) -> List[str]:
@@ -320,9 +294,9 @@ class ClusterSnapshot(Lifecycle[LoadState]):
         if "topic" in by_kind:
             self._read_topic_counts(by_kind["topic"])
         if "share-groups" in by_kind:
-            self._read_share_group_names()
+            self.shares.read_names()
         if "share" in by_kind:
-            self._read_share_groups_when_due([g for g in by_kind["share"] if g is not None])
+            self.shares.read_when_due([g for g in by_kind["share"] if g is not None])
         new_groups: List[str] = []
         if "groups" in by_kind:
             new_groups = self._read_group_names()
@@ -558,127 +532,6 @@ class ClusterSnapshot(Lifecycle[LoadState]):
                     unreadable[cid] = e.problem
             self._replace(group, ids=tuple(c for c in ids if c not in gone), members=members, unreadable=unreadable)
         self._changed()
-
-
-    # ---- share groups (names from ZooKeeper are joined into paths as they are: they are znode
-    # names, and the console must show a group or member no tool would accept, not fail on it)
-
-    def _read_share_group_names(self) -> List[str]:
-        """The share groups' names (re-arming the watch): the new ones read at once, the deleted
-        dropped; returns the new ones."""
-        watcher = self._watch("share-groups")
-        names = self._children(self.client.get_children_async(SHARE_GROUPS, watch=watcher), SHARE_GROUPS,
-                               watcher) or []
-        with self._lock:
-            known = set(self._share_groups)
-            gone = known - set(names)
-            for g in gone:
-                del self._share_groups[g]
-            new = [g for g in names if g not in known]
-            for g in new:
-                self._share_groups[g] = None
-        for g in gone:
-            self._share_read_at.pop(g, None)
-            self._share_due.pop(g, None)
-        for i in range(0, len(new), BATCH):
-            self._read_share_groups(new[i:i + BATCH])
-        if gone:
-            self._changed()
-        return new
-
-    def _read_share_groups_when_due(self, names: List[str]) -> None:
-        """Read the share groups whose watches fired; one read less than ``share_interval_s``
-        ago is deferred until then (its watches have fired: nothing is missed meanwhile)."""
-        now = time.monotonic()
-        ready = []
-        for g in dict.fromkeys(names):
-            last = self._share_read_at.get(g)
-            if last is not None and now - last < self.share_interval_s:
-                self._share_due.setdefault(g, last + self.share_interval_s)
-            else:
-                ready.append(g)
-        for i in range(0, len(ready), BATCH):
-            self._read_share_groups(ready[i:i + BATCH])
-
-    def _read_share_groups(self, names: List[str]) -> None:
-        """Read each share group whole, every read arming the group's one watcher: its znode and
-        listings, then its members and topics, then its share-partitions' states (three round
-        trips for all of ``names``). A znode that does not decode is in the view's ``problems``."""
-        with self._lock:
-            names = [g for g in names if g in self._share_groups]
-        read = self._share_members_and_states(self._share_listings(names))
-        for g, config, problems, members, state_reads in read:
-            states = {}
-            for tp, path, a in state_reads:
-                try:
-                    state = decoded(SharePartitionState.decode, a.get()[0], path, problems)
-                except NoNodeError:
-                    continue
-                if state is not None:
-                    states[tp] = state
-            view = ShareGroupView(g, config, members, states, problems)
-            with self._lock:
-                if g in self._share_groups:
-                    self._share_groups[g] = view
-        if names:
-            self._changed()
-
-    def _share_listings(self, names: List[str]) -> list:
-        """Round trip 1 and 2: each group's settings and listings, then its members' znodes and
-        its topics' listings asked; [(group, config, problems, member reads, topic reads)]."""
-        client = self.client
-        firsts = []
-        for g in names:
-            w, base = self._watch("share", g), f"{SHARE_GROUPS}/{g}"
-            self._share_read_at[g] = time.monotonic()
-            self._share_due.pop(g, None)
-            firsts.append((g, w, base, client.get_async(base, watch=w),
-                           client.get_children_async(base + "/members", watch=w),
-                           client.get_children_async(base + "/partitions", watch=w)))
-        wait_in_order([a for *_, c, m, p in firsts for a in (c, m, p)])
-        seconds = []
-        for g, w, base, config_a, members_a, topics_a in firsts:
-            problems: Dict[str, str] = {}
-            try:
-                raw, _ = config_a.get()
-            except NoNodeError:
-                with self._lock:   # deleted: the names' watch says so too
-                    self._share_groups.pop(g, None)
-                continue
-            config = decoded(ShareGroupConfig.decode, raw, base, problems) or ShareGroupConfig()
-            ids = self._children(members_a, base + "/members", w) or []
-            topics = self._children(topics_a, base + "/partitions", w) or []
-            member_reads = [(m, f"{base}/members/{m}", client.get_async(f"{base}/members/{m}")) for m in ids]
-            topic_paths = [(t, f"{base}/partitions/{t}") for t in topics]
-            topic_reads = [(t, path, client.get_children_async(path, watch=w)) for t, path in topic_paths]
-            seconds.append((g, w, config, problems, member_reads, topic_reads))
-        wait_in_order([a for *_, ms, ts in seconds for *_, a in ms + ts])
-        return seconds
-
-    def _share_members_and_states(self, listed: list) -> list:
-        """The members decoded and round trip 3 asked (the states, watched);
-        [(group, config, problems, members, state reads)]."""
-        thirds = []
-        for g, w, config, problems, member_reads, topic_reads in listed:
-            members = {}
-            for m, path, a in member_reads:
-                try:
-                    member = decoded(ShareMember.decode, a.get()[0], path, problems)
-                except NoNodeError:
-                    continue   # left while we read
-                if member is not None:
-                    members[m] = member
-            state_reads = []
-            for t, path, a in topic_reads:
-                try:
-                    parts = sorted(int(p) for p in a.get() if p.isdigit())
-                except NoNodeError:
-                    continue
-                state_reads += [((t, p), f"{path}/{p}", self.client.get_async(f"{path}/{p}", watch=w))
-                                for p in parts]
-            thirds.append((g, config, problems, members, state_reads))
-        wait_in_order([a for *_, states in thirds for *_, a in states])
-        return thirds
 
 
 def _with(view: GroupView, **changes) -> GroupView:
