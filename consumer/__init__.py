@@ -37,6 +37,8 @@ checks the order):
   leave when the application stops calling ``poll()``.
 * :mod:`~consumer.commits` — a consumer's commits: fenced writes, auto-commit, ``commit_async``.
 * :mod:`~consumer.hand_out` — the heart of ``poll()``: records only within the member's lease.
+* :mod:`~consumer.lookups` — what a consumer may ask of its topics outside the group (offsets,
+  times, topics).
 * :mod:`~consumer.consumer` — the kafka-python-style ``Consumer``.
 * :mod:`~consumer.futures` — what became of a sent record: ``FutureRecordMetadata``,
   ``DeliveryFailed``.

@@ -21,24 +21,23 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set,
 from kazoo.client import KazooClient
 
 from coordinator import config as cfg
-from coordinator.errors import CommitFailedError, IllegalStateError, UnknownTopic, ZkGroupsError
+from coordinator.errors import CommitFailedError, IllegalStateError, ZkGroupsError
 from coordinator.lifecycle import Lifecycle
-from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 from consumer.config import ConsumerConfig, Topics, build_consumer_config, subscription_of  # noqa: F401 (ConsumerConfig: importable from here too)
 from consumer.dataplane import DataPlane, open_data_plane
-from consumer.dataplane.record_times import RecordTimesReader
 from consumer.deserializers import Deserializers
 from consumer.commits import Commits
 from consumer.hand_out import HandOut, WakeupException  # noqa: F401 (WakeupException: poll()'s, importable from here)
 from consumer.handoff import Handoff, Revocation
 from consumer.iteration import Unyielded
+from consumer.lookups import Lookups
 from consumer.log import Columns
 from consumer.member import GroupMember
 from consumer.metrics import ConsumerMetrics, snapshot
 from consumer.poll_interval import PollInterval
 from consumer.partition_changes import PartitionChanges
-from consumer.records import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from consumer.records import ConsumerRecord, OffsetAndMetadata, TopicPartition
 from consumer.streams import Stream, Streams
 
 log = logging.getLogger("zkgroups.consumer")
@@ -75,7 +74,7 @@ class GroupMetadata:
     state: str           # a ConsumerState value
 
 
-class Consumer(Lifecycle[ConsumerState]):
+class Consumer(Lookups, Lifecycle[ConsumerState]):
     """A member of consumer group ``group_id``.
 
     ``topics`` is a list of topic names (one name as a string is one topic) or
@@ -420,38 +419,6 @@ class Consumer(Lifecycle[ConsumerState]):
         """``seek`` to the end (default: every owned partition): only new records follow."""
         for tp, offset in self._plane.latest_offsets(partitions or self.assignment()).items():
             self._fetcher.seek(tp, offset)
-
-    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> Dict[TopicPartition, int]:
-        """Earliest retained offset of each partition (owned or not)."""
-        return self._plane.earliest_offsets(partitions)
-
-    def end_offsets(self, partitions: Iterable[TopicPartition]) -> Dict[TopicPartition, int]:
-        """Offset after the last record of each partition (owned or not)."""
-        return self._plane.latest_offsets(partitions)
-
-    def offsets_for_times(self, timestamps: Dict[TopicPartition, int]) -> Dict[TopicPartition, Optional[OffsetAndTimestamp]]:
-        """For each partition (owned or not) the earliest offset whose timestamp is at least the
-        given one (milliseconds) and that record's own timestamp, or None if there is none."""
-        found = self._plane.offsets_for_times(timestamps)
-        reader = RecordTimesReader(self._plane)
-        try:
-            times = reader([(tp.topic, tp.partition, o) for tp, o in found.items() if o is not None])
-        finally:
-            reader.close()
-        return {tp: None if o is None else OffsetAndTimestamp(o, times.get((tp.topic, tp.partition, o), timestamps[tp]))
-                for tp, o in found.items()}
-
-    def topics(self) -> Set[str]:
-        """Every topic registered in ZooKeeper (``/brokers/topics``: the topics the coordinator
-        assigns, on either data plane); kafka-python's ``topics()``."""
-        return set(TopicRegistry(self._client).all_partitions())
-
-    def partitions_for_topic(self, topic: str) -> Set[int]:
-        """The partition ids of ``topic`` as registered in ZooKeeper; empty if there is no such topic."""
-        try:
-            return set(range(TopicRegistry(self._client).partitions(topic)))
-        except UnknownTopic:
-            return set()
 
     # ------------------------------------------------------------ flow control
 
