@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 from consumer.log import Log
-from tests.chaos import kafkatopic, referee, txnlog
+from tests.chaos import kafkatopic, referee, share_referee, txnlog
 from tests.chaos.history import GroupHistory, group_history
 from tests.model.trace import check_model
 
@@ -31,6 +31,21 @@ PARTITION_KINDS = ("cut-consumer", "cut-oneway", "cut-controller", "cut-node", "
 #: On the Kafka data plane.
 KAFKA_KINDS = ("broker-down",)
 KINDS = PROCESS_KINDS + PARTITION_KINDS + KAFKA_KINDS
+
+
+@dataclass
+class ShareRound:
+    """The share round's settings (:mod:`tests.chaos.run`), for :mod:`tests.chaos.share_referee`."""
+    group: str
+    dead_letter_topic: str
+    dead_letter_partitions: int
+    delivery_limit: int
+    lock_ms: int
+    release_delay_ms: int
+    reject_key: str
+    retry_key: str
+    outputs: List[str]                                  # the workers' stdout, relative to the run directory
+    live: Optional[Dict[int, Optional[list]]] = None    # partition -> [start, end] ZooKeeper answered at the end
 
 
 @dataclass
@@ -52,6 +67,7 @@ class RunRecord:
     data_plane: str = "embedded"                 # embedded | kafka
     network: str = "shared"                      # namespaces | shared (no links cut)
     resets_at_heal: int = 0                      # heals that reset the victim's connections
+    share: Optional[ShareRound] = None           # the share round, if the run had one
 
     def save(self, run_dir: str) -> None:
         with open(os.path.join(run_dir, RECORD), "w") as f:
@@ -64,6 +80,11 @@ class RunRecord:
         obj["processes"] = [referee.ProcessEnd(**p) for p in obj["processes"]]
         if obj.get("live_committed") is not None:
             obj["live_committed"] = {int(p): v for p, v in obj["live_committed"].items()}
+        if obj.get("share") is not None:
+            share = ShareRound(**obj["share"])
+            if share.live is not None:
+                share.live = {int(p): v for p, v in share.live.items()}
+            obj["share"] = share
         return cls(**obj)
 
 
@@ -102,6 +123,9 @@ def judge(run_dir: str) -> Outcome:
         referee.check_evidence(history, logs.conflicts, list(bad_lines) + topic_problems),
         check_model(logs.txns, record.group, record.chroot),  # every step one the protocol model allows
     ]
+    if record.share is not None:
+        results += share_referee.judge_share(run_dir, record.share, logs.txns, record.chroot, record.topic,
+                                             record.partitions, produced)
     passed = all(r.ok for r in results)
     figures = " ".join(r.summary for r in results if r.summary and r.name != "offsets")
     faults = " ".join(f"{kind}:{record.faults.get(kind, 0)}" for kind in KINDS if kind in record.kinds)

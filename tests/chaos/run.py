@@ -1,7 +1,7 @@
 """``bin/chaos``: a randomized fault run of a whole zkgroups deployment, judged afterwards by
 ZooKeeper's own transaction log.
 
-    bin/chaos [--seed N] [--duration SECONDS] [--consumers 5] [--partitions 8] [--keep]
+    bin/chaos [--seed N] [--duration SECONDS] [--consumers 5] [--share-consumers 4] [--partitions 8] [--keep]
               [--data-plane embedded|kafka] [--network auto|namespaces|shared] [--faults KIND,...] [--zk-tls]
     bin/chaos --judge RUN_DIR      (judge a kept run again, e.g. after changing the referee)
 
@@ -11,6 +11,20 @@ nodes, a producer writing uniquely numbered records (:mod:`tests.chaos.producer`
 consumer id of its own. Everything runs under the chroot ``/chaos``. The records are in the
 embedded log on disk, or (``--data-plane kafka``) on librdkafka's mock Kafka cluster, in a
 process of its own (3 brokers; the coordinators mirror the topic into ZooKeeper as for KRaft).
+
+The share round (``--share-consumers N``, 4 by default on the embedded log; 0 turns it off, and
+it is not made on Kafka yet, where the referee cannot read the dead letters' headers back): a
+share group ``chaos-share`` on the same topic (``share.auto.offset.reset`` earliest, a 3 s
+lock, a delivery limit of 3, the dead-letter topic ``records-dlq`` of 2 partitions), and N
+processes of ``groupctl share-consume chaos-share records --process-ms 2 --reject-when
+key=reject --release-when key=retry --release-delay-ms 500``. The producer keys 1 record in 50
+``reject`` (archived as rejected, dead-lettered) and 1 in 50 ``retry`` (released with a 500 ms
+delay each time, archived at the limit). The workers are victims of ``kill``, ``term``,
+``pause`` and the consumer cuts as the consumers are (a pause, 3-5 s, outlasts the lock: the
+lock expires, the late acknowledgement is refused, the record goes to another worker), and are
+replaced the same way. It is on by default so that every run, the long ones too, has share
+groups among the faults; the consumer group's figures and drain are unchanged by it (its
+workers add 4 light processes).
 
 The network (``--network``; ``auto``, the default, is ``namespaces`` where the machine allows
 them, else ``shared`` with one line saying why): with ``namespaces`` every ZooKeeper server,
@@ -49,13 +63,19 @@ kinds and that first order instead; the nemesis goes on past ``--duration``, by 
 until each happened), then kinds are drawn at random (no second quorum loss). Then everything
 is healed (each fault still under way runs its course), the producer stopped, the consumers
 drain until the group's committed offsets reach the end offsets (the log's, or Kafka's high
-watermarks; bounded) and are stopped with SIGTERM, the coordinators too, and ZooKeeper. The referee (:mod:`tests.chaos.judge`, checks in
-:mod:`tests.chaos.referee`) reads the servers' transaction logs, every printed line and every
-exit; the run prints one verdict line (and one line per failed check) and the run directory.
+watermarks) and every share-partition's start reaches them too (everything accepted or archived,
+its dead letters written; one bound, ``--drain-timeout``, for both), and are stopped with
+SIGTERM, the coordinators too, and ZooKeeper. The referee (:mod:`tests.chaos.judge`, checks in
+:mod:`tests.chaos.referee`, and the share round's in :mod:`tests.chaos.share_referee`: none
+lost, no second holder while the first holds, no delivery past the limit, at most one ACCEPT,
+the dead-letter topic holding exactly the archived records, no redelivery before its delay)
+reads the servers' transaction logs, every printed line and every exit; the run prints one
+verdict line (and one line per failed check) and the run directory.
 Exit status: 0 on pass, 1 on fail, 2 when the run itself could not be made.
 
 Run directory (``--run-dir``, else a new one under the system's temp dir): ``logs/`` (one
 file per process: ``consumer-NNN.out`` holds its printed records, ``.log`` its stderr;
+``share-NNN.out`` a share worker's;
 ``harness.log``), ``nemesis.log`` (every fault and process event, wall-clock seconds, to set
 beside the records' ``at``), ``run.json``, ``referee/`` (``verdict.txt``, one file per check,
 ``ownership.txt``), ``zk/serverN/`` (each server's ``server.log`` and its bulky ``data/``) and
@@ -92,11 +112,13 @@ from kazoo.exceptions import NoNodeError
 
 from consumer.dataplane import ENV_BOOTSTRAP_SERVERS
 from consumer.log import Log
+from consumer.share import configure_share_group
 from coordinator import protocol
+from coordinator.protocol.share import SharePartitionState, share_members_path, share_partitions_path
 from coordinator.topics import TopicRegistry
 from coordinator.zkclient import close_client, start_client
 from coordinator.testing.zkserver import STANDARD_PORTS, Ensemble, ZooKeeperNotFound, die_with_parent
-from tests.chaos import judge, kafkatopic, network, referee
+from tests.chaos import judge, kafkatopic, network, producer, referee
 from tests.chaos.judge import KAFKA_KINDS, KINDS, PARTITION_KINDS, PROCESS_KINDS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -119,6 +141,16 @@ TERM_GRACE_S = 30.0      # a SIGTERMed process must exit within this
 ZK_CALL_S = 3.0          # the harness's own ZooKeeper reads give up after this
 TICK_S = 0.1
 NODES = ("c1", "c2", "c3")
+# The share round (--share-consumers): a share group on the same topic, its workers among the victims.
+SHARE_GROUP = "chaos-share"
+DEAD_LETTERS = "records-dlq"   # the share group's dead-letter topic
+DEAD_LETTER_PARTITIONS = 2
+SHARE_LOCK_MS = 3000           # shorter than a pause (session timeout + 1-3 s): locks expire under pauses
+SHARE_DELIVERY_LIMIT = 3
+SHARE_PROCESS_MS = 2           # each worker "works" this long per record
+SHARE_RELEASE_DELAY_MS = 500   # a released ("retry") record is not delivered again before this
+POISON_EVERY = 50              # the producer keys 1 in 50 records "reject" and 1 in 50 "retry"
+CONSUMER_ROLES = ("consumer", "share-consumer")  # the victims of kill, term, pause and consumer cuts
 
 
 @dataclass
@@ -137,6 +169,7 @@ class Options:
     network: str = "auto"             # auto | namespaces | shared
     faults: Optional[List[str]] = None  # the kinds, in the order of the first round (None: all, shuffled)
     zk_tls: bool = False              # ZooKeeper serves TLS only; every process connects with a certificate
+    share_consumers: int = 4          # groupctl share-consume workers of the share round (0: no share round)
 
 
 @dataclass
@@ -197,6 +230,8 @@ class ChaosRun:
         self.zk_places: List[network.Place] = []
         self.node_places: Dict[str, network.Place] = {}
         self.consumer_count = 0
+        self.share_count = 0
+        self.live_share: Optional[Dict[int, Optional[list]]] = None  # partition -> [start, end] ZooKeeper answered
         self.coordinator_starts: Counter = Counter()
         self.producer: Optional[Proc] = None
         self.replacing = True  # start a new process for one that exits on its own (until the end)
@@ -259,6 +294,28 @@ class ChaosRun:
             "consume", GROUP, TOPIC, "--with-metadata", "--consumer-id", f"{GROUP}-{name}",
             "--session-timeout-ms", str(self.o.session_timeout_ms)], out=True, place=place)
 
+    def start_share_consumer(self) -> Proc:
+        """A worker of the share group: rejects the records keyed ``reject``, releases (with a delay)
+        those keyed ``retry`` until the delivery limit archives them, accepts the rest."""
+        self.share_count += 1
+        name = f"share-{self.share_count:03d}"
+        place = self.net.add(name) if self.net else None
+        return self._spawn("share-consumer", name, [
+            os.path.join(ROOT, "bin", "groupctl"), "--zk", self.connect, *self._data_plane_args(), "-v",
+            "share-consume", SHARE_GROUP, TOPIC, "--process-ms", str(SHARE_PROCESS_MS),
+            "--reject-when", f"key={producer.REJECT_KEY.decode()}", "--release-when",
+            f"key={producer.RETRY_KEY.decode()}", "--release-delay-ms", str(SHARE_RELEASE_DELAY_MS),
+            "--session-timeout-ms", str(self.o.session_timeout_ms)], out=True, place=place)
+
+    def start_role(self, role: str) -> Proc:
+        return self.start_share_consumer() if role == "share-consumer" else self.start_consumer()
+
+    def configure_share_round(self) -> None:
+        """The dead-letter topic and the share group's settings, before any worker starts."""
+        TopicRegistry(self.admin).create(DEAD_LETTERS, DEAD_LETTER_PARTITIONS)
+        configure_share_group(self.admin, SHARE_GROUP, share_settings())
+        self.say(f"share group {SHARE_GROUP}: {share_settings()}")
+
     def start_coordinator(self, node: str) -> Proc:
         self.coordinator_starts[node] += 1
         mirror = ["--bootstrap-servers", self.bootstrap_servers] if self.on_kafka else []
@@ -281,16 +338,21 @@ class ChaosRun:
             self.start_kafka()
         else:
             TopicRegistry(self.admin).create(TOPIC, self.o.partitions)
+        if self.o.share_consumers:
+            self.configure_share_round()
         for node in NODES:
             self.start_coordinator(node)
         if self.on_kafka:
             self.wait_for_mirror()
         self.producer = self._spawn("producer", "producer", [
             sys.executable, "-m", "tests.chaos.producer", self.connect, self.data_dir, TOPIC,
-            "--rate", str(self.o.rate)] + (["--bootstrap-servers", self.bootstrap_servers] if self.on_kafka else []),
-            out=True)
+            "--rate", str(self.o.rate)] + (["--bootstrap-servers", self.bootstrap_servers] if self.on_kafka else [])
+            + (["--poison-every", str(POISON_EVERY), "--partitions", str(self.o.partitions)]
+               if self.o.share_consumers else []), out=True)
         for _ in range(self.o.consumers):
             self.start_consumer()
+        for _ in range(self.o.share_consumers):
+            self.start_share_consumer()
 
     def start_kafka(self) -> None:
         """The mock cluster in its own place; its brokers listen on that namespace's loopback,
@@ -351,11 +413,11 @@ class ChaosRun:
                 p.note = last_error(p.log)
             p.end = referee.ProcessEnd(p.role, p.name, p.log, rc, p.stopped_by, p.note)
             self.say(f"{p.name} exited with status {rc}" + ("" if p.stopped_by else " ON ITS OWN"))
-            if p.role == "consumer" and p.place is not None:
+            if p.role in CONSUMER_ROLES and p.place is not None:
                 self.net.remove(p.place)
             if p.stopped_by is None and self.replacing:
-                if p.role == "consumer":
-                    self.start_consumer()
+                if p.role in CONSUMER_ROLES:
+                    self.start_role(p.role)
                 elif p.role == "coordinatord":
                     self.start_coordinator(p.name.split("-")[1])
 
@@ -363,7 +425,7 @@ class ChaosRun:
 
     def inject(self, kind: str) -> bool:
         """Make one fault; False if it cannot be made now (it is retried later)."""
-        consumers = [p for p in self.live("consumer") if not p.paused]
+        consumers = [p for role in CONSUMER_ROLES for p in self.live(role) if not p.paused]
         if kind in ("kill", "term", "pause"):
             if not consumers:
                 return False
@@ -374,10 +436,10 @@ class ChaosRun:
             victim = self.rng.choice(consumers)
             if kind == "kill":
                 self.kill(victim)
-                self.start_consumer()
+                self.start_role(victim.role)
             elif kind == "term":
                 self.terminate(victim)
-                self.start_consumer()
+                self.start_role(victim.role)
             else:
                 self.pause(victim)
         elif kind == "leader-kill":
@@ -421,8 +483,12 @@ class ChaosRun:
 
     def registered(self, consumer: Proc) -> bool:
         """Whether ``consumer`` has registered in its group (it installs its SIGTERM handler
-        before it connects, so a registered consumer leaves cleanly on SIGTERM)."""
+        before it connects, so a registered consumer leaves cleanly on SIGTERM). A share worker's
+        member id holds its pid."""
         try:
+            if consumer.role == "share-consumer":
+                members = self.admin.get_children_async(share_members_path(SHARE_GROUP)).get(timeout=ZK_CALL_S)
+                return any(f"-{consumer.popen.pid}-" in m for m in members)
             return self.admin.exists_async(protocol.ids_path(GROUP, f"{GROUP}-{consumer.name}")).get(
                 timeout=ZK_CALL_S) is not None
         except Exception:  # ZooKeeper unreachable now: the fault is tried again at the next tick
@@ -594,20 +660,46 @@ class ChaosRun:
                 out[(TOPIC, p)] = None
         return out
 
+    def read_share(self) -> Dict[int, Optional[list]]:
+        """{partition: [start, end] of the share group's share-partition (None: no state yet)}."""
+        out = {}
+        for p in range(self.o.partitions):
+            path = share_partitions_path(SHARE_GROUP, TOPIC, p)
+            try:
+                state = SharePartitionState.decode(self._zk_get(path)[0], path)
+                out[p] = [state.start, state.end]
+            except NoNodeError:
+                out[p] = None
+        return out
+
     def drain(self) -> bool:
-        """Let the consumers catch up with the end offsets (bounded); True if they did."""
+        """Let the consumers catch up with the end offsets (bounded): the group's committed
+        offsets, and (the share round) every share-partition's start (everything accepted or
+        archived, and its dead letters written). True if both did."""
         ends = self.end_offsets()
         self.say(f"draining to end offsets {sum(ends.values())} records")
         deadline = time.monotonic() + self.o.drain_timeout
+        group_done, share_done = False, not self.o.share_consumers
         while time.monotonic() < deadline:
             self.wait(0.5)
             try:
-                if self.read_committed() == ends:
-                    self.say("drained")
-                    return True
+                if not group_done and self.read_committed() == ends:
+                    group_done = True
+                    self.say("drained: the consumer group")
+                if not share_done and all(v is not None and v[0] == ends[(TOPIC, p)]
+                                          for p, v in self.read_share().items()):
+                    share_done = True
+                    self.say("drained: the share group")
             except Exception as e:  # ZooKeeper still settling: look again
                 self.say(f"drain: reading offsets failed ({type(e).__name__})")
-        self.note(f"the consumers had not committed everything {self.o.drain_timeout:.0f}s after the faults")
+            if group_done and share_done:
+                self.say("drained")
+                return True
+        if not group_done:
+            self.note(f"the consumers had not committed everything {self.o.drain_timeout:.0f}s after the faults")
+        if not share_done:
+            self.note(f"the share group had not accepted or archived everything {self.o.drain_timeout:.0f}s "
+                      f"after the faults")
         return False
 
     def stop_role(self, role: str) -> None:
@@ -620,10 +712,16 @@ class ChaosRun:
     def stop(self) -> None:
         self.replacing = False
         self.stop_role("consumer")
+        self.stop_role("share-consumer")
         try:
             self.live_committed = self.read_committed()
         except Exception as e:
             self.note(f"could not read the committed offsets at the end ({type(e).__name__})")
+        if self.o.share_consumers:
+            try:
+                self.live_share = self.read_share()
+            except Exception as e:
+                self.note(f"could not read the share-partitions at the end ({type(e).__name__})")
         if self.on_kafka:  # the mock's records die with it: keep them for the referee
             kafkatopic.save(self.dir, TOPIC, kafkatopic.read_values(self.bootstrap_servers, TOPIC, self.o.partitions))
         self.stop_role("coordinatord")
@@ -661,7 +759,19 @@ class ChaosRun:
             live_committed=None if self.live_committed is None else
             {tp[1]: offset for tp, offset in self.live_committed.items()},
             notes=self.notes, kinds=self.kinds, data_plane=self.o.data_plane,
-            network="namespaces" if self.net else "shared", resets_at_heal=self.resets_at_heal)
+            network="namespaces" if self.net else "shared", resets_at_heal=self.resets_at_heal,
+            share=None if not self.o.share_consumers else judge.ShareRound(
+                group=SHARE_GROUP, dead_letter_topic=DEAD_LETTERS, dead_letter_partitions=DEAD_LETTER_PARTITIONS,
+                delivery_limit=SHARE_DELIVERY_LIMIT, lock_ms=SHARE_LOCK_MS, release_delay_ms=SHARE_RELEASE_DELAY_MS,
+                reject_key=producer.REJECT_KEY.decode(), retry_key=producer.RETRY_KEY.decode(),
+                outputs=[os.path.relpath(p.out, self.dir) for p in self.procs if p.role == "share-consumer"],
+                live=self.live_share))
+
+
+def share_settings() -> Dict[str, object]:
+    """The share group's settings in the share round."""
+    return {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": SHARE_LOCK_MS,
+            "share.delivery.count.limit": SHARE_DELIVERY_LIMIT, "errors.deadletterqueue.topic.name": DEAD_LETTERS}
 
 
 def fault_plan(options: Options, partitions: bool, rng: random.Random) -> List[str]:
@@ -698,6 +808,10 @@ def parse_args(argv=None) -> Options:
     parser.add_argument("--duration", type=float, default=120.0, metavar="SECONDS", help="nemesis time [120]")
     parser.add_argument("--consumers", type=int, default=5, help="consumer processes [5]")
     parser.add_argument("--partitions", type=int, default=8, help="partitions of the topic [8]")
+    parser.add_argument("--share-consumers", type=int, metavar="N",
+                        help="groupctl share-consume workers of a share group on the same topic, among the victims "
+                             "of the consumer faults (0: no share round; needs the embedded data plane) "
+                             "[4 on the embedded log, 0 on Kafka]")
     parser.add_argument("--keep", action="store_true",
                         help="keep ZooKeeper's and the topic's data even on a pass (logs are always kept)")
     parser.add_argument("--rate", type=float, default=200.0, help="records produced per second [200]")
@@ -733,10 +847,18 @@ def parse_args(argv=None) -> Options:
                          else "--faults: give at least one kind")
         if args.data_plane != "kafka" and any(kind in KAFKA_KINDS for kind in faults):
             parser.error("--faults: broker-down needs --data-plane kafka")
+    share_consumers = args.share_consumers
+    if share_consumers is None:
+        share_consumers = 0 if args.data_plane == "kafka" else 4
+    if share_consumers < 0:
+        parser.error("--share-consumers must be 0 or more")
+    if share_consumers and args.data_plane == "kafka":
+        parser.error("--share-consumers: the share round runs on the embedded data plane only (its referee reads "
+                     "the dead letters' headers from the log); give 0")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1_000_000)
     return Options(seed, args.duration, args.consumers, args.partitions, args.keep, args.rate,
                    args.session_timeout_ms, args.drain_timeout, args.run_dir, args.judge,
-                   args.data_plane, args.network, faults, args.zk_tls)
+                   args.data_plane, args.network, faults, args.zk_tls, share_consumers)
 
 
 def prepare_run_dir(options: Options) -> str:

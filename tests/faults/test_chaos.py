@@ -1,7 +1,10 @@
 """Short chaos rounds (``bin/chaos``) with fixed seeds, judged by the referee: every fault kind
-at least once; and a partition round (two consumers and a controller cut from ZooKeeper with
-their processes running). Where the machine allows no network namespaces, ``bin/chaos`` says
-so in one line (repeated here as a warning) and the cuts are stood in for by process faults.
+at least once; a partition round (two consumers and a controller cut from ZooKeeper with
+their processes running); and a share round (share-group workers paused past their locks,
+killed and stopped, the coordinator killed: :mod:`tests.chaos.share_referee`'s checks). The
+first two have the share round's workers too (``bin/chaos`` starts 4 by default). Where the
+machine allows no network namespaces, ``bin/chaos`` says so in one line (repeated here as a
+warning) and the cuts are stood in for by process faults.
 Run directories stay under pytest's tmp_path."""
 from __future__ import annotations
 
@@ -50,3 +53,14 @@ def test_partition_round_passes(tmp_path):
         assert faults["cut-consumer"] >= 2 and faults["cut-controller"] >= 1, report
     else:  # stood in for: a consumer paused, the controller killed
         assert faults["pause"] >= 2 and faults["leader-kill"] >= 1, report
+
+
+def test_share_round_passes(tmp_path):
+    # pauses (3-5 s) outlast the 3 s locks: expiries, refused acknowledgements, redeliveries
+    verdict, faults, cut, report = chaos_round(
+        tmp_path, "--seed", "5", "--duration", "20", "--consumers", "2", "--share-consumers", "4",
+        "--faults", "pause,kill,pause,term,leader-kill,pause")
+    figures = dict(re.findall(r"(share-accepted|share-archived|dead-letters|redelivered)=(\d+)", verdict))
+    assert int(figures["share-accepted"]) > 0 and int(figures["share-archived"]) > 0, report
+    assert int(figures["dead-letters"]) >= int(figures["share-archived"]) and int(figures["redelivered"]) > 0, report
+    assert faults["pause"] >= 3 and faults["kill"] >= 1 and faults["leader-kill"] >= 1, report
