@@ -186,7 +186,8 @@ class ShareConsumer(Lifecycle[ShareConsumerState]):
     def _keep_up(self) -> None:
         """Register again after a lost session, look at the partitions and members again when
         due, give back what waited too long."""
-        if self._lost.is_set():
+        if self._lost.is_set():   # the session ended: the coordinator released what it held
+            self._buffer.forget()
             self._register()
         if time.monotonic() - self._refreshed > REFRESH_S:
             self._refresh_partitions()

@@ -80,6 +80,13 @@ class Prefetched:
             self._give_back(self._chunks.popleft())
             self.depth = 1
 
+    def forget(self) -> None:
+        """Drop everything (the member's session ended: its coordinator released what it held,
+        so none of it may be handed out, and there is nothing to give back)."""
+        self._chunks.clear()
+        self.undelivered.clear()
+        self.size = 0
+
     def give_back_all(self) -> None:
         while self._chunks:
             self._give_back(self._chunks.popleft())

@@ -150,3 +150,24 @@ def test_a_share_group_of_a_bad_name_or_a_corrupt_partition_does_not_stop_the_ot
     assert {r.delivery_count for r in again} == {2}
     lines = [r.getMessage() for r in caplog.records if r.name == "zkgroups.coordinator" and r.levelname == "ERROR"]
     assert sum("broken" in line for line in lines) == 1 and sum("bad name" in line for line in lines) == 1
+
+
+def test_a_member_whose_session_expires_loses_what_it_held_and_goes_on(zk, make, data_dir, zk_connect):
+    """A true session expiry (another client closes the member's session): the coordinator
+    releases its records to another member, its late acknowledgement is refused, it registers
+    again and is given new records."""
+    from tests.support.groups import expire_session
+    fill(data_dir, "t", [4], zk=zk)
+    configure(zk, share_auto_offset_reset="earliest")   # a 30 s lock: only the expiry can release them
+    victim = make(share_acknowledgement_mode="explicit", max_poll_records=2)
+    held = drain(victim, 2)
+    expire_session(victim._client, zk_connect)
+    other = make()
+    again = drain(other, 4, timeout=15)
+    assert sorted((r.offset, r.delivery_count) for r in again) == [(0, 2), (1, 2), (2, 1), (3, 1)]
+    other.close()
+    for r in held:
+        victim.acknowledge(r)
+    assert victim.commit_sync()[("t", 0)].offsets == [0, 1]
+    fill(data_dir, "t", [2], zk=zk)
+    assert sorted(r.offset for r in drain(victim, 2, timeout=15)) == [4, 5]   # registered again

@@ -45,3 +45,12 @@ def test_records_that_waited_half_a_lock_are_given_back_in_ranges():
     assert b.undelivered == {TP: [(7, 0, 2), (7, 5, 5)]} and b.size == 1
     b.give_back_all()
     assert b.undelivered[TP][-1] == (8, 6, 6) and not b
+
+
+def test_after_a_lost_session_nothing_is_handed_out_or_given_back():
+    b = Prefetched()
+    b.add(TP, 1, time.monotonic(), records(0, 3))
+    b.drop_stale(0)
+    b.add(TP, 2, time.monotonic(), records(4, 5))
+    b.forget()
+    assert not b and b.take(10, {}, 30_000) == [] and b.undelivered == {}
