@@ -21,7 +21,11 @@ cannot reach it through DNS rebinding. Bound to all interfaces by ``--metrics-po
 option always did), the console is answered only to loopback peers, with the same ``Host``
 check. Bound to another address with ``--http-addr``, it is answered to everyone (a ``Host``
 allow-list applies if given) and, without TLS, the node logs one warning line saying so.
-TLS: ``--http-tls-cert`` and ``--http-tls-key`` (PEM files; TLS 1.2 at least).
+TLS: ``--http-tls-cert`` and ``--http-tls-key`` (PEM files; TLS 1.2 at least). With
+``--http-tls-client-ca FILE`` besides, a client must present a certificate signed by a CA in
+that file: a connection without one, or with another CA's, is refused at the TLS handshake,
+before any request is read — on every route of the port (``/metrics`` and the probes too: a
+scraper or a probe then needs a client certificate as well).
 
 Every answer carries ``X-Content-Type-Options: nosniff``, ``Referrer-Policy: no-referrer`` and
 ``X-Frame-Options: DENY``; HTML answers a strict Content-Security-Policy (scripts, styles and
@@ -164,16 +168,18 @@ class HttpSettings:
     allowed_hosts: Tuple[str, ...] = ()
     tls_cert: Optional[str] = None
     tls_key: Optional[str] = None
+    tls_client_ca: Optional[str] = None  # clients must present a certificate this CA signed
 
     @classmethod
-    def for_http_addr(cls, value: str, allowed_hosts=(), tls_cert=None, tls_key=None, source="--http-addr"):
+    def for_http_addr(cls, value: str, allowed_hosts=(), tls_cert=None, tls_key=None, tls_client_ca=None,
+                      source="--http-addr"):
         host, port = parse_http_addr(value, source)
-        return cls(host, port, not is_loopback(host), tuple(allowed_hosts), tls_cert, tls_key)
+        return cls(host, port, not is_loopback(host), tuple(allowed_hosts), tls_cert, tls_key, tls_client_ca)
 
     @classmethod
-    def for_metrics_port(cls, port: int, allowed_hosts=(), tls_cert=None, tls_key=None):
+    def for_metrics_port(cls, port: int, allowed_hosts=(), tls_cert=None, tls_key=None, tls_client_ca=None):
         """``--metrics-port``: every interface, as before; the console for loopback peers only."""
-        return cls("0.0.0.0", port, False, tuple(allowed_hosts), tls_cert, tls_key)
+        return cls("0.0.0.0", port, False, tuple(allowed_hosts), tls_cert, tls_key, tls_client_ca)
 
     @property
     def tls(self) -> bool:
@@ -198,7 +204,9 @@ class NodeHttpServer:
 
     def start(self) -> "NodeHttpServer":
         s = self.settings
-        context = _tls_context(s.tls_cert, s.tls_key) if s.tls else None
+        if s.tls_client_ca and not s.tls:
+            raise InvalidConfig("--http-tls-client-ca needs HTTPS: give --http-tls-cert and --http-tls-key too")
+        context = _tls_context(s.tls_cert, s.tls_key, s.tls_client_ca) if s.tls else None
         handler = type("Handler", (_Handler,), {"node_server": self})
         server_class = type("Server", (ThreadingHTTPServer,), {"address_family": _bind_family(s.host),
                                                                "daemon_threads": True, "handle_error": _quiet})
@@ -304,10 +312,10 @@ def node_readiness(node, console=None) -> Tuple[bool, Dict[str, object]]:
     return all(checks.values()), checks
 
 
-def _tls_context(cert: Optional[str], key: Optional[str]) -> ssl.SSLContext:
+def _tls_context(cert: Optional[str], key: Optional[str], client_ca: Optional[str] = None) -> ssl.SSLContext:
     if not cert or not key:
         raise InvalidConfig("TLS needs both --http-tls-cert and --http-tls-key")
-    for path in (cert, key):
+    for path in (cert, key, *([client_ca] if client_ca else [])):
         if not os.path.isfile(path):
             raise InvalidConfig(f"TLS file {path} does not exist (or is not a file)")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -317,6 +325,12 @@ def _tls_context(cert: Optional[str], key: Optional[str]) -> ssl.SSLContext:
     except (ssl.SSLError, OSError) as e:  # the key's content is never shown
         raise InvalidConfig(f"cannot load the TLS certificate {cert} and key {key}: "
                             f"{getattr(e, 'reason', None) or getattr(e, 'strerror', None) or type(e).__name__}") from None
+    if client_ca:
+        try:
+            context.load_verify_locations(client_ca)
+        except (ssl.SSLError, OSError, ValueError):
+            raise InvalidConfig(f"--http-tls-client-ca {client_ca} holds no PEM certificate") from None
+        context.verify_mode = ssl.CERT_REQUIRED  # no certificate of that CA: the handshake fails
     return context
 
 

@@ -33,7 +33,8 @@ HTTP: one server per node (:mod:`coordinator.http`) serves ``/metrics``, ``/heal
 127.0.0.1) binds it there; ``--metrics-port PORT`` (env ``ZKGROUPS_METRICS_PORT``, file
 ``metrics_port``) binds every interface as it always did, with the console answered to loopback
 peers only; give one of them. 0 picks a free port; the log lines ``metrics served at URL`` and
-``console at URL`` say where. ``--http-tls-cert``/``--http-tls-key`` serve HTTPS;
+``console at URL`` say where. ``--http-tls-cert``/``--http-tls-key`` serve HTTPS, and
+``--http-tls-client-ca`` answers only clients with a certificate that CA signed;
 ``--http-allowed-host`` adds names the console answers to (a reverse proxy's). ``--no-console``
 serves metrics and probes only. The console's lag is read every ``--lag-interval`` seconds from
 the embedded log under ``--data-dir`` (env ``ZKGROUPS_DATA_DIR``), or from Kafka at
@@ -128,6 +129,9 @@ _DEFAULTS = CoordinatorConfig()  # the help shows the dataclass's defaults
               help="A host name the console answers to besides the loopback's (a reverse proxy's); repeatable.")
 @click.option("--http-tls-cert", type=click.Path(dir_okay=False), metavar="FILE", help="Serve HTTPS: PEM certificate.")
 @click.option("--http-tls-key", type=click.Path(dir_okay=False), metavar="FILE", help="Serve HTTPS: PEM private key.")
+@click.option("--http-tls-client-ca", type=click.Path(dir_okay=False), metavar="FILE",
+              help="HTTPS for clients with a certificate only: one signed by a CA in this PEM file (every route; "
+                   "others are refused at the handshake).")
 @click.option("--console/--no-console", "console", default=None,
               help="Serve the read-only console (pages and /api/v1) beside the metrics [on].")
 @click.option("--lag-interval", type=Seconds(), metavar="SECONDS",
@@ -147,8 +151,8 @@ _DEFAULTS = CoordinatorConfig()  # the help shows the dataclass's defaults
 @ZK_SASL_OPTION
 @version_option
 def main(zk, zk_tls, node_id, zk_timeout, wait_for_zk, metrics_port, http_addr, http_allowed_hosts, http_tls_cert,
-         http_tls_key, console, lag_interval, data_dir, lag_bootstrap_servers, log_level, log_format, config_file,
-         kafka_config, **options):
+         http_tls_key, http_tls_client_ca, console, lag_interval, data_dir, lag_bootstrap_servers, log_level,
+         log_format, config_file, kafka_config, **options):
     """Run a zkgroups coordinator node; with --bootstrap-servers, the leader also mirrors the
     topics of a KRaft Kafka cluster into ZooKeeper. With --http-addr (or --metrics-port) it
     serves its metrics, health probes and the read-only console."""
@@ -157,7 +161,8 @@ def main(zk, zk_tls, node_id, zk_timeout, wait_for_zk, metrics_port, http_addr, 
     startup = {"zk": zk, "node_id": node_id, "zk_timeout": zk_timeout or DEFAULT_ZK_TIMEOUT, "wait_for_zk": wait_for_zk,
                "metrics_port": metrics_port, "http_addr": http_addr,
                "http_allowed_hosts": list(http_allowed_hosts) or None, "http_tls_cert": http_tls_cert,
-               "http_tls_key": http_tls_key, "console": console, "lag_interval": lag_interval, "data_dir": data_dir,
+               "http_tls_key": http_tls_key, "http_tls_client_ca": http_tls_client_ca, "console": console,
+               "lag_interval": lag_interval, "data_dir": data_dir,
                "lag_bootstrap_servers": lag_bootstrap_servers, "zk_tls": zk_tls}
     values = _read_config_file(config_file, source, startup)
     values["zk_tls"] = startup["zk_tls"]
@@ -279,9 +284,12 @@ def _http_settings(startup: dict, source: str, port_given: bool, addr_given: boo
     if port is not None and addr is not None:
         raise InvalidConfig(f"{source}: give --http-addr or --metrics-port (metrics_port), not both: "
                             "the node serves one port")
-    tls = {"tls_cert": startup["http_tls_cert"], "tls_key": startup["http_tls_key"]}
+    tls = {"tls_cert": startup["http_tls_cert"], "tls_key": startup["http_tls_key"],
+           "tls_client_ca": startup["http_tls_client_ca"]}
     if bool(tls["tls_cert"]) != bool(tls["tls_key"]):
         raise InvalidConfig(f"{source}: HTTPS needs both --http-tls-cert and --http-tls-key")
+    if tls["tls_client_ca"] and not tls["tls_cert"]:
+        raise InvalidConfig(f"{source}: --http-tls-client-ca needs HTTPS: give --http-tls-cert and --http-tls-key too")
     hosts = tuple(startup["http_allowed_hosts"] or ())
     if addr is not None:
         return HttpSettings.for_http_addr(addr, hosts, source="--http-addr" if addr_given else f"{source}: http_addr",
@@ -336,6 +344,7 @@ def _startup_from_file(values: dict, source: str) -> dict:
              "http_allowed_hosts": cfg.take(values, "http_allowed_hosts", list, source),
              "http_tls_cert": cfg.take(values, "http_tls_cert", str, source),
              "http_tls_key": cfg.take(values, "http_tls_key", str, source),
+             "http_tls_client_ca": cfg.take(values, "http_tls_client_ca", str, source),
              "console": cfg.take(values, "console", bool, source),
              "lag_interval": cfg.take(values, "lag_interval", float, source),
              "data_dir": cfg.take(values, "data_dir", str, source),

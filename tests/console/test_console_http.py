@@ -173,3 +173,39 @@ def test_tls(tmp_path, caplog):
         NodeHttpServer(HttpSettings.for_http_addr(":0", tls_cert=str(key), tls_key=str(cert)), CollectorRegistry(),
                        lambda: (True, {}), lambda: (True, {})).start()
     assert "PRIVATE KEY" not in str(e.value)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make certificates")
+def test_client_certificates_required_by_http_tls_client_ca(tmp_path):
+    """--http-tls-client-ca: a client with a certificate of that CA is answered; one without a
+    certificate, or with another CA's, is refused at the handshake (no request read)."""
+    from coordinator.testing.pki import ThrowawayCa
+    ca, other = ThrowawayCa(str(tmp_path / "ca")), ThrowawayCa(str(tmp_path / "other"))
+    server = ca.issue("console", ips=["127.0.0.1"])
+    operator, stranger = ca.issue("operator"), other.issue("stranger")
+    s = NodeHttpServer(HttpSettings.for_http_addr("127.0.0.1:0", tls_cert=server.cert, tls_key=server.key,
+                                                  tls_client_ca=ca.cert),
+                       CollectorRegistry(), lambda: (True, {}), lambda: (True, {}), _app).start()
+
+    def client(issued=None):
+        context = ssl.create_default_context(cafile=ca.cert)
+        if issued is not None:
+            context.load_cert_chain(issued.cert, issued.key)
+        return context
+    try:
+        r, body = request(s.port, "GET", "/healthz", tls_context=client(operator))
+        assert r.status == 200
+        r, body = request(s.port, "GET", "/ui/echo?x", host="127.0.0.1", tls_context=client(operator))
+        assert r.status == 200 and b"<p>x</p>" in body, body
+        for refused in (client(), client(stranger)):  # TLS 1.3: the client hears of it on its first read
+            with pytest.raises((ssl.SSLError, ConnectionError, http.client.HTTPException)):
+                request(s.port, "GET", "/healthz", tls_context=refused)
+    finally:
+        s.close()
+    with pytest.raises(InvalidConfig, match="needs HTTPS"):
+        NodeHttpServer(HttpSettings.for_http_addr(":0", tls_client_ca=ca.cert), CollectorRegistry(),
+                       lambda: (True, {}), lambda: (True, {})).start()
+    with pytest.raises(InvalidConfig, match=f"--http-tls-client-ca {server.key} holds no PEM certificate"):
+        NodeHttpServer(HttpSettings.for_http_addr(":0", tls_cert=server.cert, tls_key=server.key,
+                                                  tls_client_ca=server.key), CollectorRegistry(),
+                       lambda: (True, {}), lambda: (True, {})).start()
