@@ -116,6 +116,16 @@ class ZkTls:
             found["key_password"] = "@" + self.password_file
         return {k: v for k, v in found.items() if v is not None}
 
+    def carried(self, source: str = "zk_tls") -> dict:
+        """The setting for processes started elsewhere (Spark executors): :meth:`as_dict`, file
+        names only. A literal key password is refused (InvalidConfig): it would travel in the
+        pickled job; give it as ``@file``, which each process reads itself."""
+        if self._password and not self.password_file:
+            raise InvalidConfig(f"{source}: workers in other processes need the key password as @FILE "
+                                "(key_password='@/path/to/file', --zk-tls-key-password-file): a literal one would "
+                                "travel in the pickled job (the value is not shown)")
+        return self.as_dict()
+
     def __repr__(self) -> str:
         return (f"ZkTls(ca={self.ca!r}, cert={self.cert!r}, key={self.key!r}, "
                 f"key_password={'***' if self._password else None}, verify_hostname={self.verify_hostname})")

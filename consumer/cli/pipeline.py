@@ -29,6 +29,11 @@ On Kafka (``--bootstrap-servers`` or ``KAFKA_BOOTSTRAP_SERVERS``; librdkafka pro
 ``--out`` must be a directory the driver and every executor see. The properties never
 appear in a message, the summary or Spark's configuration (they reach the executors inside
 the pickled job).
+
+TLS to ZooKeeper: ``--zk-tls-ca``, ``--zk-tls-cert``, ``--zk-tls-key`` and
+``--zk-tls-key-password-file`` (env ``ZK_TLS_*``), as for ``groupctl``. The workers get the
+file names only (never a key or its password; a password only as a file): the files must
+exist at the same paths on every executor.
 """
 from __future__ import annotations
 
@@ -48,7 +53,7 @@ import click
 from coordinator import protocol
 from coordinator.acl import parse_auth
 from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, MAX_MS, ZK_CONNECT, CliCommand, CliError, CliUsageError,
-                                    Limited, Seconds, version_option)
+                                    Limited, Seconds, version_option, zk_tls_options)
 from coordinator.config import DEFAULT_CONNECT, DEFAULT_DATA_DIR, DEFAULT_SESSION_TIMEOUT_MS, ENV_DATA_DIR, ENV_ZK_CONNECT
 from coordinator.errors import InvalidConfig, UnknownTopic, ZkGroupsError
 from coordinator.metrics_server import check_port
@@ -142,8 +147,9 @@ def _fail(message: str, code: int = 1):
               help="Serve the run's Prometheus metrics at http://HOST:PORT/metrics while it runs (0: any free port).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--verbose", is_flag=True, help="Show Spark's own log on stderr (default: <out>/_spark.log).")
+@zk_tls_options
 @version_option
-def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, group, topic, out, workers, mode, duration,
+def main(zk, zk_auth, zk_tls, zk_timeout, data_dir, bootstrap_servers, kafka_config, group, topic, out, workers, mode, duration,
          batch_size, master, trigger_interval, max_worker_deaths, death_window, confs, stop_file,
          session_timeout_ms, progress_interval, metrics_port, as_json, verbose):
     """Read TOPIC through a consumer group on Spark; write the records and per-key counts as Parquet.
@@ -158,8 +164,8 @@ def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, gro
     protocol.validate_name(topic)
     bootstrap_servers, kafka = kafka_settings(bootstrap_servers, kafka_config)
     conf = _parse_conf(confs)
-    _check_options(metrics_port, conf, zk_auth)
-    _preflight(zk, zk_timeout, data_dir, bootstrap_servers, kafka, topic, zk_auth)
+    _check_options(metrics_port, conf, zk_auth, zk_tls)
+    _preflight(zk, zk_timeout, data_dir, bootstrap_servers, kafka, topic, zk_auth, zk_tls)
     if importlib.util.find_spec("pyspark") is None:
         _fail("pyspark is not installed (pip install 'zkgroups[spark]')")
     os.makedirs(out, exist_ok=True)
@@ -170,7 +176,7 @@ def main(zk, zk_auth, zk_timeout, data_dir, bootstrap_servers, kafka_config, gro
         result = run_pipeline(spark, zk=zk, data_dir=data_dir, bootstrap_servers=bootstrap_servers, kafka=kafka,
                               group=group, topic=topic, out=out, workers=workers, mode=mode, duration_s=duration,
                               batch_size=batch_size, stop_file=stop_file,
-                              consumer_config=_worker_config(session_timeout_ms, zk_auth),
+                              consumer_config=_worker_config(session_timeout_ms, zk_auth, zk_tls),
                               job_ready=functools.partial(_stop_on_signals, stop),
                               trigger_interval_s=trigger_interval,
                               max_worker_deaths=max_worker_deaths, death_window_s=death_window,
@@ -189,9 +195,9 @@ def _setup_logging(verbose: bool) -> None:
     logging.getLogger("zkgroups.kafka").setLevel(logging.NOTSET if verbose else logging.CRITICAL)
 
 
-def _check_options(metrics_port: Optional[int], conf: Dict[str, str], zk_auth: Optional[str]) -> None:
-    """The metrics port, the Spark configuration and the ZooKeeper identity: one line each,
-    before paying for a JVM."""
+def _check_options(metrics_port: Optional[int], conf: Dict[str, str], zk_auth: Optional[str], zk_tls=None) -> None:
+    """The metrics port, the Spark configuration, the ZooKeeper identity and TLS setting (its
+    key password a file the workers can read): one line each, before paying for a JVM."""
     if metrics_port is not None:
         try:
             check_port(metrics_port)
@@ -199,13 +205,17 @@ def _check_options(metrics_port: Optional[int], conf: Dict[str, str], zk_auth: O
             _fail(str(e), 2)
     check_spark_conf(conf)
     parse_auth(zk_auth)  # a malformed value or a missing file: one line, before anything starts
+    if zk_tls is not None:
+        zk_tls.carried("--zk-tls-*")
 
 
-def _worker_config(session_timeout_ms: Optional[int], zk_auth: Optional[str]) -> Optional[dict]:
-    """The workers' consumer settings the options give (None: the defaults)."""
+def _worker_config(session_timeout_ms: Optional[int], zk_auth: Optional[str], zk_tls=None) -> Optional[dict]:
+    """The workers' consumer settings the options give (None: the defaults); TLS as file names."""
     consumer_config = {"session_timeout_ms": session_timeout_ms} if session_timeout_ms else {}
     if zk_auth:
         consumer_config["zk_auth"] = zk_auth
+    if zk_tls is not None:
+        consumer_config["zk_tls"] = zk_tls.carried("--zk-tls-*")
     return consumer_config or None
 
 
@@ -262,7 +272,7 @@ def _fail_unless_complete(result, out: str, mode: str, duration: Optional[float]
 
 
 def _preflight(zk: str, zk_timeout: float, data_dir: str, bootstrap_servers: str, kafka: Dict[str, object],
-               topic: str, zk_auth: Optional[str] = None) -> None:
+               topic: str, zk_auth: Optional[str] = None, zk_tls=None) -> None:
     """Fail fast, before Spark starts: ZooKeeper reachable, a coordinator running, the topic
     there (in ZooKeeper's registry for the embedded log, on Kafka — answering within
     ``zk_timeout`` — for Kafka)."""
@@ -271,7 +281,7 @@ def _preflight(zk: str, zk_timeout: float, data_dir: str, bootstrap_servers: str
 
     if not bootstrap_servers and not os.path.isdir(data_dir):
         raise ZkGroupsError(f"data directory {data_dir} does not exist")
-    client = start_client(zk, connect_timeout=zk_timeout, auth=zk_auth)
+    client = start_client(zk, connect_timeout=zk_timeout, auth=zk_auth, tls=zk_tls)
     try:
         with open_data_plane(data_dir=data_dir, bootstrap_servers=bootstrap_servers, kafka=kafka, zk=client,
                              timeout_s=zk_timeout) as plane:

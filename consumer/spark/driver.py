@@ -44,13 +44,15 @@ from coordinator.errors import InvalidConfig, ZkGroupsError
 from coordinator.kafka import check_bootstrap_servers
 from coordinator.metrics_server import MetricsServer, check_port
 from coordinator.zkclient import close_client, start_client
+from coordinator.zktls import parse_tls
 from consumer.dataplane import (DataPlane, bootstrap_servers_from, open_data_plane, registered_partitions,
                                 topic_partitions)
 from consumer.records import TopicPartition
 from consumer.spark.batching import BatchEnd
 from consumer.spark.deaths import (DEATH_POLL_INTERVAL_S, DeathBudget, failed_attempts, settled_attempts,
                                    spent_line)
-from consumer.spark.executor import Batch, WorkerSpec, WorkerSummary, read_committed, task, worker_consumer_id
+from consumer.spark.executor import (Batch, WorkerSpec, WorkerSummary, read_committed, task, worker_consumer_id,
+                                     zk_security)
 from consumer.spark.progress import ProgressReporter, progress_log, read_progress
 from consumer.spark.session import ENV_SPARK_MASTER, local_session, spark_master  # noqa: F401 (their old home)
 
@@ -243,7 +245,7 @@ class GroupJob:
         sc = _spark_context(self.spark)
         self._check_spark(sc)
         client = start_client(self.zk, self.consumer_config.get("session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS),
-                              auth=self.consumer_config.get("zk_auth"))
+                              **zk_security(self.consumer_config))
         run_id = uuid.uuid4().hex[:8]
         try:
             if self.require_coordinator and client.exists(protocol.LEADER) is None:
@@ -589,6 +591,8 @@ def _checked_worker_config(consumer_config: Optional[dict]) -> dict:
     from consumer.consumer import ConsumerConfig
     from coordinator import config as cfg
     cfg.build(ConsumerConfig, config, "consumer_config")
+    if config.get("zk_tls") is not None:  # file names only reach the executors, never a key or its password
+        config["zk_tls"] = parse_tls(config["zk_tls"], "consumer_config zk_tls").carried("consumer_config zk_tls")
     return config
 
 

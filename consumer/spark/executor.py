@@ -161,6 +161,15 @@ def sanitize_id(raw: str) -> str:
     return name if name not in ("", ".", "..") else "_"
 
 
+def zk_security(consumer_config: dict) -> dict:
+    """``start_client``'s keywords for the job's ZooKeeper identity and transport (digest
+    ``zk_auth``, TLS ``zk_tls``, SASL ``zk_sasl``), as the driver and every worker connect. The
+    driver carries ``zk_tls`` as file names (:meth:`~coordinator.zktls.ZkTls.carried`): the
+    files must exist at those paths on every executor."""
+    return {"auth": consumer_config.get("zk_auth"), "tls": consumer_config.get("zk_tls"),
+            "sasl": consumer_config.get("zk_sasl")}
+
+
 def worker_consumer_id(group_id: str, app_id: str, run_id: str, index: int, attempt: int, restart: int = 0) -> str:
     return sanitize_id(f"{group_id}_spark-{app_id}-{run_id}-p{index}-r{restart}-a{attempt}")
 
@@ -274,7 +283,7 @@ class _Worker:
         logging.getLogger("kazoo").setLevel(logging.ERROR)
         spec, started = self.spec, time.time()
         client = self.client = start_client(spec.zk, spec.consumer_config.get("session_timeout_ms", DEFAULT_SESSION_TIMEOUT_MS),
-                                            auth=spec.consumer_config.get("zk_auth"))
+                                            **zk_security(spec.consumer_config))
         reason = None
         try:
             DataWatch(client, protocol.spark_stop_path(spec.run_id), self._on_stop_node)  # first call: now

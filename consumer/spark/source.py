@@ -15,6 +15,9 @@ Options (names are case-insensitive, as all Spark options; anything else is refu
 ``zk``
     ZooKeeper's connect string (required). ``zkAuth``: ``@/path/to/file`` holding
     ``user:password`` (only a file, so no secret is in the query plan), read on the driver.
+    TLS to ZooKeeper: ``zkTlsCa``, ``zkTlsCert``, ``zkTlsKey`` and ``zkTlsKeyPasswordFile``
+    (file names only, as ``zk_tls``; the host name checked unless ``zkTlsVerifyHostname`` is
+    ``false``), checked when the DataFrame is defined.
 ``topics`` | ``pattern``
     A comma-separated list (``topic`` is an alias), or a regex matched against the whole
     name of every topic of the data plane (RE2, as group subscriptions), looked up again at
@@ -116,7 +119,8 @@ STARTING = ("earliest", "latest", "group")
 #: Every option, by the lower-case name Spark hands over, with its documented spelling.
 OPTIONS = {name.lower(): name for name in (
     "zk", "zkAuth", "topics", "topic", "pattern", "group", "dataDir", "bootstrapServers", "startingOffsets",
-    "maxRecordsPerTrigger", "maxOffsetsPerTrigger", "includeHeaders")}
+    "maxRecordsPerTrigger", "maxOffsetsPerTrigger", "includeHeaders", "zkTlsCa", "zkTlsCert", "zkTlsKey",
+    "zkTlsKeyPasswordFile", "zkTlsVerifyHostname")}
 
 #: Offsets as Spark keeps them: {topic: {"partition": offset}}.
 Offsets = Dict[str, Dict[str, int]]
@@ -144,6 +148,7 @@ class SourceOptions:
         if not self.zk:
             raise ValueError("the zkgroups source needs the option zk (ZooKeeper's connect string)")
         self.zk_auth = _zk_auth(given.get("zkauth"))
+        self.zk_tls = _zk_tls(given)
         self.topics, self.pattern = _subscription(given)
         self.group = given.get("group") or None
         if self.group is not None:
@@ -171,6 +176,25 @@ def _zk_auth(value: Optional[str]):
     from coordinator.errors import InvalidConfig
     try:
         return parse_auth(value, "option zkAuth")
+    except InvalidConfig as e:
+        raise ValueError(str(e)) from None
+
+
+def _zk_tls(given: Mapping[str, str]) -> Optional[dict]:
+    """The zkTls* options as ``zk_tls`` (file names only: no key or password in the query plan)."""
+    files = {"ca": given.get("zktlsca"), "cert": given.get("zktlscert"), "key": given.get("zktlskey")}
+    password_file = given.get("zktlskeypasswordfile")
+    if not any(files.values()):
+        if password_file or "zktlsverifyhostname" in given:
+            raise ValueError("the zkTls* options need zkTlsCa, or zkTlsCert and zkTlsKey")
+        return None
+    from coordinator.errors import InvalidConfig
+    from coordinator.zktls import parse_tls
+    setting = {**{k: v for k, v in files.items() if v}, "verify_hostname": _boolean(given, "zkTlsVerifyHostname", True)}
+    if password_file:
+        setting["key_password"] = "@" + password_file
+    try:
+        return parse_tls(setting, "options zkTls*").carried("options zkTls*")
     except InvalidConfig as e:
         raise ValueError(str(e)) from None
 
@@ -229,8 +253,8 @@ def _starting(value: Optional[str], group: Optional[str]):
     return out
 
 
-def _boolean(given: Dict[str, str], option: str) -> bool:
-    raw = str(given.get(option.lower(), "false")).strip().lower()
+def _boolean(given: Mapping[str, str], option: str, default: bool = False) -> bool:
+    raw = str(given.get(option.lower(), str(default))).strip().lower()
     if raw not in ("true", "false"):
         raise ValueError(f"option {option} must be true or false, not {given[option.lower()]!r}")
     return raw == "true"
@@ -291,7 +315,7 @@ class Snapshot:
         from consumer.spark.executor import read_committed
 
         own_client = client is None
-        client = client or start_client(options.zk, auth=options.zk_auth)
+        client = client or start_client(options.zk, auth=options.zk_auth, tls=options.zk_tls)
         try:
             own_plane = plane is None
             plane = plane or options.plane(client)
@@ -433,7 +457,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _zk(self):
         from coordinator.zkclient import start_client
         if self._client is None:
-            self._client = start_client(self.options.zk, auth=self.options.zk_auth)
+            self._client = start_client(self.options.zk, auth=self.options.zk_auth, tls=self.options.zk_tls)
         return self._client
 
     def _snapshot(self, committed: bool = False) -> Snapshot:

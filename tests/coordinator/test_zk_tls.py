@@ -117,6 +117,61 @@ def test_groupctl_reads_and_writes_and_consumes_over_tls(tls_zk, chroot, data_di
         node.close()
 
 
+def test_share_groups_over_tls_only(tls_zk, chroot, data_dir):
+    """A share group on a TLS-only server: configure_share_group through a TLS client, two
+    ShareConsumers with zk_tls, a lock the coordinator (itself on TLS) ends, the late
+    acknowledgement refused; groupctl share-groups and share-consume with --zk-tls-*."""
+    from consumer import ShareConsumer
+    from consumer.cli.groupctl import main
+    from consumer.share import configure_share_group
+    from tests.share.conftest import drain, state
+    members, admin = tls_zk.client_tls("queue-workers"), tls_zk.client_tls("queue-admin")
+    node = Coordinator(chroot, "n0", CoordinatorConfig(**FAST, zk_tls=tls_zk.client_tls("coordinator"))).start()
+    zk = start_client(chroot, tls=admin)
+    consumers = []
+    try:
+        with Producer(chroot, data_dir=data_dir, zk_tls=members, auto_create_topics=True,
+                      auto_create_partitions=1) as producer:
+            for i in range(3):
+                producer.send("t", f"q{i}".encode(), partition=0)
+        configure_share_group(zk, "q", {"share.auto.offset.reset": "earliest",
+                                        "share.record.lock.duration.ms": "1000"})
+        settings = dict(zk=chroot, data_dir=data_dir, zk_tls=members, session_timeout_ms=2000)
+        slow = ShareConsumer("q", ["t"], share_acknowledgement_mode="explicit", **settings)
+        consumers.append(slow)
+        got = drain(slow, 3)
+        other = ShareConsumer("q", ["t"], **settings)
+        consumers.append(other)
+        again = drain(other, 3, timeout=15)  # after the lock's second, on the coordinator's clock
+        assert sorted((r.offset, r.delivery_count) for r in again) == [(0, 2), (1, 2), (2, 2)]
+        for r in got:
+            slow.acknowledge(r)
+        assert slow.commit_sync()[("t", 0)].offsets == [0, 1, 2]  # refused: the lock had moved
+        other.commit_sync()
+        assert state(zk).start == 3
+        for c in consumers:
+            c.close()
+        consumers.clear()
+        with Producer(chroot, data_dir=data_dir, zk_tls=members) as producer:
+            producer.send("t", b"late", partition=0)
+        args = ["--zk", chroot, "--data-dir", data_dir, "--zk-tls-ca", admin["ca"], "--zk-tls-cert", admin["cert"],
+                "--zk-tls-key", admin["key"]]
+        consumed = CliRunner().invoke(main, [*args, "share-consume", "q", "t", "--max-records", "1",
+                                             "--session-timeout-ms", "2000"])
+        assert consumed.exit_code == 0 and '"late"' in consumed.stdout, consumed.output
+        described = CliRunner().invoke(main, [*args, "share-groups", "describe", "q", "--output", "json"])
+        assert described.exit_code == 0 and '"q"' in described.stdout, described.output
+        listed = CliRunner().invoke(main, [*args, "share-groups", "list"])
+        assert listed.exit_code == 0 and "q" in listed.stdout, listed.output
+        plain = CliRunner().invoke(main, ["--zk", chroot, "--zk-timeout", "3", "share-groups", "list"])
+        assert plain.exit_code != 0 and "Traceback" not in plain.output, plain.output
+    finally:
+        for c in consumers:
+            c.close()
+        close_client(zk)
+        node.close()
+
+
 # ---------------------------------------------------------------- one line for each wrong setting
 
 def _connect_fails(connect, tls, match, kind=TlsFailed):
@@ -405,3 +460,26 @@ def test_a_server_restart_and_a_session_expiry_over_tls_are_recovered(tmp_path, 
         finally:
             consumer.close()
             node.close()
+
+
+def test_spark_entry_points_carry_file_names_only(tmp_path):
+    """zkgroups-pipeline's --zk-tls-* and the source's zkTls* options reach the workers as file
+    names (a key password as its @file); a literal password cannot be carried (one line, not shown)."""
+    from consumer.cli.pipeline import _worker_config
+    from consumer.spark.source import SourceOptions
+    from coordinator.zktls import ZkTls
+    ca = ThrowawayCa(str(tmp_path / "ca"))
+    locked = ca.issue("locked", password="s3cret")
+    (tmp_path / "pass").write_text("s3cret\n")
+    by_file = ZkTls(ca.cert, locked.cert, locked.key, "@" + str(tmp_path / "pass"))
+    carried = {"ca": ca.cert, "cert": locked.cert, "key": locked.key, "key_password": "@" + str(tmp_path / "pass"),
+               "verify_hostname": True}
+    assert _worker_config(None, None, by_file) == {"zk_tls": carried}
+    options = SourceOptions({"zk": "h:1", "topic": "t", "zkTlsCa": ca.cert, "zkTlsCert": locked.cert,
+                             "zkTlsKey": locked.key, "zkTlsKeyPasswordFile": str(tmp_path / "pass")})
+    assert options.zk_tls == carried
+    with pytest.raises(InvalidConfig, match="key password as @FILE") as refused:
+        _worker_config(None, None, ZkTls(ca.cert, locked.cert, locked.key, "s3cret"))
+    assert "s3cret" not in str(refused.value)
+    with pytest.raises(ValueError, match="zkTls"):
+        SourceOptions({"zk": "h:1", "topic": "t", "zkTlsKeyPasswordFile": str(tmp_path / "pass")})

@@ -742,3 +742,46 @@ def test_spark_submit_runs_the_pipeline_on_its_master(zk, zk_connect, coordinato
     assert report["summary"]["complete"] and report["output"]["overlaps"] == 0
     offsets, _ = read_output(str(out / "records"))
     assert set(offsets) == expected("sub", 2, 1500) and max(offsets.values()) == 1
+
+
+# ---------------------------------------------------------------- TLS to ZooKeeper
+
+@pytest.mark.zk
+@pytest.mark.timeout(400)  # a ZooKeeper of its own beside the Spark session: slower than the module's others
+def test_a_drain_over_a_tls_only_zookeeper_carries_file_names_only(spark, data_dir, tmp_path):
+    """A ZooKeeper with only a TLS port (client certificates required): the driver and both
+    workers connect with the job's ``zk_tls``, which reaches the executors as file names (no
+    key, no password); a literal key password is refused before anything starts."""
+    from coordinator.errors import InvalidConfig
+    from coordinator.testing.zkserver import Ensemble, local_classpath
+    from coordinator.zkclient import close_client, start_client
+    if local_classpath() is None or shutil.which("openssl") is None:
+        pytest.skip("needs a local ZooKeeper install and openssl")
+    with Ensemble(1, tick_ms=200, fsync=False, workdir=str(tmp_path / "zk"), tls=True) as ensemble:
+        connect = ensemble.connect + "/spark-tls"
+        workers = ensemble.client_tls("spark-workers")
+        node = Coordinator(connect, "n1", CoordinatorConfig(session_timeout_ms=2000, rebalance_timeout_ms=10000,
+                                                            rebalance_backoff_ms=50, failed_retry_interval_ms=1000,
+                                                            zk_tls=ensemble.client_tls("coordinator"))).start()
+        client = start_client(connect, tls=workers)
+        try:
+            fill(client, data_dir, "t", 2, 300)
+            out = tmp_path / "seen"
+            out.mkdir()
+            job = GroupJob(spark, "g", ["t"], RangeRecorder(out), zk=connect, data_dir=data_dir, workers=2,
+                           mode="drain", consumer_config={**WORKER_CONFIG, "zk_tls": workers})
+            assert job.consumer_config["zk_tls"] == {**workers, "verify_hostname": True}  # names, not contents
+            summary = job.run()
+            assert summary.complete and summary.records == 600, summary.table()
+            assert set(seen(out)) == expected("t", 2, 300)
+            assert read_committed(client, "g", [TopicPartition("t", p) for p in range(2)]) == \
+                {TopicPartition("t", p): 300 for p in range(2)}
+            locked = ensemble.ca.issue("locked", password="s3cret")
+            with pytest.raises(InvalidConfig, match="key password as @FILE") as refused:
+                GroupJob(spark, "g", ["t"], RangeRecorder(out), zk=connect, data_dir=data_dir, consumer_config={
+                    "zk_tls": {"ca": ensemble.ca.cert, "cert": locked.cert, "key": locked.key,
+                               "key_password": "s3cret"}})
+            assert "s3cret" not in str(refused.value)
+        finally:
+            close_client(client)
+            node.close()
