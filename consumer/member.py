@@ -61,7 +61,7 @@ Guarantees
 * **Lease** (:mod:`consumer.lease`). Records of owned partitions are handed out
   (:meth:`holds_lease`) only within a fraction of the session timeout after a round trip
   that proved the session that owns them alive; while the connection is suspended nothing is
-  handed out either (:meth:`wait_connected`).
+  handed out either (:meth:`~consumer.member.GroupMember.wait_connected`).
 * Commands are applied in channel order; which apply is :func:`consumer.commands.decide`.
   When a stop-fetcher and a start-fetcher are both waiting, only partitions that really move
   are released. Commands that do not apply are acked and change nothing. Every partition a
