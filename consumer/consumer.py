@@ -288,8 +288,19 @@ class Consumer(Lookups, Lifecycle[ConsumerState]):
         self._unyielded.give_back()
         return self._poll(timeout_ms, max_records, self._fetcher.poll_columns)
 
+    def poll_batch(self, timeout_ms: int = 0, max_records: Optional[int] = None) -> Dict[TopicPartition, list]:
+        """The fast path: what :meth:`poll` returns, each partition's records in the data
+        plane's own form, with no object made per record — on Kafka librdkafka's ``Message`` objects
+        as it made them (``m.value()``, ``m.offset()``, ...), on the embedded log its
+        :class:`~consumer.log.Columns` (as :meth:`poll_columns`). Everything else is as for
+        ``poll``: callbacks first, only owned partitions, nothing without the lease, positions
+        advanced over what is returned (``commit()`` and ``position()`` mean the same),
+        ``max_records``, pause and seek. No deserializers and no metrics count."""
+        self._unyielded.give_back()
+        return self._poll(timeout_ms, max_records, self._fetcher.poll_batch)
+
     def _poll(self, timeout_ms: int, max_records: Optional[int], take: Optional[Callable] = None) -> dict:
-        """``poll()``, or with ``take`` (the fetcher's ``poll_columns``) ``poll_columns()``."""
+        """``poll()``, or with ``take`` (the fetcher's ``poll_columns`` or ``poll_batch``) those."""
         take = take or self._fetcher.poll
         self._check_open()
         if self._member.fenced is not None:

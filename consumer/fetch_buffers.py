@@ -168,26 +168,31 @@ class FetchBuffers:
                 st = self._parts.get(tp)
                 if st is None or not items:
                     continue
-                columns = isinstance(items[0], Columns)
-                if columns != self._columns:
+                if self.SWITCH_REFETCHES and isinstance(items[0], Columns) != self._columns:
                     continue  # the buffers changed form since: these were read again
-                first, end = (items[0].base, items[-1].end) if columns else (items[0].offset, items[-1].offset + 1)
+                first, end, chunks = st.given_back(items)
                 if st.position != end:
                     continue
                 if st.idx:  # the head chunk was partly taken: keep only its untaken part
                     st.chunks[0] = rest_of(st.chunks[0], st.idx)
                     st.idx = 0
-                st.chunks.extendleft(reversed(items) if columns else (st.chunk_of(items),))
+                st.chunks.extendleft(reversed(chunks))
                 st.count += end - first
                 st.position = first
                 self._drainable = True
             self._data_cv.notify_all()
+
+    #: Whether the buffers' form follows the last poll (records or Columns: a switch reads them
+    #: again); False where one form serves both (Kafka's buffers hold librdkafka's messages).
+    SWITCH_REFETCHES = True
 
     def _switch_form(self, columns: bool) -> None:
         """Under the lock: buffer Columns (or records) from now on. What is buffered in the
         other form is dropped and read again from the positions (as a ``seek`` to each
         position; a read in flight is discarded)."""
         self._columns = columns
+        if not self.SWITCH_REFETCHES:
+            return
         for st in self._parts.values():
             self.generation += 1
             st.refetch(self.generation)

@@ -270,6 +270,15 @@ class Fetcher(FetchBuffers, Lifecycle[FetcherState]):
             raise IllegalStateError("this log hands out records, not columns: call poll()")
         return self._poll(max_records, timeout, True)
 
+    def poll_batch(self, max_records: Optional[int] = None,
+                   timeout: Optional[float] = 0.0) -> Dict[TopicPartition, list]:
+        """The batch path: what :meth:`poll` returns, each partition's records in the data
+        plane's own form — the log's Columns (:meth:`poll_columns`), or on Kafka librdkafka's
+        ``Message`` objects as it made them; same limits, fairness, positions and waits."""
+        if not (self.columnar or not self.SWITCH_REFETCHES):
+            raise IllegalStateError("this log hands out records, not batches: call poll()")
+        return self._poll(max_records, timeout, True)
+
     def _poll(self, max_records: Optional[int], timeout: Optional[float], columns: bool) -> dict:
         n = self.max_poll_records if max_records is None else max_records
         if n < 1:

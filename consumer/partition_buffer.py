@@ -13,7 +13,7 @@ Not thread-safe by itself; no I/O.
 from __future__ import annotations
 
 from collections import deque
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from consumer.log.batch import Columns
 from consumer.records import ConsumerRecord, TopicPartition
@@ -67,6 +67,13 @@ class PartitionBuffer:
     def chunk_of(self, records: List[ConsumerRecord]) -> list:
         """What ``records`` (handed out by :meth:`take`) were as a buffered chunk."""
         return records
+
+    def given_back(self, items: list) -> Tuple[int, int, list]:
+        """(first offset, end offset, the chunks to put back in front) of what a poll took
+        (:meth:`take`'s records or :meth:`take_columns`' Columns)."""
+        if isinstance(items[0], Columns):
+            return items[0].base, items[-1].end, list(items)
+        return items[0].offset, items[-1].offset + 1, [self.chunk_of(items)]
 
     def _take_items(self, n: int) -> list:
         """Remove and return up to ``n`` (>= 1) buffered items, in order, from the chunks."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Optional
 from consumer.dataplane.kafka_messages import PARKING, runs as kafka_runs
 from consumer.fetcher import Fetcher, FetcherState
 from consumer.partition_buffer import PartitionBuffer
-from consumer.records import TopicPartition, kafka_messages, kafka_records
+from consumer.records import ConsumerRecord, TopicPartition, kafka_messages, kafka_records
 from coordinator.errors import FetchFailed, OffsetOutOfRange
 from coordinator.kafka import log_client_error
 
@@ -45,6 +45,17 @@ class _KafkaPartition(PartitionBuffer):
     def chunk_of(self, records: list) -> list:
         return kafka_messages(records)
 
+    def take_columns(self, n: int) -> list:
+        """The batch path: up to ``n`` buffered messages as librdkafka made them (no record object)."""
+        messages = self._take_items(n)
+        self.position = messages[-1].offset() + 1
+        return messages
+
+    def given_back(self, items: list):
+        if isinstance(items[0], ConsumerRecord):
+            return items[0].offset, items[-1].offset + 1, [kafka_messages(items)]
+        return items[0].offset(), items[-1].offset() + 1, [list(items)]
+
 
 class KafkaFetcher(Fetcher):
     """The fetcher's buffers and fair hand-out over a librdkafka consumer that only calls ``assign()``.
@@ -71,6 +82,7 @@ class KafkaFetcher(Fetcher):
 
     _partition_type = _KafkaPartition
     _reads_ahead = False
+    SWITCH_REFETCHES = False   # the buffers hold messages whichever poll asks: records or the batch path
 
     def __init__(self, consumer, plane: "KafkaDataPlane", max_poll_records: int = 500,
                  max_partition_fetch_bytes: int = 1 << 20, fetch_max_bytes: int = 50 << 20,
