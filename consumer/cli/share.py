@@ -97,11 +97,7 @@ def share_groups_list(cli: CliContext, output: str) -> None:
         view = read.share_group(cli.zk, name)
         if view is None:  # deleted meanwhile
             continue
-        rows = documents.share_partition_rows(view, {})
-        problem = next(iter(sorted(view.problems.items())), None)
-        found.append({"group": name, "members": len(view.members), "partitions": len(rows),
-                      "in_flight": sum(r["in_flight"] for r in rows),
-                      "error": None if problem is None else f"{problem[0]}: {problem[1]}"})
+        found.append(documents.share_group_row(view))
     if output == "json":
         print_json({"share_groups": found})
     elif found:
