@@ -313,11 +313,12 @@ class ShareConsumer(Lifecycle[ShareConsumerState]):
         """Implicit mode: accept every record handed out. Explicit: a poll may not start while a
         record has no acknowledgement (a commit just sends what there is; a close releases the rest)."""
         for tp, offsets in self._handed.items():
-            pending = self._pending.setdefault(tp, {})
+            pending = self._pending.get(tp, {})
             renewed = self._renewed.get(tp, set())
             missing = [o for o in offsets if o not in pending and o not in renewed]
             if not missing:
                 continue
+            pending = self._pending.setdefault(tp, pending)
             if not self._pending_since:
                 self._pending_since = time.monotonic()
             if not self.explicit:
