@@ -324,10 +324,12 @@ def _forget_tokens(state) -> None:
 
 
 def _compact(state) -> None:
-    """Merge neighbours that say the same, and move the start over the records that are done."""
+    """Merge neighbours that say the same, and move the start over the records that are done.
+    Delayed ranges are never merged: the decider times each from when it first sees it (by its
+    first offset and token), so a record delayed later must not join an earlier one's clock."""
     merged: List[list] = []
     for r in state.ranges:
-        if merged and merged[-1][2:] == r[2:] and merged[-1][1] + 1 == r[0]:
+        if merged and merged[-1][2:] == r[2:] and merged[-1][1] + 1 == r[0] and r[2] != DELAYED:
             merged[-1][1] = r[1]
         else:
             merged.append(r)

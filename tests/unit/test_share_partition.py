@@ -6,7 +6,7 @@ from coordinator.protocol.share import (ACCEPTED, ACQUIRED, AVAILABLE, DEAD_LETT
                                         DELIVERY_LIMIT, REJECTED, WRITING, ShareGroupConfig, SharePartitionState,
                                         parse_setting)
 from coordinator.share_partition import (AcknowledgeType as A, acknowledge, acquire, claim_dead_letters, counts,
-                                         dead_letters_written, expire, expire_holder, initial, promote,
+                                         dead_letters_written, delayed, expire, expire_holder, initial, promote,
                                          release_undelivered, reset)
 
 CONFIG = ShareGroupConfig(max_record_locks=100, delivery_count_limit=3)
@@ -130,6 +130,21 @@ def test_a_release_with_a_delay_waits_for_the_decider():
     assert acquire(s, "m2", 10, [], CONFIG)[1] == []
     assert not promote(s, 0, t + 7) and promote(s, 0, t)
     assert acquire(s, "m2", 10, [], CONFIG)[1] == [(0, 1, 2)]
+
+
+def test_a_record_delayed_later_is_not_promoted_by_the_clock_of_its_neighbour():
+    # Found by the share-group model (bin/model share, invariant 7): two records of one token
+    # released with the same delay at different times were merged into one delayed range, so
+    # the decider's clock of the first (keyed by the range's first offset and token) promoted
+    # the second early.
+    s = initial(0)
+    t, _ = acquire(s, "m1", 2, range(2), CONFIG)
+    acknowledge(s, "m1", t, [(0, 0, A.RELEASE, 1000)], CONFIG)
+    assert delayed(s) == [(0, t, 1000)]           # the decider starts a clock for (0, t)
+    acknowledge(s, "m1", t, [(1, 1, A.RELEASE, 1000)], CONFIG)
+    assert delayed(s) == [(0, t, 1000), (1, t, 1000)]   # 1 gets a clock of its own
+    assert promote(s, 0, t) and counts(s) == {AVAILABLE: 1, DELAYED: 1}
+    assert roundtrip(s) == s
 
 
 def test_the_group_backoff_delays_expired_and_released_records_doubling():
