@@ -11,8 +11,11 @@ group's dead-letter topic claims some (in the same write), appends them to the t
 original topic, partition, offset, delivery count and reason in headers, and marks them
 written. A claim that expired (its writer died or paused past the lock) is taken over by the
 next member, which first looks in the topic for the letters already there, from the offset the
-first claim recorded: so each archived record is written once (a writer paused *between* its
-append and its mark can still add a second copy; the headers tell them apart).
+first claim recorded, and a writer looks once more that its claim is still held just before it
+appends: so each archived record is written once. The one schedule left that writes a second
+copy (found by the model checker, tests/model/share_protocol.py): a writer paused past the lock
+*between that last look and its append*, while the next writer scans and appends; the headers
+tell the copies apart.
 """
 from __future__ import annotations
 
@@ -241,8 +244,17 @@ class ShareExchange:
                 if record.offset not in written:
                     batch.append(self._letter(record, deliveries, reason))
         if batch:
+            if not self._still_claimed(tp, token):
+                return False   # the claim ended while we scanned: the next writer scans again and writes them
             self.plane.append(dtp, batch)
         return self._mark_written(tp, token)
+
+    def _still_claimed(self, tp: TopicPartition, token: int) -> bool:
+        """Whether this member still holds the dead-letter claim ``token`` (read now)."""
+        self._written.pop(tp, None)
+        state, _ = self._read(tp, share_partitions_path(self.group, tp.topic, tp.partition))
+        held = state.held.get(token) if state is not None else None
+        return held is not None and held[0] == self.member_id
 
     def _letter(self, record: ShareRecord, deliveries: int, reason: int) -> tuple:
         values = (self.group, record.topic, record.partition, record.offset, deliveries, REASONS[reason])
