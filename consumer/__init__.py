@@ -23,6 +23,7 @@ checks the order):
   outside reader.
 * :mod:`~consumer.lease` — whether a member may hand out records now.
 * :mod:`~consumer.claims` — how a member claims and releases partitions.
+* :mod:`~consumer.joining` — how a member joins: the group's directories, a lost connection waited out.
 * :mod:`~consumer.member` — the member's state machine: registration, commands, claims and
   releases.
 * :mod:`~consumer.handoff` — what the member thread and the fetcher leave for the poll

@@ -7,7 +7,9 @@ trip, claims the free ones (owner nodes and fencing tokens,
 :data:`~consumer.ownership.CLAIM_PARTITIONS` a transaction), waits for the others to be
 released (a watch on their owners directories) and gives way to a newer decision. A release
 commits the final offsets and deletes the owner nodes in the same transactions, or piece by
-piece when that cannot apply.
+piece when that cannot apply. A partition just claimed that the member's listener cannot
+serve is released at once, nothing committed, and again until its release goes through
+(``release_unserved``).
 
 Threads: the member thread only (the watches it sets are kazoo's: they only record).
 """
@@ -52,6 +54,7 @@ class Claims:
         # showed (and the ones this member created since). A claim reads the offsets znodes
         # of these with its listings; a new partition has none to read.
         self.offsets_listed: Dict[str, Set[int]] = {}
+        self._unserved: Set[TopicPartition] = set()   # claimed, refused by the listener, release pending
 
     def claim(self, added: Dict[TopicPartition, str], acks: List[str], session: int,
               committed: Dict[TopicPartition, Optional[int]], superseded: Callable[[List[str]], bool]) -> bool:
@@ -224,6 +227,39 @@ class Claims:
                     a.get(timeout=self._session_timeout_s)
                 except UNREACHABLE:
                     pass
+
+    @property
+    def unserved(self) -> Set[TopicPartition]:
+        """Partitions claimed that the listener refused, whose release has not gone through yet."""
+        return self._unserved
+
+    def release_unserved(self, partitions: Set[TopicPartition] = frozenset(), why: str = "") -> None:
+        """Give up partitions just claimed that the listener cannot serve, nothing committed
+        (with none given: retry those whose release did not go through). They stay owned until
+        their release went through, so a stop-fetcher for them still releases them, and none is
+        left held by this session unknown to it; a ZooKeeper error is retried by the member
+        thread (the next channel read, or housekeeping).
+
+        Released rather than kept (parked, as a failed fetch is): a partition kept would stay
+        owned by a member that cannot read it, and neither the coordinator nor any other member
+        could tell. Released, its owner node is gone, so the coordinator's next check
+        (``check_interval_ms``; verification records the owner nodes) finds it not owned and
+        gives it out again: once the cause is gone (permissions restored, the broker back) it is
+        consumed, and until then every attempt is reported again. Reporting the partition to the
+        coordinator instead, so that it could place it on another member, would need a new kind
+        of znode and assignors that honour it, for a cause (a shared disk's permissions, a
+        cluster's reachability) that most often strikes every member alike."""
+        if partitions:
+            log.info("member %s: releasing %s, which it cannot serve (%s); the coordinator assigns %s again at "
+                     "its next check", self._name, ", ".join(str(tp) for tp in sorted(partitions)), why,
+                     "it" if len(partitions) == 1 else "them")
+            self._unserved |= partitions
+        pending = self._unserved & set(self._holdings.owned_now())  # revoked or lost since: released already
+        self._unserved = pending
+        if pending:
+            self.release({}, pending, [], "releasing partitions it cannot serve")
+            self._holdings.forget(pending)
+            self._unserved -= pending
 
     def delete_all(self, paths: List[str]) -> None:
         """Delete ``paths`` (pipelined); ones already gone or failing are left to the session end."""

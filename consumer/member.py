@@ -1,6 +1,7 @@
 """The member side of the protocol: registration, the command channel, owners and offsets.
 
-Its pieces: :mod:`consumer.registration` registers it (and fences static members),
+Its pieces: :mod:`consumer.joining` makes the group's directories and waits out a connection
+lost while it joins, :mod:`consumer.registration` registers it (and fences static members),
 :mod:`consumer.channel` reads its command channel and :mod:`consumer.commands` decides which
 commands apply, :mod:`consumer.claims` claims and releases partitions with the transactions
 :mod:`consumer.ownership` builds, :mod:`consumer.offsets` holds what the member owns and
@@ -30,8 +31,9 @@ Threads and locks
 -----------------
 * The **member thread** handles every :class:`Event` in order (commands, connection changes,
   eviction, rejoining, leaving). It alone writes ``_applied``, ``generation``,
-  ``rebalances`` and ``_unserved``, moves the state (but for ``close()``'s move above), and
-  it alone adds or removes owned partitions.
+  ``rebalances`` and (in :class:`~consumer.claims.Claims`) the partitions it cannot serve,
+  moves the state (but for ``close()``'s move above), and it alone adds or removes owned
+  partitions.
 * **kazoo's threads** (watches, the connection listener, async completions) only queue events
   or record: ``_connected`` (an Event) and the lease deadline.
 * **Any thread** may call :meth:`GroupMember.commit` (the application, the consumer's
@@ -67,7 +69,7 @@ Guarantees
   short, so none is owned and never fetched.
 * A partition the listener cannot serve once claimed (its data cannot be opened) is released
   at once, nothing committed, never kept half-applied: the coordinator finds it not owned at
-  its next check and assigns it again (``GroupMember._release_unserved()`` says why this
+  its next check and assigns it again (``Claims.release_unserved()`` says why this
   and not another member).
 * After a session expiry the member reports its partitions lost and registers again, coping
   with its own registration still held by the dead session (KAFKA-1387).
@@ -87,22 +89,22 @@ import time
 from collections import deque
 from typing import Deque, Dict, Iterable, List, Optional, Set
 
-from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, KazooException, NoAuthError, NoNodeError
+from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, KazooException
 from kazoo.protocol.states import KazooState
 
 from coordinator import protocol
 from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
-from coordinator.errors import (AuthFailed, CorruptZnode, FencedInstanceIdError, IllegalStateError, InvalidConfig,
+from coordinator.errors import (CorruptZnode, FencedInstanceIdError, IllegalStateError, InvalidConfig,
                                 ZooKeeperUnavailable)
 from coordinator.lifecycle import Lifecycle
 from coordinator.protocol import Registration
-from coordinator.zkclient import LOST_CONNECTION, session_id, wait_in_order
+from coordinator.zkclient import session_id
 from consumer import commands as channel
 from consumer.channel import CommandChannel
 from consumer.claims import Claims
+from consumer.joining import GroupDirectories, join_waiting_out_lost_connections
 from consumer.lease import Lease
 from consumer.offsets import Holdings
-from consumer.ownership import partition_numbers
 from consumer.records import TopicPartition
 from consumer.registration import Registrar
 
@@ -131,7 +133,7 @@ class MemberListener:
                committed: Dict[TopicPartition, Optional[int]]) -> Optional[Dict[TopicPartition, BaseException]]:
         """``added`` partitions (with their stream) are owned now; start fetching them. Return
         those that cannot be served (the data plane cannot open them), each with why: the
-        member releases them (see ``GroupMember._release_unserved()``)."""
+        member releases them (see ``Claims.release_unserved()``)."""
         return None
 
     def lost(self, partitions: Set[TopicPartition]) -> None:
@@ -234,8 +236,7 @@ class GroupMember(Lifecycle[MemberState]):
         self._holdings = Holdings(client, group, self.consumer_id, self._session_timeout_s, self._connected)
         self._lease = Lease(client, protocol.ids_path(group, self.consumer_id), self._holdings, self._session_timeout_s)
         self._claims = Claims(client, group, self.consumer_id, self._holdings, self._lease, self._session_timeout_s)
-        self._known_offset_dirs: Set[str] = set()
-        self._unserved: Set[TopicPartition] = set()   # claimed, refused by the listener, release pending
+        self._directories = GroupDirectories(client, group, self._claims.offsets_listed)
         self._applied = channel.NOTHING_APPLIED
         self._channel = CommandChannel(client, group, self.consumer_id, self._watch_channel)
         self._thread: Optional[threading.Thread] = None
@@ -265,39 +266,13 @@ class GroupMember(Lifecycle[MemberState]):
         # member thread registers again), never left with its registration gone.
         self.client.add_listener(self._on_connection_state)
         try:
-            self._join(report_every)
+            join_waiting_out_lost_connections(self.client, self.group, self.consumer_id, self._join_once, report_every)
         except BaseException:
             self.client.remove_listener(self._on_connection_state)
             raise
         self._thread = threading.Thread(target=self._run, name=f"member-{self.consumer_id[-8:]}", daemon=True)
         self._thread.start()
         return self
-
-    def _join(self, report_every: float) -> None:
-        """:meth:`_join_once` until it is done; a lost connection is waited out (one line per
-        ``report_every`` seconds), anything else ZooKeeper answers ends it."""
-        g, waiting_since, next_report = self.group, None, 0.0
-        while True:
-            if self.client.connected:
-                try:
-                    self._join_once()
-                    return
-                except NoAuthError:
-                    raise AuthFailed(f"cannot join group {g}: ZooKeeper refused this identity (the group is bound "
-                                     "to another one, or none was given)") from None
-                except LOST_CONNECTION as e:
-                    cause = type(e).__name__
-                except KazooException as e:
-                    raise ZooKeeperUnavailable(f"cannot join group {g}: {type(e).__name__}") from None
-            else:
-                cause = "not connected"
-            now = time.monotonic()
-            waiting_since = waiting_since or now
-            if now >= next_report:
-                log.warning("member %s: cannot join group %s yet: ZooKeeper connection lost (%s); waiting for it "
-                            "(%.0f s so far)", self.consumer_id, g, cause, now - waiting_since)
-                next_report = now + report_every
-            time.sleep(0.1)
 
     def _join_once(self) -> None:
         """Make the group's directories that are missing and register. Every step may be done
@@ -310,11 +285,7 @@ class GroupMember(Lifecycle[MemberState]):
         topics = sorted(self.registration.subscription) if self.registration.pattern == protocol.PATTERN_STATIC \
             else []
         channel_async = c.exists_async(protocol.channel_path(g, cid))
-        self._ensure_paths([protocol.ids_path(g), protocol.channel_path(g), protocol.owners_path(g),
-                            protocol.offsets_path(g)]
-                           + [d for t in topics for d in (protocol.owners_path(g, t), protocol.offsets_path(g, t))],
-                           listed=topics)
-        self._known_offset_dirs.update(topics)
+        self._directories.make_for_join(topics)
         new_channel = channel_async.get() is None
         self._channel.last_command = -1 if new_channel else None
         self._channel.learn_epoch_path(shards)
@@ -437,9 +408,9 @@ class GroupMember(Lifecycle[MemberState]):
     def _housekeeping(self) -> None:
         """Retry releasing partitions it cannot serve; say once when a member that joined a while
         ago has no assignment and no coordinator runs."""
-        if self._unserved and self.state is MemberState.JOINED and self._connected.is_set():
+        if self._claims.unserved and self.state is MemberState.JOINED and self._connected.is_set():
             try:
-                self._release_unserved()
+                self._claims.release_unserved()
             except (KazooException, ZooKeeperUnavailable):
                 pass  # tried again at the next round
         if (self.state is MemberState.JOINED and self.generation < 0 and not self._warned_no_coordinator
@@ -510,29 +481,11 @@ class GroupMember(Lifecycle[MemberState]):
         with self._holdings.lock:
             self._holdings.forget_all_locked()
 
-    def _ensure_paths(self, paths: List[str], listed: Iterable[str] = ()) -> None:
-        """Create those of ``paths`` that are missing, looking at all of them in one round trip.
-        The offsets directories of the topics ``listed`` are listed rather than looked at, for
-        the first claim of their partitions (``Claims.offsets_listed``)."""
-        listings = {protocol.offsets_path(self.group, t): t for t in listed}
-        looks = [(path, self.client.get_children_async(path) if path in listings else self.client.exists_async(path))
-                 for path in paths]
-        wait_in_order([a for _, a in looks])
-        for path, a in looks:
-            try:
-                answer = a.get()
-            except NoNodeError:
-                answer = None
-            if answer is None:
-                self.client.ensure_path(path)
-            elif path in listings:
-                self._claims.offsets_listed[listings[path]] = partition_numbers(answer)
-
     def _process_channel(self) -> None:
         if self.state is not MemberState.JOINED:
             return
-        if self._unserved:
-            self._release_unserved()
+        if self._claims.unserved:
+            self._claims.release_unserved()
         commands, epoch, generation = self._channel.read()
         if not commands:
             return
@@ -590,38 +543,10 @@ class GroupMember(Lifecycle[MemberState]):
         try:
             refused = self.listener.assign(added, committed)
         except Exception:
-            self._release_unserved(set(added), "starting them failed")  # never half-applied
+            self._claims.release_unserved(set(added), "starting them failed")  # never half-applied
             raise
         if refused:
-            self._release_unserved(set(refused), "; ".join(sorted({str(e) for e in refused.values()})))
-
-    def _release_unserved(self, partitions: Set[TopicPartition] = frozenset(), why: str = "") -> None:
-        """Give up partitions just claimed that the listener cannot serve, nothing committed
-        (with none given: retry those whose release did not go through). They stay owned until
-        their release went through, so a stop-fetcher for them still releases them, and none is
-        left held by this session unknown to it; a ZooKeeper error is retried by the member
-        thread (the next channel read, or housekeeping).
-
-        Released rather than kept (parked, as a failed fetch is): a partition kept would stay
-        owned by a member that cannot read it, and neither the coordinator nor any other member
-        could tell. Released, its owner node is gone, so the coordinator's next check
-        (``check_interval_ms``; verification records the owner nodes) finds it not owned and
-        gives it out again: once the cause is gone (permissions restored, the broker back) it is
-        consumed, and until then every attempt is reported again. Reporting the partition to the
-        coordinator instead, so that it could place it on another member, would need a new kind
-        of znode and assignors that honour it, for a cause (a shared disk's permissions, a
-        cluster's reachability) that most often strikes every member alike."""
-        if partitions:
-            log.info("member %s: releasing %s, which it cannot serve (%s); the coordinator assigns %s again at "
-                     "its next check", self.consumer_id, ", ".join(str(tp) for tp in sorted(partitions)), why,
-                     "it" if len(partitions) == 1 else "them")
-            self._unserved |= partitions
-        pending = self._unserved & set(self.owned())  # revoked or lost since: released already
-        self._unserved = pending
-        if pending:
-            self._claims.release({}, pending, [], "releasing partitions it cannot serve")
-            self._holdings.forget(pending)
-            self._unserved -= pending
+            self._claims.release_unserved(set(refused), "; ".join(sorted({str(e) for e in refused.values()})))
 
     def _claim(self, added: Dict[TopicPartition, str], acks: List[str],
                committed: Dict[TopicPartition, Optional[int]]) -> bool:
@@ -629,7 +554,7 @@ class GroupMember(Lifecycle[MemberState]):
         newer decision or a shutdown cut the claim short."""
         session = self._session()
         for topic in {tp.topic for tp in added}:
-            self._ensure_dirs(topic)
+            self._directories.make_for_claim(topic)
         return self._claims.claim(added, acks, session, committed, self._superseded)
 
     def _superseded(self, acks: List[str]) -> bool:
@@ -639,12 +564,6 @@ class GroupMember(Lifecycle[MemberState]):
         if self._events.pending(Event.LEAVE) or self._events.pending(Event.LOST):
             return True
         return self._events.pending(Event.CHANNEL) and bool(set(self._channel.paths()) - set(acks))
-
-    def _ensure_dirs(self, topic: str) -> None:
-        if topic not in self._known_offset_dirs:
-            self._ensure_paths([protocol.owners_path(self.group, topic), protocol.offsets_path(self.group, topic)],
-                               listed=[topic])
-            self._known_offset_dirs.add(topic)
 
     # ------------------------------------------------------------ offsets (any thread): consumer.offsets
 

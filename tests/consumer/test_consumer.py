@@ -15,7 +15,7 @@ from coordinator.errors import CommitFailedError, InvalidConfig, NoOffsetForPart
 from coordinator.topics import TopicRegistry
 from consumer import Consumer, ConsumerRebalanceListener, Producer, TopicPartition, WakeupException
 from consumer.log import Log
-from consumer.member import GroupMember
+from consumer.joining import GroupDirectories
 from tests.support.groups import read_state
 from tests.support.helpers import fill, freeze_until_dropped, wait_for
 
@@ -374,13 +374,13 @@ def test_a_connection_lost_while_the_consumer_joins_is_waited_out(own_zookeeper,
     ('cannot join group g: ConnectionLoss'; groupctl consume exited 75: seen in bin/chaos)."""
     ens, zk, _ = own_zookeeper
     fill(data_dir, "t", [10], zk=zk)
-    real = GroupMember._ensure_paths
+    real = GroupDirectories.make
 
-    def frozen_first(member, *args, **kwargs):
-        monkeypatch.setattr(GroupMember, "_ensure_paths", real)
-        freeze_until_dropped(ens.servers[0].proc.pid, member.client)
-        return real(member, *args, **kwargs)
-    monkeypatch.setattr(GroupMember, "_ensure_paths", frozen_first)
+    def frozen_first(directories, *args, **kwargs):
+        monkeypatch.setattr(GroupDirectories, "make", real)
+        freeze_until_dropped(ens.servers[0].proc.pid, directories.client)
+        return real(directories, *args, **kwargs)
+    monkeypatch.setattr(GroupDirectories, "make", frozen_first)
     with Consumer("g", ["t"], zk=ens.connect, data_dir=data_dir, session_timeout_ms=2000,
                   auto_offset_reset="earliest") as consumer:
         assert [r.offset for r in consume_until(consumer, 10, timeout=30)] == list(range(10))
