@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Tuple
 from consumer.log import Log
 from tests.chaos import kafkatopic, referee, share_referee, txnlog
 from tests.chaos.history import GroupHistory, group_history
+from tests.model.share_trace import check_share_model
 from tests.model.trace import check_model
 
 RECORD = "run.json"
@@ -126,6 +127,9 @@ def judge(run_dir: str) -> Outcome:
     if record.share is not None:
         results += share_referee.judge_share(run_dir, record.share, logs.txns, record.chroot, record.topic,
                                              record.partitions, produced)
+        ends = {p: len(produced.get((record.topic, p), ())) for p in range(record.partitions)}
+        # every share-partition write a step the share model allows
+        results.append(check_share_model(logs.txns, record.share.group, record.topic, record.chroot, ends))
     passed = all(r.ok for r in results)
     figures = " ".join(r.summary for r in results if r.summary and r.name != "offsets")
     faults = " ".join(f"{kind}:{record.faults.get(kind, 0)}" for kind in KINDS if kind in record.kinds)
