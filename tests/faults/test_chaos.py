@@ -1,7 +1,8 @@
 """Short chaos rounds (``bin/chaos``) with fixed seeds, judged by the referee: every fault kind
 at least once; a partition round (two consumers and a controller cut from ZooKeeper with
 their processes running); and a share round (share-group workers paused past their locks,
-killed and stopped, the coordinator killed: :mod:`tests.chaos.share_referee`'s checks). The
+killed and stopped, the coordinator killed: :mod:`tests.chaos.share_referee`'s checks, and every
+share-partition write a step of the share model, :mod:`tests.model.share_trace`). The
 first two have the share round's workers too (``bin/chaos`` starts 4 by default). Where the
 machine allows no network namespaces, ``bin/chaos`` says so in one line (repeated here as a
 warning) and the cuts are stood in for by process faults.
@@ -60,7 +61,10 @@ def test_share_round_passes(tmp_path):
     verdict, faults, cut, report = chaos_round(
         tmp_path, "--seed", "5", "--duration", "20", "--consumers", "2", "--share-consumers", "4",
         "--faults", "pause,kill,pause,term,leader-kill,pause")
-    figures = dict(re.findall(r"(share-accepted|share-archived|dead-letters|redelivered)=(\d+)", verdict))
+    figures = dict(re.findall(r"(share-accepted|share-archived|dead-letters|redelivered|share-writes|"
+                              r"share-model-steps)=(\d+)", verdict))
     assert int(figures["share-accepted"]) > 0 and int(figures["share-archived"]) > 0, report
+    # every share-partition write was judged a step of the share model (tests/model/share_trace.py)
+    assert int(figures["share-model-steps"]) == int(figures["share-writes"]) > 0, report
     assert int(figures["dead-letters"]) >= int(figures["share-archived"]) and int(figures["redelivered"]) > 0, report
     assert faults["pause"] >= 3 and faults["kill"] >= 1 and faults["leader-kill"] >= 1, report

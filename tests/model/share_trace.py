@@ -43,9 +43,9 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from coordinator import protocol
 from coordinator.errors import CorruptZnode
-from coordinator.protocol.share import (ACCEPTED, ACQUIRED, ARCHIVED, AVAILABLE, DEAD_LETTER, DELAYED, RECENT_WRITES,
-                                        REJECTED, WRITING, ShareGroupConfig, SharePartitionState, share_group_path,
-                                        share_members_path, share_partitions_path)
+from coordinator.protocol.share import (ACCEPTED, ACQUIRED, ARCHIVED, AVAILABLE, DEAD_LETTER, DELAYED, REASONS,
+                                        RECENT_WRITES, REJECTED, WRITING, ShareGroupConfig, SharePartitionState,
+                                        share_group_path, share_members_path, share_partitions_path)
 from coordinator.share_partition import AcknowledgeType
 from tests.chaos.referee import CheckResult
 from tests.chaos.txnlog import CHECK, CLOSE_SESSION, CREATES, DELETES, SET_DATA, Op, Txn
@@ -238,8 +238,8 @@ def _show(v: Optional[tuple]) -> str:
     if v is None:
         return "outside the window"
     st, d, t, extra = v
-    return (STATE_NAMES.get(st, repr(st)) + (f", {d} deliveries" if d else "") + (f", token {t}" if t else "")
-            + (f", extra {extra}" if extra else ""))
+    why = f", delay {extra} ms" if st == DELAYED else f", {REASONS.get(extra, extra)}" if extra else ""
+    return STATE_NAMES.get(st, repr(st)) + (f", deliveries {d}" if d else "") + (f", token {t}" if t else "") + why
 
 
 def difference(want: model.Part, got: model.Part, names: Names) -> str:
@@ -256,7 +256,8 @@ def difference(want: model.Part, got: model.Part, names: Names) -> str:
     if {(t, h) for t, h, _ in want.held} != {(t, h) for t, h, _ in got.held}:
         return f"tokens held {held(got)}; the model's step gives {held(want)}"
     if want.held != got.held:
-        return f"renewals {[(t, r) for t, _, r in got.held]}; the model's step gives {[(t, r) for t, _, r in want.held]}"
+        return (f"renewals {[(t, r) for t, _, r in got.held]}; the model's step gives "
+                f"{[(t, r) for t, _, r in want.held]}")
     if want.next_token != got.next_token:
         return f"next token {got.next_token}; the model's step gives {want.next_token}"
     if want.dlq_scan != got.dlq_scan:
@@ -291,7 +292,7 @@ class ShareTrace:
         self.shards_path = chroot + protocol.SHARDS
         self.config = ShareGroupConfig()
         self.names, self.clocks = Names(), Clocks()
-        self.states: Dict[int, Tuple[SharePartitionState, int]] = {}   # partition -> (state, zxid written)
+        self.states: Dict[int, Tuple[SharePartitionState, int, model.Part]] = {}   # partition -> (state, zxid, part)
         self.present: Dict[str, int] = {}          # member id -> zxid its znode was created at
         self.owner: Dict[str, int] = {}            # member id -> the session of its znode
         self.registered: Dict[int, set] = defaultdict(set)   # session -> member ids it registered
@@ -357,22 +358,21 @@ class ShareTrace:
             self.states.pop(partition, None)   # the share referee's evidence check names it
             self.counts["not judged"] += 1
             return
-        known = self.states.get(partition)
-        self.states[partition] = (state, txn.zxid)
+        known, after = self.states.get(partition), abstract(state, self.names)
+        self.states[partition] = (state, txn.zxid, after)
         if known is None and op.type == SET_DATA:
             self.counts["not judged"] += 1     # no earlier version in the logs
             return
-        label, why = self._judge(txn, partition, None if op.type in CREATES else known, state, fences)
-        self.clocks.note(partition, abstract(state, self.names), txn.time_ms)
+        label, why = self._judge(txn, partition, None if op.type in CREATES else known, state, after, fences)
+        self.clocks.note(partition, after, txn.time_ms)
         if why is not None:
             self.failed += 1
             if len(self.problems) < MAX_DETAILS:
                 self.problems.append(f"{where}: {label}: not a step the share model allows: {why}")
 
-    def _judge(self, txn: Txn, partition: int, known: Optional[Tuple[SharePartitionState, int]],
-               state: SharePartitionState, fences: List[Op]) -> Tuple[str, Optional[str]]:
+    def _judge(self, txn: Txn, partition: int, known: Optional[Tuple[SharePartitionState, int, model.Part]],
+               state: SharePartitionState, after: model.Part, fences: List[Op]) -> Tuple[str, Optional[str]]:
         """(what the write is, as the model's steps; why the model does not allow it, or None)."""
-        after = abstract(state, self.names)
         broken = invariants(after, self.config)
         if known is None:
             self.counts["created"] += 1
@@ -380,8 +380,7 @@ class ShareTrace:
             ok = state == empty and (self.log_ends is None or state.start <= self.log_ends.get(partition, 0))
             return f"created at {state.start}", broken or (None if ok else f"the first state is not an empty "
                                                                             f"window within the log: {state}")
-        before_state, before_zxid = known
-        before = abstract(before_state, self.names)
+        before_state, before_zxid, before = known
         new_id = bool(state.writes) and state.writes[-1] not in before_state.writes
         if fences:
             label, actions, why = self._decider(txn, partition, before, after, before_zxid, fences)
@@ -457,7 +456,8 @@ class ShareTrace:
     def result(self) -> CheckResult:
         judged = sum(self.counts[k] for k in ("member writes", "decider writes", "created", "reset"))
         details = list(self.problems) + ([f"... {self.failed - MAX_DETAILS} more"] if self.failed > MAX_DETAILS else [])
-        details.append("writes judged by the share model: " + ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items())))
+        details.append("writes judged by the share model: "
+                       + ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items())))
         return CheckResult("share-model", self.failed == 0, f"share-model-steps={judged}", details)
 
 
