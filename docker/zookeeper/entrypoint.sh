@@ -14,6 +14,16 @@
 #   ZOO_CFG_EXTRA             more zoo.cfg lines, space-separated key=value
 #   ZOO_LOG_LEVEL             INFO;  JVMFLAGS  more JVM options (a heap size: -Xmx512m)
 #
+# TLS only (this image's own names): with ZOO_TLS_KEY_STORE set, the server has no plaintext
+# client port at all, only a secureClientPort on Netty with client certificates required and
+# mapped to x509 identities (X509AuthenticationProvider), Netty's jars on the classpath:
+#   ZOO_TLS_KEY_STORE         PEM file with this server's key and certificate
+#   ZOO_TLS_TRUST_STORE       PEM file of the CA(s) client certificates are checked against
+#   ZOO_SECURE_CLIENT_PORT    2281 (ZOO_CLIENT_PORT is then not opened)
+#   ZOO_TLS_CLIENT_AUTH       need (default: a client without a certificate is refused) or want
+# ZOO_SERVERS entries then carry no ";CLIENT_PORT" (that would open a plaintext port). The
+# quorum's own traffic (2888, 3888) stays as ZooKeeper's sslQuorum settings leave it (ZOO_CFG_EXTRA).
+#
 # zoo.cfg is written to /etc/zookeeper at every start; a zoo.cfg mounted there without this
 # script's header line is used as it is. With arguments, the arguments are run instead
 # (docker run IMAGE bash).
@@ -44,12 +54,27 @@ integer ZOO_AUTOPURGE_SNAPRETAINCOUNT "${ZOO_AUTOPURGE_SNAPRETAINCOUNT:=3}" 3 10
 case "${ZOO_ADMINSERVER_ENABLED:=false}" in true|false) ;; *) die "ZOO_ADMINSERVER_ENABLED must be true or false" ;; esac
 case "${ZOO_LOG_LEVEL:=INFO}" in TRACE|DEBUG|INFO|WARN|ERROR) ;; *) die "ZOO_LOG_LEVEL must be one of TRACE DEBUG INFO WARN ERROR" ;; esac
 
+TLS_KEY_STORE="${ZOO_TLS_KEY_STORE:-}"
+if [ -n "$TLS_KEY_STORE" ]; then
+  integer ZOO_SECURE_CLIENT_PORT "${ZOO_SECURE_CLIENT_PORT:=2281}" 1 65535
+  case "${ZOO_TLS_CLIENT_AUTH:=need}" in need|want) ;; *) die "ZOO_TLS_CLIENT_AUTH must be need or want" ;; esac
+  [ -n "${ZOO_TLS_TRUST_STORE:-}" ] || die "ZOO_TLS_KEY_STORE needs ZOO_TLS_TRUST_STORE (the CA client certificates are checked against)"
+  for store in "$TLS_KEY_STORE" "$ZOO_TLS_TRUST_STORE"; do
+    [ -r "$store" ] || die "$store does not exist or is not readable by $(id -un) (uid $(id -u))"
+  done
+  grep -q -- "-----BEGIN CERTIFICATE-----" "$TLS_KEY_STORE" && grep -q -- "PRIVATE KEY-----" "$TLS_KEY_STORE" \
+    || die "ZOO_TLS_KEY_STORE $TLS_KEY_STORE must hold this server's PEM key and certificate"
+  grep -q -- "-----BEGIN CERTIFICATE-----" "$ZOO_TLS_TRUST_STORE" || die "ZOO_TLS_TRUST_STORE $ZOO_TLS_TRUST_STORE holds no PEM certificate"
+fi
+
 read -r -a SERVERS <<<"${ZOO_SERVERS:-}"
 own=0
 for entry in "${SERVERS[@]}"; do
   [[ "$entry" =~ ^server\.([0-9]+)=[A-Za-z0-9._-]+:[0-9]+:[0-9]+(:(participant|observer))?(\;([^;:]+:)?[0-9]+)?$ ]] \
     || die "ZOO_SERVERS entry '$entry' is not server.N=HOST:QUORUM_PORT:ELECTION_PORT[;CLIENT_PORT]"
   [ "${BASH_REMATCH[1]}" != "$MY_ID" ] || own=1
+  [ -z "$TLS_KEY_STORE" ] || [ -z "${BASH_REMATCH[4]}" ] \
+    || die "ZOO_SERVERS entry '$entry' names a client port, which would be plaintext: leave out ';${BASH_REMATCH[4]#;}' with ZOO_TLS_KEY_STORE"
 done
 [ ${#SERVERS[@]} -eq 0 ] || [ "$own" = 1 ] || die "ZOO_SERVERS has no server.$MY_ID (this server's ZOO_MY_ID)"
 
@@ -70,7 +95,20 @@ if [ ! -f "$CFG" ] || head -n 1 "$CFG" | grep -qxF "$HEADER"; then
     echo "syncLimit=$ZOO_SYNC_LIMIT"
     echo "dataDir=$DATA_DIR"
     echo "dataLogDir=$DATA_LOG_DIR"
-    echo "clientPort=$ZOO_CLIENT_PORT"
+    if [ -n "$TLS_KEY_STORE" ]; then  # no clientPort line: a plaintext client finds nothing to talk to
+      echo "secureClientPort=$ZOO_SECURE_CLIENT_PORT"
+      echo "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory"
+      echo "ssl.keyStore.location=$TLS_KEY_STORE"
+      echo "ssl.keyStore.type=PEM"
+      echo "ssl.trustStore.location=$ZOO_TLS_TRUST_STORE"
+      echo "ssl.trustStore.type=PEM"
+      echo "ssl.clientAuth=$ZOO_TLS_CLIENT_AUTH"
+      # Clients' certificates name identities, not hosts: no check of the client's host name.
+      echo "ssl.hostnameVerification=false"
+      echo "authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider"
+    else
+      echo "clientPort=$ZOO_CLIENT_PORT"
+    fi
     echo "maxClientCnxns=$ZOO_MAX_CLIENT_CNXNS"
     echo "4lw.commands.whitelist=${ZOO_4LW_COMMANDS_WHITELIST:-ruok,srvr}"
     echo "autopurge.purgeInterval=$ZOO_AUTOPURGE_PURGEINTERVAL"
@@ -87,9 +125,18 @@ if [ ! -f "$CFG" ] || head -n 1 "$CFG" | grep -qxF "$HEADER"; then
 fi
 
 read -r -a JVM <<<"${JVMFLAGS:-}"
+ZK_CLASSPATH=/usr/share/zookeeper-image:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar
+if [ -n "$TLS_KEY_STORE" ]; then
+  # Netty's jars: zookeeper.jar's manifest leaves some out, and without netty-codec every
+  # handshake fails (NoClassDefFoundError: io/netty/handler/codec/ByteToMessageDecoder).
+  for jar in codec handler buffer common transport resolver transport-native-unix-common transport-native-epoll; do
+    [ ! -f "/usr/share/java/netty-$jar.jar" ] || ZK_CLASSPATH="$ZK_CLASSPATH:/usr/share/java/netty-$jar.jar"
+  done
+  [[ "$ZK_CLASSPATH" == *netty-codec.jar* ]] || die "no /usr/share/java/netty-codec.jar: TLS needs Debian's libnetty-java"
+fi
 # Debian's zookeeper.jar names no logging backend (slf4j would log nothing): log4j 1.2 through
 # slf4j-log4j12, both installed with it, writing to standard output (log4j.properties).
 exec java "${JVM[@]}" -XX:+ExitOnOutOfMemoryError \
   -Dzookeeper.root.logger="$ZOO_LOG_LEVEL,CONSOLE" -Dzookeeper.log.dir=/var/lib/zookeeper \
-  -cp /usr/share/zookeeper-image:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar \
+  -cp "$ZK_CLASSPATH" \
   org.apache.zookeeper.server.quorum.QuorumPeerMain "$CFG"

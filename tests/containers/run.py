@@ -13,18 +13,26 @@ run, and judged from outside the containers; then everything it started is torn 
 4. testcontainers: the ZooKeeper harness's container path
    (:func:`~coordinator.testing.zkserver.start_container`) on the local ZooKeeper image, the
    reaper disabled; a znode written and read back, the container gone after ``close()``.
-5. up: the compose stack (3 ZooKeeper servers, 3 ``coordinatord``, 3 consumers), until healthy.
+5. up: the compose stack (its one-shot ``certs`` making a throwaway CA and the certificates,
+   its one-shot ``acl`` the policy of x509 identities; 3 ZooKeeper servers serving TLS only,
+   3 ``coordinatord``, 3 consumers), until healthy; the CA and the admin's certificate copied out
+   of the stack's ``tls`` volume into the run directory (mode 0600), for the host's ``groupctl``.
+   tls-only: no server listens on the plaintext port 2181 (its ``/proc/net/tcp``); a plaintext
+   client on the TLS port, and a TLS client without a certificate, are refused in one line; the
+   group's identity cannot do the admin's work (create a topic); a consumer's container can read
+   its own identity's key and no other.
 6. five rounds, each producing ``--records`` records (``compose run producer``) and waiting
    until every record is consumed (the consumers' printed records) and the group's committed
-   offsets, read by ``groupctl`` on the host through the published ZooKeeper ports, cover them:
+   offsets, read by ``groupctl`` on the host over TLS through the published ports, cover them:
    ``baseline``; ``coordinator-killed``: the container of the node that coordinates the group
    SIGKILLed and a consumer stopped, so the group needs another node to rebalance it;
    ``zookeeper-killed``: the leading ZooKeeper server's container SIGKILLed (two of three keep
    the quorum); ``healed``: both started again and healthy, the consumer back; ``rolled``:
    every ZooKeeper and coordinator container recreated one at a time, as an upgrade does
    (followers first, the ZooKeeper leader last, then the coordinators), records produced midway.
-7. verdict: every produced record consumed (each partition's offsets 0..end-1 seen); the
-   stack removed with its volumes (``down -v``); the engine stopped if this run started it.
+7. verdict: every produced record consumed (each partition's offsets 0..end-1 seen); every
+   znode's ACL as the policy says (``groupctl acl check``); no key in any container's log or
+   process listing, nor in either image; the stack removed with its volumes (``down -v``); the engine stopped if this run started it.
 
 Exit status: 0 pass, 1 fail, 2 could not run (one line says why). The run directory keeps
 ``run.log`` and every container's log. Images stay in the engine's data root as the cache of
@@ -38,6 +46,7 @@ import json
 import logging
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -63,8 +72,12 @@ GROUP, TOPIC = "demo-group", "demo"
 ZK_SERVICES = ("zk1", "zk2", "zk3")
 COORDINATORS = ("coord-1", "coord-2", "coord-3")
 CONSUMERS = ("consumer-1", "consumer-2", "consumer-3")
-#: ZooKeeper as the host sees it: the client ports compose.yml publishes on loopback.
-HOST_ZK = {"zk1": 2181, "zk2": 2182, "zk3": 2183}
+#: ZooKeeper as the host sees it: the TLS client ports compose.yml publishes on loopback.
+HOST_ZK = {"zk1": 2281, "zk2": 2282, "zk3": 2283}
+#: Inside the stack: the TLS port each server listens on, and the plaintext one none may.
+TLS_PORT, PLAINTEXT_PORT = 2281, 2181
+#: What the host copies out of the stack's tls volume (the admin's identity, the CA).
+HOST_TLS_FILES = ("ca.pem", "admin.pem", "admin.key", "demo-group.pem", "demo-group.key")
 HEALTHY_TIMEOUT_S = 240.0
 ROUND_TIMEOUT_S = 240.0
 
@@ -91,6 +104,16 @@ def consumed_records(lines: Iterable[str], topic: str = TOPIC) -> Set[Tuple[int,
         if isinstance(record, dict) and record.get("topic") == topic:
             seen.add((int(record["partition"]), int(record["offset"])))
     return seen
+
+
+def listening_ports(proc_net_tcp: str) -> Set[int]:
+    """The TCP ports in state LISTEN (0A) in the text of ``/proc/net/tcp`` or ``tcp6``."""
+    ports = set()
+    for line in proc_net_tcp.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == "0A":
+            ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def missing_records(consumed: Set[Tuple[int, int]], ends: Dict[int, int]) -> List[Tuple[int, int]]:
@@ -164,6 +187,7 @@ class ContainerRun:
         self.produced = 0
         self.stack_up = False
         self.containers: Dict[str, str] = {}
+        self.tls_dir = os.path.join(options.run_dir, "tls")
 
     # ---- commands
 
@@ -190,13 +214,44 @@ class ContainerRun:
     def compose(self, *args: str, timeout: float = 900.0, check: bool = True) -> str:
         return self.run([*self.compose_cmd, "-f", COMPOSE_FILE, "-p", PROJECT, *args], timeout=timeout, check=check)
 
-    def groupctl(self, *args: str) -> dict:
-        """``groupctl --output json`` on the host, against the published ZooKeeper ports."""
+    def groupctl_argv(self, *args: str, identity: Optional[str] = "admin") -> List[str]:
+        """``groupctl`` on the host against the published ZooKeeper ports, over TLS as
+        ``identity`` (its certificate from the stack), or a plaintext client (``identity=None``),
+        or TLS without a certificate (``identity=""``)."""
         connect = ",".join(f"127.0.0.1:{p}" for p in HOST_ZK.values())
-        out = self.run([os.path.join(ROOT, "bin", "groupctl"), "--zk", connect, "--zk-timeout", "10",
-                        "--data-dir", os.path.join(self.options.run_dir, "no-log-here"), *args, "--output", "json"],
-                       timeout=60)
-        return json.loads(out)
+        tls: List[str] = []
+        if identity is not None:
+            tls = ["--zk-tls-ca", os.path.join(self.tls_dir, "ca.pem")]
+        if identity:
+            tls += ["--zk-tls-cert", os.path.join(self.tls_dir, f"{identity}.pem"),
+                    "--zk-tls-key", os.path.join(self.tls_dir, f"{identity}.key")]
+        return [os.path.join(ROOT, "bin", "groupctl"), "--zk", connect, "--zk-timeout", "10", *tls,
+                "--data-dir", os.path.join(self.options.run_dir, "no-log-here"), *args]
+
+    def groupctl(self, *args: str) -> dict:
+        """``groupctl --output json`` on the host as the admin, over TLS."""
+        return json.loads(self.run(self.groupctl_argv(*args, "--output", "json"), timeout=60))
+
+    def refused(self, argv: Sequence[str], expected: str) -> str:
+        """Run ``argv``, which must fail with a last stderr line containing ``expected``; that line."""
+        done = subprocess.run(list(argv), env=self.env, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=60)
+        lines = done.stderr.strip().splitlines()
+        last = lines[-1] if lines else ""
+        log.debug("$ %s -> %d: %s", " ".join(argv), done.returncode, last)
+        if done.returncode == 0 or expected not in last:
+            raise Failed(f"{' '.join(argv[-4:])}: expected a refusal saying {expected!r}, got exit {done.returncode}: "
+                         f"{last or done.stdout.strip()[-200:]}")
+        return last
+
+    def tls_context(self) -> ssl.SSLContext:
+        """The admin's TLS context (the server's certificate checked, its name 127.0.0.1 too)."""
+        context = ssl.create_default_context(cafile=os.path.join(self.tls_dir, "ca.pem"))
+        context.load_cert_chain(os.path.join(self.tls_dir, "admin.pem"), os.path.join(self.tls_dir, "admin.key"))
+        return context
+
+    def srvr(self, port: int) -> str:
+        return four_letter("127.0.0.1", port, "srvr", timeout=3.0, context=self.tls_context())
 
     def container(self, service: str) -> str:
         """The container id of ``service`` (kept: killing and starting a container keeps its id)."""
@@ -307,7 +362,65 @@ class ContainerRun:
         self.stack_up = True
         self.compose("up", "-d", "--no-build", *ZK_SERVICES, *COORDINATORS, *CONSUMERS, timeout=600)
         self.wait_healthy([*ZK_SERVICES, *COORDINATORS])
-        self.say("up: 3 ZooKeeper servers and 3 coordinatord healthy, 3 consumers running")
+        self.say("up: certificates made, 3 ZooKeeper servers (TLS only) and 3 coordinatord healthy, 3 consumers running")
+        self.copy_certificates()
+
+    def copy_certificates(self) -> None:
+        """The CA and the identities the host uses, out of the tls volume (through the exited
+        ``certs`` container) into the run directory: the directory 0700, keys 0600."""
+        os.makedirs(self.tls_dir, mode=0o700, exist_ok=True)
+        certs = self.container("certs")
+        for name in HOST_TLS_FILES:
+            target = os.path.join(self.tls_dir, name)
+            self.run(["docker", "cp", f"{certs}:/tls/{name}", target])
+            os.chmod(target, 0o600 if name.endswith(".key") else 0o644)
+        made = self.run(["docker", "logs", certs]).strip().splitlines()
+        self.say(f"certs: {len([m for m in made if 'issued' in m])} certificates issued by "
+                 f"{next((m.split('(', 1)[1].rstrip(')') for m in made if 'throwaway CA' in m), 'the CA')}")
+
+    def check_tls_only(self) -> None:
+        """ZooKeeper serves TLS only, to certificates of the stack's CA, each identity its role."""
+        for service in ZK_SERVICES:
+            ports = set()
+            for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+                ports |= listening_ports(self.run(["docker", "exec", self.container(service), "cat", table]))
+            if PLAINTEXT_PORT in ports or TLS_PORT not in ports:
+                raise Failed(f"{service} listens on {sorted(ports)}: expected {TLS_PORT} and not {PLAINTEXT_PORT}")
+        plain = self.refused(self.groupctl_argv("coordinator", identity=None), "speaks TLS only")
+        no_cert = self.refused(self.groupctl_argv("coordinator", identity=""), "certificate")
+        if four_letter("127.0.0.1", HOST_ZK["zk1"], "srvr", timeout=3.0):
+            raise Failed("a plaintext srvr on the TLS port was answered")
+        member = self.refused(self.groupctl_argv("topics", "create", "intruder", "--partitions", "1",
+                                                 identity="demo-group"), "")
+        if "intruder" in json.dumps(self.groupctl("topics", "list")):
+            raise Failed("the group's identity created a topic")
+        consumer = self.container(CONSUMERS[0])
+        readable = self.run(["docker", "exec", consumer, "sh", "-c",
+                             "for k in /tls/*.key; do test -r $k && echo $k; done"], check=False).split()
+        if readable != ["/tls/demo-group.key"]:
+            raise Failed(f"{CONSUMERS[0]} (the group's identity) can read {readable}: expected its own key alone")
+        self.say(f"tls-only: no server listens on {PLAINTEXT_PORT}, each on {TLS_PORT}; refused: a plaintext client "
+                 f"({plain[:70]}...), one without a certificate ({no_cert[:70]}...), the group's identity creating "
+                 f"a topic ({member[:70]}...); {CONSUMERS[0]} reads its own key, no other")
+
+    def check_acls_and_secrets(self) -> None:
+        """Every znode's ACL as the policy says; no key material in a log or a process listing."""
+        self.run(self.groupctl_argv("acl", "check"), timeout=120)
+        for service in (*ZK_SERVICES, *COORDINATORS, *CONSUMERS, "certs", "acl", "create-topic"):
+            cid = self.container(service)
+            done = subprocess.run(["docker", "logs", cid], env=self.env, capture_output=True, text=True, timeout=120)
+            listing = self.run(["docker", "top", cid], check=False) if service in (*ZK_SERVICES, *COORDINATORS) else ""
+            for where, text in (("log", done.stdout + done.stderr), ("process listing", listing)):
+                if "PRIVATE KEY" in text or "BEGIN CERTIFICATE" in text:
+                    raise Failed(f"{service}'s {where} shows key material")
+        for image in (ZK_IMAGE, APP_IMAGE):  # keys are made at stack start, into volumes: none in an image
+            found = self.run(["docker", "run", "--rm", "--user", "0", "--entrypoint", "find", image, "/",
+                              "-xdev", "(", "-name", "*.key", "-o", "-name", "*.keystore.pem", "-o", "-path", "/tls/*",
+                              ")", "-print"], timeout=120).split()
+            if found:
+                raise Failed(f"{image} holds key files: {found[:5]}")
+        self.say("acl check: every znode's ACL as the policy says; no key or certificate in a log, a process listing "
+                 "or an image")
 
     def health(self, service: str) -> str:
         return self.run(["docker", "inspect", "-f", "{{if .State.Health}}{{.State.Health.Status}}{{else}}{{.State.Status}}{{end}}",
@@ -374,7 +487,7 @@ class ContainerRun:
         return node, (info.get("leader") or {}).get("node_id", "")
 
     def zookeeper_leader(self) -> str:
-        modes = {s: four_letter("127.0.0.1", port, "srvr") for s, port in HOST_ZK.items()}
+        modes = {s: self.srvr(port) for s, port in HOST_ZK.items()}
         leaders = [s for s, reply in modes.items() if "Mode: leader" in reply]
         if len(leaders) != 1:
             raise Failed(f"expected one ZooKeeper leader, srvr says {[(s, r[-40:]) for s, r in modes.items()]}")
@@ -402,7 +515,7 @@ class ContainerRun:
         self.say(f"killed {zk_leader} (the ZooKeeper leader)")
         self.produce(n)
         self.wait_consumed("zookeeper-killed")
-        serving = {s: four_letter("127.0.0.1", p, "srvr") for s, p in HOST_ZK.items() if s != zk_leader}
+        serving = {s: self.srvr(p) for s, p in HOST_ZK.items() if s != zk_leader}
         if not all("Mode:" in reply for reply in serving.values()):
             raise Failed(f"the two remaining ZooKeeper servers do not both serve: {serving}")
         self.say(f"  {' and '.join(serving)} kept serving (a new leader: {self.zookeeper_leader()})")
@@ -443,7 +556,7 @@ class ContainerRun:
     def save_logs(self) -> None:
         logs = os.path.join(self.options.run_dir, "containers")
         os.makedirs(logs, exist_ok=True)
-        for service in (*ZK_SERVICES, *COORDINATORS, *CONSUMERS, "create-topic"):
+        for service in (*ZK_SERVICES, *COORDINATORS, *CONSUMERS, "certs", "acl", "create-topic"):
             try:
                 cid = self.container(service)
             except Failed:
@@ -475,9 +588,12 @@ def execute(options: Options) -> int:
         run.timings.timed("build", run.build)
         run.timings.timed("testcontainers", run.check_testcontainers)
         run.timings.timed("up", run.up)
+        run.timings.timed("tls-only", run.check_tls_only)
         run.timings.timed("rounds", run.rounds)
+        run.timings.timed("acl check", run.check_acls_and_secrets)
         verdict = 0
-        message = f"PASS: {run.produced:,} records produced, every one consumed through a coordinator kill, a ZooKeeper kill and a rolling restart"
+        message = (f"PASS: {run.produced:,} records produced, every one consumed through a coordinator kill, a ZooKeeper "
+                   "kill and a rolling restart, ZooKeeper TLS only")
     except CannotRun as e:
         verdict, message = 2, f"could not run: {e}"
     except Failed as e:

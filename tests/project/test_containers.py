@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 
 from tests.containers import dockerengine
 from tests.containers.dockerengine import DockerEngine, EngineState, EngineUnavailable, install_missing
-from tests.containers.run import _step_name, consumed_records, layer_times, missing_records
+from tests.containers.run import _step_name, consumed_records, layer_times, listening_ports, missing_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 UTC = dt.timezone.utc
@@ -142,6 +142,113 @@ def test_zookeeper_entrypoint_refuses_bad_settings_in_one_line(env, message):
     done = _script(["bash", os.path.join(ROOT, "docker", "zookeeper", "entrypoint.sh")], env)
     assert done.returncode == 1
     assert done.stderr == f"zookeeper-entrypoint: {message}\n"
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"ZOO_TLS_KEY_STORE": "/nonexistent/zk1.keystore.pem"},
+     "ZOO_TLS_KEY_STORE needs ZOO_TLS_TRUST_STORE (the CA client certificates are checked against)"),
+    ({"ZOO_TLS_KEY_STORE": "/nonexistent/zk1.keystore.pem", "ZOO_TLS_TRUST_STORE": "/nonexistent/ca.pem"},
+     "/nonexistent/zk1.keystore.pem does not exist or is not readable by"),
+    ({"ZOO_TLS_KEY_STORE": "{ca}", "ZOO_TLS_TRUST_STORE": "{ca}"},
+     "ZOO_TLS_KEY_STORE {ca} must hold this server's PEM key and certificate"),
+    ({"ZOO_TLS_KEY_STORE": "{store}", "ZOO_TLS_TRUST_STORE": "{store}", "ZOO_TLS_CLIENT_AUTH": "none"},
+     "ZOO_TLS_CLIENT_AUTH must be need or want"),
+    ({"ZOO_TLS_KEY_STORE": "{store}", "ZOO_TLS_TRUST_STORE": "{ca}", "ZOO_SECURE_CLIENT_PORT": "0"},
+     "ZOO_SECURE_CLIENT_PORT must be a whole number from 1 to 65535, not '0'"),
+    ({"ZOO_TLS_KEY_STORE": "{store}", "ZOO_TLS_TRUST_STORE": "{ca}",
+      "ZOO_SERVERS": "server.1=zk1:2888:3888;2181 server.2=zk2:2888:3888"},
+     "ZOO_SERVERS entry 'server.1=zk1:2888:3888;2181' names a client port, which would be plaintext: "
+     "leave out ';2181' with ZOO_TLS_KEY_STORE"),
+])
+def test_zookeeper_entrypoint_refuses_bad_tls_settings_in_one_line(env, message, tmp_path):
+    """A TLS-only server is refused before anything is written: a store missing or not PEM, a
+    client port in ZOO_SERVERS (it would be plaintext)."""
+    ca, store = tmp_path / "ca.pem", tmp_path / "zk1.keystore.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    store.write_text("-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n" + ca.read_text())
+    env = {k: v.format(ca=ca, store=store) for k, v in env.items()}
+    done = _script(["bash", os.path.join(ROOT, "docker", "zookeeper", "entrypoint.sh")], env)
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"zookeeper-entrypoint: {message.format(ca=ca, store=store)}")
+    assert len(done.stderr.splitlines()) == 1
+
+
+def test_listening_ports_read_from_proc_net_tcp():
+    table = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+             "   0: 00000000:08E9 00000000:0000 0A 00000000:00000000 00:00000000 00000000   999        0 1 1\n"
+             "   1: 0B00120A:0F30 00000000:0000 0A 00000000:00000000 00:00000000 00000000   999        0 2 1\n"
+             "   2: 0B00120A:08E9 0C00120A:B2D6 01 00000000:00000000 00:00000000 00000000   999        0 3 1\n")
+    assert listening_ports(table) == {2281, 3888}  # 08E9 = 2281; an established connection is no listener
+    assert listening_ports("") == set()
+
+
+CERTS = os.path.join(ROOT, "docker", "zkgroups-certs")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--client", "admin"], "--client must be NAME:GID, not 'admin'"),
+    (["--client", "../x:2001"], "--client '../x' is not a name of letters, digits, '.', '_' and '-'"),
+    (["--server", "zk 1"], "--server 'zk 1' is not a name of letters, digits, '.', '_' and '-'"),
+    (["--days", "0"], "--days must be a whole number of at least 1, not '0'"),
+    (["--days", "30", "--renew-days", "30"], "--renew-days (30) must be less than --days (30)"),
+    (["--out"], "--out needs a value"),
+    (["--nope", "x"], "unknown argument '--nope' (see --help)"),
+])
+def test_certs_refuses_bad_arguments_in_one_line(argv, message):
+    done = _script(["bash", CERTS, *argv], {})
+    assert done.returncode == 1
+    assert done.stderr == f"zkgroups-certs: {message}\n"
+
+
+def _cert_text(path):
+    return subprocess.run(["openssl", "x509", "-noout", "-subject", "-nameopt", "RFC2253", "-ext", "subjectAltName",
+                           "-in", str(path)], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("openssl") is None, reason="sets file owners: needs root and openssl")
+def test_certs_makes_a_ca_and_the_identities_then_keeps_them(tmp_path):
+    """What the stack's `certs` step makes: a CA whose key stays in its own directory, server key
+    stores for ZooKeeper's user, client keys readable by their identity's group alone, the
+    x509 identities of the policy; a second run keeps everything, another CA renews everything;
+    no key material on its output."""
+    from coordinator.zktls import certificate_identity
+    ca_dir, out = tmp_path / "ca", tmp_path / "tls"
+    ca_dir.mkdir()
+    argv = ["bash", CERTS, "--ca-dir", str(ca_dir), "--out", str(out), "--server", "zk1", "--server-owner", "999",
+            "--client", "coordinator:2001", "--client", "demo-group:2002"]
+    first = _script(argv, {})
+    assert first.returncode == 0, first.stderr
+    assert "PRIVATE KEY" not in first.stdout + first.stderr and "BEGIN" not in first.stdout
+    assert [line.split(":")[1].strip().split(" ")[0] for line in first.stdout.splitlines()] == \
+        ["made", "issued", "issued", "issued"]
+    assert sorted(os.listdir(out)) == ["ca.pem", "coordinator.key", "coordinator.pem", "demo-group.key",
+                                       "demo-group.pem", "zk1.keystore.pem"]
+    assert (os.stat(ca_dir / "ca.key").st_mode & 0o777) == 0o600
+    store = os.stat(out / "zk1.keystore.pem")
+    assert (store.st_uid, store.st_mode & 0o777) == (999, 0o600)
+    key = os.stat(out / "coordinator.key")
+    assert (key.st_uid, key.st_gid, key.st_mode & 0o777) == (0, 2001, 0o640)
+    assert os.stat(out / "demo-group.key").st_gid == 2002
+    assert certificate_identity(str(out / "coordinator.pem")) == "x509:CN=coordinator,O=zkgroups"
+    assert certificate_identity(str(out / "demo-group.pem")) == "x509:CN=demo-group,O=zkgroups"
+    assert "DNS:zk1, DNS:localhost, IP Address:127.0.0.1" in _cert_text(out / "zk1.keystore.pem")
+    for name in ("zk1.keystore.pem", "coordinator.pem"):
+        verified = subprocess.run(["openssl", "verify", "-CAfile", str(out / "ca.pem"), str(out / name)],
+                                  capture_output=True, text=True)
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+    before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+
+    again = _script(argv, {})
+    assert again.returncode == 0, again.stderr
+    assert [line.split(":")[1].strip().split(" ")[0] for line in again.stdout.splitlines()] == ["CA", "kept", "kept", "kept"]
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
+
+    for name in os.listdir(ca_dir):  # another CA (a CA of your own): every certificate issued again
+        os.remove(ca_dir / name)
+    renewed = _script(argv, {})
+    assert renewed.returncode == 0, renewed.stderr
+    assert renewed.stdout.count("issued (not signed by the CA)") == 3
+    assert (out / "ca.pem").read_bytes() != before["ca.pem"]
 
 
 def test_probe_usage_is_one_line():
