@@ -1,7 +1,7 @@
 """``bin/test-containers``: the ``docker/`` deployment built from Debian's packages and PyPI,
 run, and judged from outside the containers; then everything it started is torn down.
 
-    bin/test-containers [--base IMAGE] [--records N] [--fresh] [--run-dir DIR]
+    bin/test-containers [--base IMAGE] [--records N] [--fresh] [--own-ca] [--run-dir DIR]
 
 1. engine: :class:`~tests.containers.dockerengine.DockerEngine` (an engine that answers,
    else a ``dockerd`` of its own); Debian's ``docker.io``, ``debootstrap`` and
@@ -17,6 +17,8 @@ run, and judged from outside the containers; then everything it started is torn 
    its one-shot ``acl`` the policy of x509 identities; 3 ZooKeeper servers serving TLS only,
    3 ``coordinatord``, 3 consumers), until healthy; the CA and the admin's certificate copied out
    of the stack's ``tls`` volume into the run directory (mode 0600), for the host's ``groupctl``.
+   ``--own-ca``: the stack's certificates come from a CA made beforehand, as an operator's own
+   (``docker/compose.own-ca.yml``); the stack's ``ca.pem`` must be that CA's, byte for byte.
    tls-only: no server listens on the plaintext port 2181 (its ``/proc/net/tcp``); a plaintext
    client on the TLS port, and a TLS client without a certificate, are refused in one line; the
    group's identity cannot do the admin's work (create a topic); a consumer's container can read
@@ -67,6 +69,7 @@ LOCAL_BASE = "zkgroups/debian:bookworm"
 ZK_IMAGE = "zkgroups/zookeeper:3.8"
 APP_IMAGE = "zkgroups/zkgroups:latest"
 COMPOSE_FILE = os.path.join(ROOT, "docker", "compose.yml")
+OWN_CA_FILE = os.path.join(ROOT, "docker", "compose.own-ca.yml")
 PROJECT = "zkgroups"
 GROUP, TOPIC = "demo-group", "demo"
 ZK_SERVICES = ("zk1", "zk2", "zk3")
@@ -143,6 +146,12 @@ def _when(text: str) -> dt.datetime:
     return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+def _instant(text: str) -> dt.datetime:
+    """Docker's RFC 3339 time with nanoseconds (``2026-12-02T16:12:28.123456789Z``)."""
+    whole, _, rest = text.rstrip("Z").partition(".")
+    return _when(f"{whole}.{(rest + '000000')[:6]}Z")
+
+
 def _step_name(created_by: str) -> str:
     """A short name for a layer's command: ``RUN set -eux; ...``, ``COPY dir:...``, ``ENV ...``."""
     text = " ".join(created_by.split())
@@ -161,6 +170,7 @@ class Options:
     records: int
     fresh: bool
     run_dir: str
+    own_ca: bool = False
 
 
 @dataclass
@@ -188,12 +198,15 @@ class ContainerRun:
         self.stack_up = False
         self.containers: Dict[str, str] = {}
         self.tls_dir = os.path.join(options.run_dir, "tls")
+        self.own_ca_dir = os.path.join(options.run_dir, "own-ca") if options.own_ca else None
+        self.compose_files = [COMPOSE_FILE] + ([OWN_CA_FILE] if options.own_ca else [])
 
     # ---- commands
 
     @property
     def env(self) -> Dict[str, str]:
-        return dict(os.environ, **self.engine.env, BASE_IMAGE=self.options.base or LOCAL_BASE,
+        own = {"ZKGROUPS_CA_DIR": self.own_ca_dir} if self.own_ca_dir else {}
+        return dict(os.environ, **self.engine.env, **own, BASE_IMAGE=self.options.base or LOCAL_BASE,
                     TESTCONTAINERS_RYUK_DISABLED="true")
 
     def run(self, argv: Sequence[str], timeout: float = 900.0, check: bool = True) -> str:
@@ -212,7 +225,8 @@ class ContainerRun:
         return done.stdout
 
     def compose(self, *args: str, timeout: float = 900.0, check: bool = True) -> str:
-        return self.run([*self.compose_cmd, "-f", COMPOSE_FILE, "-p", PROJECT, *args], timeout=timeout, check=check)
+        files = [arg for path in self.compose_files for arg in ("-f", path)]
+        return self.run([*self.compose_cmd, *files, "-p", PROJECT, *args], timeout=timeout, check=check)
 
     def groupctl_argv(self, *args: str, identity: Optional[str] = "admin") -> List[str]:
         """``groupctl`` on the host against the published ZooKeeper ports, over TLS as
@@ -358,9 +372,31 @@ class ContainerRun:
             raise Failed(f"testcontainers: container {name} still exists after close()")
         self.say(f"testcontainers: ZooKeeper from {ZK_IMAGE} at {provided.connect} served a znode; container removed")
 
+    def make_own_ca(self) -> None:
+        """An operator's own CA, made as docs/operations/security.md says (its key 0600)."""
+        os.makedirs(self.own_ca_dir, mode=0o700, exist_ok=True)
+        cert, key = os.path.join(self.own_ca_dir, "ca.pem"), os.path.join(self.own_ca_dir, "ca.key")
+        self.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                  "-keyout", key, "-out", cert, "-days", "365", "-subj", "/O=example/CN=operator CA",
+                  "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign"])
+        os.chmod(key, 0o600)
+        self.say(f"own CA: {cert} (the stack's certs step reads it read-only)")
+
     def up(self) -> None:
+        if self.own_ca_dir:
+            self.make_own_ca()
         self.stack_up = True
-        self.compose("up", "-d", "--no-build", *ZK_SERVICES, *COORDINATORS, *CONSUMERS, timeout=600)
+        try:
+            self.compose("up", "-d", "--no-build", *ZK_SERVICES, *COORDINATORS, *CONSUMERS, timeout=600)
+        except Failed:
+            for step in ("certs", "acl"):  # a one-shot step that failed says why in its last line
+                ids = self.compose("ps", "-q", step, check=False).split()
+                code = self.run(["docker", "inspect", "-f", "{{.State.ExitCode}}", ids[0]], check=False).strip() if ids else ""
+                if code not in ("", "0"):
+                    said = subprocess.run(["docker", "logs", ids[0]], env=self.env, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True, timeout=60).stdout.strip().splitlines()
+                    raise Failed(f"up: the {step} step exited {code}: {said[-1] if said else ''}") from None
+            raise
         self.wait_healthy([*ZK_SERVICES, *COORDINATORS])
         self.say("up: certificates made, 3 ZooKeeper servers (TLS only) and 3 coordinatord healthy, 3 consumers running")
         self.copy_certificates()
@@ -375,8 +411,20 @@ class ContainerRun:
             self.run(["docker", "cp", f"{certs}:/tls/{name}", target])
             os.chmod(target, 0o600 if name.endswith(".key") else 0o644)
         made = self.run(["docker", "logs", certs]).strip().splitlines()
-        self.say(f"certs: {len([m for m in made if 'issued' in m])} certificates issued by "
-                 f"{next((m.split('(', 1)[1].rstrip(')') for m in made if 'throwaway CA' in m), 'the CA')}")
+        took = {}
+        for service in ("certs", "acl"):
+            times = self.run(["docker", "inspect", "-f", "{{.State.StartedAt}} {{.State.FinishedAt}}",
+                              self.container(service)]).split()
+            took[service] = (_instant(times[1]) - _instant(times[0])).total_seconds()
+        ca = next((m.split(": ", 2)[2] for m in made if m.startswith("zkgroups-certs: CA: ")), None)
+        ca = ca or next((m.split("(", 1)[1].rstrip(")") for m in made if "throwaway CA" in m), "the CA")
+        self.say(f"certs: {len([m for m in made if 'issued' in m])} certificates issued by {ca} "
+                 f"(certs step {took['certs']:.1f} s, acl step {took['acl']:.1f} s)")
+        if self.own_ca_dir:
+            with open(os.path.join(self.own_ca_dir, "ca.pem"), "rb") as own, \
+                    open(os.path.join(self.tls_dir, "ca.pem"), "rb") as used:
+                if own.read() != used.read():
+                    raise Failed("the stack's ca.pem is not the CA given with compose.own-ca.yml")
 
     def check_tls_only(self) -> None:
         """ZooKeeper serves TLS only, to certificates of the stack's CA, each identity its role."""
@@ -615,13 +663,15 @@ def parse_args(argv=None) -> Options:
                                        f"default: {LOCAL_BASE}, made by docker/make-base-image")
     parser.add_argument("--records", type=int, default=5000, help="Records produced per round (default 5000)")
     parser.add_argument("--fresh", action="store_true", help="Remove the cached images and base tarball first")
+    parser.add_argument("--own-ca", action="store_true",
+                        help="Run the stack on a CA made beforehand (docker/compose.own-ca.yml), not a throwaway one")
     parser.add_argument("--run-dir", help="Where run.log and the containers' logs go (default: a new temp dir)")
     args = parser.parse_args(argv)
     if args.records < 1:
         parser.error("--records must be at least 1")
     run_dir = args.run_dir or tempfile.mkdtemp(prefix="zkgroups-containers-")
     os.makedirs(run_dir, exist_ok=True)
-    return Options(base=args.base, records=args.records, fresh=args.fresh, run_dir=run_dir)
+    return Options(base=args.base, records=args.records, fresh=args.fresh, run_dir=run_dir, own_ca=args.own_ca)
 
 
 def main(argv=None) -> int:
