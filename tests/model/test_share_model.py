@@ -13,10 +13,10 @@ from tests.model.share_protocol import MUTATIONS, ShareScope, mutation_scope
 
 pytestmark = pytest.mark.model
 
-#: Two members, two records, no fault but locks that run out, no dead-letter topic.
-SMALL = ShareScope(members=2, records=2, dlq=0, crashes=0, expiries=0, failovers=0, stalls=0)
-#: One record dead-lettered by two members, one of whose claims runs out.
-LETTERS = ShareScope(members=2, records=1, dlq=1, crashes=0, expiries=0, failovers=0, stalls=1)
+#: Two members, two records, one crash and locks that run out, no dead-letter topic.
+SMALL = ShareScope(members=2, records=2, dlq=0, crashes=1, expiries=0, failovers=0, stalls=0)
+#: One record dead-lettered by three members, one of whose claims runs out.
+LETTERS = ShareScope(members=3, records=1, dlq=1, crashes=0, expiries=0, failovers=0, stalls=1)
 #: The mutations' scope (the dead-letter ones in LETTERS's: mutation_scope).
 QUICK = ShareScope(members=2, records=2, dlq=0, crashes=0, expiries=0, failovers=0, stalls=0)
 #: With a session expiry (the zombie) and a decider failover: minutes.
