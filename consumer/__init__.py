@@ -42,6 +42,7 @@ checks the order):
 * :mod:`~consumer.consumer` — the kafka-python-style ``Consumer``.
 * :mod:`~consumer.futures` — what became of a sent record: ``FutureRecordMetadata``,
   ``DeliveryFailed``.
+* :mod:`~consumer.send_path` — what ``send`` checks, and the Kafka producer's send path.
 * :mod:`~consumer.producer` — the ``Producer``.
 * :mod:`~consumer.parallel_state` — a parallel consumer's progress per partition and its lanes
   of records in key order.

@@ -73,11 +73,11 @@ first read: keep futures only as long as they are needed.
 from __future__ import annotations
 
 import enum
+import itertools
 import logging
-import random
 import threading
 import time
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from kazoo.client import KazooClient
 
@@ -86,6 +86,8 @@ from consumer.futures import DeliveryFailed, FutureRecordMetadata, _Batch, _Kafk
 from consumer.hashing import partition_for_key
 from consumer.log import Log
 from consumer.kafka_python import KAFKA_PYTHON_PRODUCER, serializer_function
+from consumer.send_path import (IDLE_SERVE_S, SERVE_EVERY, KafkaSendPath, TopicInfo,  # noqa: F401 (re-exported)
+                                as_bytes, cache_topic, check_partition, checked_batch, checked_headers)
 from coordinator.config import refuse_unknown
 from coordinator.errors import IllegalStateError, InvalidConfig, InvalidPartitions, UnknownTopic, ZkGroupsError
 from coordinator.lifecycle import Lifecycle
@@ -102,21 +104,7 @@ PRODUCER_KEYWORDS = ("linger_ms", "batch_size", "auto_create_topics", "auto_crea
                      "key_serializer", "value_serializer", "zk_auth", "zk_tls", "zk_sasl", "bootstrap_servers", "log",
                      "data_dir")
 
-#: Kafka: ``send`` serves librdkafka's delivery reports once per this many records.
-SERVE_EVERY = 1000
-#: Kafka: a background thread serves delivery reports when none were served for this long.
-IDLE_SERVE_S = 0.05
-
-
 # ---------------------------------------------------------------- the producer
-
-class _TopicInfo:
-    __slots__ = ("partitions", "expires", "next")
-
-    def __init__(self, partitions: int, expires: float):
-        self.partitions, self.expires = partitions, expires
-        self.next = random.randrange(partitions)  # spread producers that start together
-
 
 class ProducerState(enum.Enum):
     OPEN = "open"
@@ -155,6 +143,7 @@ class Producer(Lifecycle[ProducerState]):
     """
 
     TRANSITIONS = {ProducerState.OPEN: {ProducerState.CLOSED}, ProducerState.CLOSED: set()}
+    _serializers: Optional[Tuple[Optional[Callable], Optional[Callable]]] = None  # (key, value), when given
 
     def __new__(cls, zk: Union[None, str, KazooClient] = None, data_dir: Optional[str] = None, *,
                 bootstrap_servers: Optional[str] = None, log: Optional[Log] = None, **options: Any) -> "Producer":
@@ -171,6 +160,36 @@ class Producer(Lifecycle[ProducerState]):
         InvalidPartitions, TypeError at once, and a failure of an earlier write once."""
         raise NotImplementedError
 
+    def send_many(self, topic: str, values: Iterable[bytes], keys: Optional[Iterable[Optional[bytes]]] = None,
+                  partition: Optional[int] = None) -> Optional[List[FutureRecordMetadata]]:
+        """Queue ``values`` for ``topic`` in their order: the batch path. ``keys`` is None or one
+        key per value; ``partition`` is one for all, else each record is placed as by ``send``.
+        Returns a future per record, in order (None with ``futures=False``). Every value and key
+        is checked before any record is sent (a TypeError naming the first bad one: nothing was
+        sent); any other error (the producer closed, a failure of an earlier write, a record
+        librdkafka refuses, a queue full for ``max_block_ms``) carries ``sent``, how many records
+        of the batch were sent before it. On Kafka no Python code of ours runs per record."""
+        values, keys = checked_batch(*self._serialized_batch(topic, values, keys))
+        send, futures = type(self).send, []
+        for sent, (value, key) in enumerate(zip(values, itertools.repeat(None) if keys is None else keys)):
+            try:
+                futures.append(send(self, topic, value, key, partition))
+            except ZkGroupsError as e:
+                e.sent = sent
+                raise
+        return futures if self._futures else None
+
+    def _serialized_batch(self, topic: str, values, keys):
+        """``values`` and ``keys`` through kafka-python's serializers, when the producer has them."""
+        if self._serializers is None:
+            return values, keys
+        serialize_key, serialize_value = self._serializers
+        if serialize_value is not None:
+            values = [None if v is None else serialize_value(topic, None, v) for v in values]
+        if serialize_key is not None and keys is not None:
+            keys = [None if k is None else serialize_key(topic, None, k) for k in keys]
+        return values, keys
+
     def partitions_for(self, topic: str) -> Set[int]:
         """The partition ids of ``topic`` (kafka-python's call); UnknownTopic if there is none."""
         return set(range(self._refresh(topic).partitions))
@@ -181,7 +200,7 @@ class Producer(Lifecycle[ProducerState]):
         ``records_written_total``. ``raw`` is accepted for kafka-python's signature."""
         raise NotImplementedError
 
-    def _refresh(self, topic: str) -> "_TopicInfo":
+    def _refresh(self, topic: str) -> "TopicInfo":
         raise NotImplementedError
 
     def _serializing(self, key_serializer: Optional[Callable], value_serializer: Optional[Callable]) -> None:
@@ -191,6 +210,7 @@ class Producer(Lifecycle[ProducerState]):
             return
         serialize_key = serializer_function("key_serializer", key_serializer)
         serialize_value = serializer_function("value_serializer", value_serializer)
+        self._serializers = (serialize_key, serialize_value)
         send = type(self).send
 
         def serializing_send(topic, value, key=None, partition=None, timestamp=None, headers=None, timestamp_ms=None):
@@ -270,7 +290,7 @@ class _LogProducer(Producer):
         self.auto_create_partitions = auto_create_partitions
         self.metadata_max_age = metadata_max_age_ms / 1000.0
         self._futures = bool(futures)
-        self._topics: Dict[str, _TopicInfo] = {}
+        self._topics: Dict[str, TopicInfo] = {}
         self._buffers: Dict[Tuple[str, int], _Batch] = {}
         self._lock = threading.Lock()
         self._write_lock = threading.RLock()
@@ -291,9 +311,9 @@ class _LogProducer(Producer):
         if self._error is not None:
             self._raise_background_error()
         if type(value) is not bytes:
-            value = _as_bytes(value, "value")
+            value = as_bytes(value, "value")
         if key is not None and type(key) is not bytes:
-            key = _as_bytes(key, "key")
+            key = as_bytes(key, "key")
         info = self._topics.get(topic)
         if info is None or info.expires < time.monotonic():
             info = self._refresh(topic)
@@ -305,14 +325,14 @@ class _LogProducer(Producer):
                 partition = partition_for_key(key, info.partitions)
         elif not (type(partition) is int and 0 <= partition < info.partitions):
             info = self._refresh(topic)  # maybe partitions were just added
-            _check_partition(topic, partition, info)
+            check_partition(topic, partition, info)
         if timestamp is None:
             timestamp = timestamp_ms
         if timestamp is None:
             timestamp = time.time_ns() // 1_000_000
         elif type(timestamp) is not int:
             raise TypeError(f"timestamp must be an int (milliseconds), got {type(timestamp).__name__}")
-        record = (key, value, timestamp, _checked_headers(headers) if headers else ())
+        record = (key, value, timestamp, checked_headers(headers) if headers else ())
         tp = (topic, partition)
         with self._lock:
             batch = self._buffers.get(tp)
@@ -359,7 +379,7 @@ class _LogProducer(Producer):
 
     # ---- internals
 
-    def _refresh(self, topic: str) -> _TopicInfo:
+    def _refresh(self, topic: str) -> TopicInfo:
         try:
             partitions = self._registry.partitions(topic)
         except UnknownTopic:
@@ -367,7 +387,7 @@ class _LogProducer(Producer):
                 raise
             partitions = self._registry.ensure(topic, self.auto_create_partitions)
             log.info("producer: created topic %s with %d partitions", topic, partitions)
-        return _cache_topic(self._topics, topic, partitions, self.metadata_max_age)
+        return cache_topic(self._topics, topic, partitions, self.metadata_max_age)
 
     def _append(self, batch: _Batch) -> None:
         count = len(batch.records)  # resolving releases them
@@ -421,11 +441,14 @@ class _LogProducer(Producer):
         raise error
 
 
-class _KafkaProducer(Producer):
+class _KafkaProducer(KafkaSendPath, Producer):
     """Kafka through one librdkafka producer. Threads: any number of senders; delivery reports
     are served by whichever thread polls (senders, ``flush``, waiting futures, the idle thread);
     librdkafka is thread-safe. ``_failure`` (the first delivery failure not yet raised) is
-    written by those threads without a lock: which failure is raised first is not promised."""
+    written by those threads without a lock: which failure is raised first is not promised.
+    ``send``, ``send_many`` and the serving of delivery reports: :class:`KafkaSendPath`."""
+
+    _CLOSED = _CLOSED
 
     def __init__(self, zk=None, data_dir: Optional[str] = None, *, bootstrap_servers: Optional[str] = None,
                  kafka=None, linger_ms: Optional[int] = None, batch_size: Optional[int] = None,
@@ -461,54 +484,15 @@ class _KafkaProducer(Producer):
         self.auto_create_topics = auto_create_topics
         self.metadata_max_age = metadata_max_age_ms / 1000.0
         self.max_block = max_block_ms / 1000.0
-        self._topics: Dict[str, _TopicInfo] = {}
+        self._topics: Dict[str, TopicInfo] = {}
+        self._ready: Set[str] = set()  # topics send() takes on its fast path; emptied by close() and failures
         self._new_future = type("KafkaFuture", (_KafkaFuture,), {"_owner": self})
         self._failure: Optional[BaseException] = None
-        self._countdown = SERVE_EVERY
+        self._budget = [None] * SERVE_EVERY  # one popped per record sent: empty, send serves reports
         self._last_served = time.monotonic()
         self._stop = threading.Event()
         self._idle_thread = threading.Thread(target=self._serve_when_idle, name="producer-deliveries", daemon=True)
         self._idle_thread.start()
-
-    def send(self, topic, value, key=None, partition=None, timestamp=None, headers=None,
-             timestamp_ms=None) -> FutureRecordMetadata:
-        # The same checks as _LogProducer.send, written out: a shared helper would cost each record a call.
-        if self._state is _CLOSED:
-            raise IllegalStateError("the producer is closed")
-        if self._failure is not None:
-            self._raise_failure()
-        if type(value) is not bytes:
-            value = _as_bytes(value, "value")
-        if key is not None and type(key) is not bytes:
-            key = _as_bytes(key, "key")
-        info = self._topics.get(topic)
-        if info is None:
-            info = self._refresh(topic)
-        if partition is None:
-            partition = -1  # librdkafka's partitioner: murmur2 for keys (as Java), else random
-        elif not (type(partition) is int and 0 <= partition < info.partitions):
-            _check_partition(topic, partition, self._refresh(topic))  # maybe partitions were just added
-        if timestamp is None:
-            timestamp = timestamp_ms
-        if timestamp is None:
-            timestamp = 0  # librdkafka stamps it
-        elif type(timestamp) is not int:
-            raise TypeError(f"timestamp must be an int (milliseconds), got {type(timestamp).__name__}")
-        if headers:
-            headers = list(_checked_headers(headers))
-        future = self._new_future() if self._futures else None
-        try:
-            self._produce(topic, value, key, partition, future, None, timestamp, headers or None)
-        except BufferError:
-            self._produce_when_room(topic, value, key, partition, future, timestamp, headers or None)
-        except self._KafkaException as e:
-            raise self._refused(topic, partition, e) from None
-        except RuntimeError:  # librdkafka's producer was closed by a close() in another thread
-            raise IllegalStateError("the producer is closed") from None
-        self._countdown -= 1
-        if self._countdown <= 0:
-            self._serve(0)
-        return future
 
     def flush(self, timeout: Optional[float] = None) -> None:
         """Wait until librdkafka has a delivery report for every record and serve them; raises
@@ -528,6 +512,7 @@ class _KafkaProducer(Producer):
         with DeliveryFailed. Raises the first delivery failure not raised yet."""
         if not self._set_state(ProducerState.CLOSED, expect={ProducerState.OPEN}):
             return  # closed before: close-once
+        self._ready.clear()
         self._stop.set()
         self._idle_thread.join()
         try:
@@ -543,7 +528,7 @@ class _KafkaProducer(Producer):
 
     # ---- internals
 
-    def _refresh(self, topic: str) -> _TopicInfo:
+    def _refresh(self, topic: str) -> TopicInfo:
         partitions = self._plane.partition_counts([topic]).get(topic)
         if partitions is None and self.auto_create_topics:
             try:  # a metadata request for the topic: brokers that allow it create it
@@ -553,91 +538,4 @@ class _KafkaProducer(Producer):
             partitions = self._plane.partition_counts([topic]).get(topic)
         if partitions is None:
             raise UnknownTopic(topic)
-        return _cache_topic(self._topics, topic, partitions, self.metadata_max_age)
-
-    def _produce_when_room(self, topic, value, key, partition, future, timestamp, headers) -> None:
-        """librdkafka's queue is full: serve delivery reports until there is room (bounded)."""
-        deadline = time.monotonic() + self.max_block
-        while True:
-            self._serve(0.05)
-            try:
-                return self._produce(topic, value, key, partition, future, None, timestamp, headers)
-            except BufferError:
-                if time.monotonic() >= deadline:
-                    from coordinator.kafka import KafkaUnavailable
-                    raise KafkaUnavailable(f"{self._plane.describe()} took no records for {self.max_block:g}s "
-                                           "(the producer's queue stayed full)") from None
-            except self._KafkaException as e:
-                raise self._refused(topic, partition, e) from None
-
-    def _refused(self, topic: str, partition: int, e: Exception) -> ZkGroupsError:
-        """What a produce() librdkafka refused at once means."""
-        from consumer.dataplane.kafka import error_name, error_text, kafka_error
-        name, reason, err = error_name(e), error_text(e), kafka_error(e)
-        if name in ("_UNKNOWN_PARTITION", "UNKNOWN_TOPIC_OR_PART") and partition >= 0:
-            return InvalidPartitions(f"partition {partition} of topic {topic!r} does not exist ({reason})")
-        if name in ("_UNKNOWN_TOPIC", "UNKNOWN_TOPIC_OR_PART"):
-            return UnknownTopic(topic)
-        return DeliveryFailed(topic, partition, reason, retriable=err is not None and err.retriable())
-
-    def _delivery_failed(self, err, message) -> DeliveryFailed:
-        """Called from a delivery report (of a failure, without futures): the failure for its
-        future, remembered to be raised once."""
-        if err.name() in ("_PURGE_QUEUE", "_PURGE_INFLIGHT"):
-            reason = "the producer was closed before it was delivered"
-        else:
-            reason = err.str()
-        failure = DeliveryFailed(message.topic(), message.partition(), reason, retriable=err.retriable())
-        if self._failure is None:
-            self._failure = failure
-        return failure
-
-    def _raise_failure(self) -> None:
-        failure, self._failure = self._failure, None
-        if failure is not None:
-            raise failure
-
-    def _serve(self, timeout: float) -> bool:
-        """Serve librdkafka's delivery reports (and log lines), waiting at most ``timeout``;
-        False once librdkafka's producer is closed (close() served every report before)."""
-        self._countdown = SERVE_EVERY
-        self._last_served = time.monotonic()
-        try:
-            self._kp.poll(timeout)
-        except RuntimeError:
-            return False
-        return True
-
-    def _serve_when_idle(self) -> None:
-        while not self._stop.wait(IDLE_SERVE_S):
-            if time.monotonic() - self._last_served >= IDLE_SERVE_S:
-                self._serve(0)
-
-
-def _cache_topic(topics: Dict[str, _TopicInfo], topic: str, partitions: int, max_age: float) -> _TopicInfo:
-    info = topics.get(topic)
-    if info is None or info.partitions != partitions:
-        info = topics[topic] = _TopicInfo(partitions, 0.0)
-    info.expires = time.monotonic() + max_age
-    return info
-
-
-def _check_partition(topic: str, partition, info: _TopicInfo) -> None:
-    if not (type(partition) is int and 0 <= partition < info.partitions):
-        raise InvalidPartitions(f"partition {partition!r} of topic {topic!r} does not exist "
-                                f"(it has partitions 0..{info.partitions - 1})")
-
-
-def _checked_headers(headers) -> tuple:
-    headers = tuple(headers)
-    for header in headers:
-        if not (isinstance(header, tuple) and len(header) == 2 and isinstance(header[0], str)
-                and (header[1] is None or isinstance(header[1], (bytes, bytearray)))):
-            raise TypeError(f"headers must be (str, bytes) pairs, got {header!r}")
-    return headers
-
-
-def _as_bytes(data, what: str) -> bytes:
-    if isinstance(data, (bytearray, memoryview)):
-        return bytes(data)
-    raise TypeError(f"{what} must be bytes, got {type(data).__name__}")
+        return cache_topic(self._topics, topic, partitions, self.metadata_max_age)
