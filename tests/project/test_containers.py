@@ -205,6 +205,7 @@ def _cert_text(path):
                            "-in", str(path)], capture_output=True, text=True, check=True).stdout
 
 
+@pytest.mark.process
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("openssl") is None, reason="sets file owners: needs root and openssl")
 def test_certs_makes_a_ca_and_the_identities_then_keeps_them(tmp_path):
     """What the stack's `certs` step makes: a CA whose key stays in its own directory, server key
@@ -243,11 +244,23 @@ def test_certs_makes_a_ca_and_the_identities_then_keeps_them(tmp_path):
     assert [line.split(":")[1].strip().split(" ")[0] for line in again.stdout.splitlines()] == ["CA", "kept", "kept", "kept"]
     assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
 
+    os.rename(ca_dir / "ca.key", tmp_path / "ca.key")  # the CA's certificate alone: keeps what is valid ...
+    alone = _script(argv, {})
+    assert alone.returncode == 0, alone.stderr
+    assert "its certificate alone" in alone.stdout and alone.stdout.count("kept") == 3
+    os.remove(out / "demo-group.pem")  # ... and cannot issue what is missing: one line naming it
+    missing = _script(argv, {})
+    assert missing.returncode == 1
+    assert missing.stderr == (f"zkgroups-certs: demo-group's certificate in {out} must be issued (missing), "
+                              f"but {ca_dir} has no ca.key\n")
+    os.rename(tmp_path / "ca.key", ca_dir / "ca.key")
+
     for name in os.listdir(ca_dir):  # another CA (a CA of your own): every certificate issued again
         os.remove(ca_dir / name)
     renewed = _script(argv, {})
     assert renewed.returncode == 0, renewed.stderr
-    assert renewed.stdout.count("issued (not signed by the CA)") == 3
+    assert renewed.stdout.count("issued (not signed by the CA)") == 2  # demo-group's: issued (missing)
+    assert renewed.stdout.count("issued (missing) demo-group") == 1
     assert (out / "ca.pem").read_bytes() != before["ca.pem"]
 
 
