@@ -16,7 +16,7 @@ retries: Failed, tried again later). Any state may precede any of these: a node 
 group over starts from whatever its predecessor left, a superseded generation leaves
 Rebalancing behind, and a Failed group is tried again.
 
-All are pure functions of what was read, tested from fixtures (``tests/unit/test_rebalance_stages.py``,
+All are pure functions of what was read, tested from fixtures (``tests/unit/test_plan.py``,
 ``tests/unit/test_rebalance_steps.py``); :mod:`coordinator.rebalance` does the reading and writing
 around them.
 """

@@ -22,9 +22,9 @@ from coordinator import protocol
 from coordinator.errors import CommitFailedError, ZooKeeperUnavailable
 from coordinator.testing.zkserver import Ensemble, local_classpath
 from coordinator.zkclient import close_client, start_client
+from tests.support.consumers import consume_until
 from tests.support.helpers import fill, stopped, wait_for
-from tests.consumer.test_consumer import consume_until
-from tests.consumer.test_member_safety import ActingLeader, claim_as_another_member, committed
+from tests.support.members import ActingLeader, claim_as_another_member, committed
 
 pytestmark = [pytest.mark.zk, pytest.mark.skipif(local_classpath() is None, reason="needs a local ZooKeeper install")]
 

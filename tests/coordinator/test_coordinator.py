@@ -1,4 +1,8 @@
-"""The elected coordinator against a real ZooKeeper: election, rebalances, failures."""
+"""The elected coordinator against a real ZooKeeper: election, rebalances, failures.
+
+What chiefly exercises one part of a node is in the file named after it:
+``test_shard_follower.py`` (takeovers, watches, a node's start), ``test_rebalance_handlers.py``
+(how a run ends), ``test_controller.py`` (the controller's fenced writes, the shards)."""
 from __future__ import annotations
 
 import logging
@@ -6,12 +10,9 @@ import signal
 import dataclasses
 
 import pytest
-from kazoo.exceptions import NotEmptyError
 
 from coordinator import protocol, read
-from consumer.records import TopicPartition
 from coordinator.topics import TopicRegistry
-from coordinator.zkclient import TransactionFailed, close_client, commit
 from tests.support.groups import (Cluster, assert_exclusive_and_complete, command_count, expire_session, leader_info,
                           owned_by, read_state, wait_stable)
 from tests.support.helpers import wait_for
@@ -91,31 +92,6 @@ def test_sticky_group_moves_only_what_it_must(cluster, zk):
     for m, kept in zip(old, staying):
         assert kept <= m.recorder.owned
     assert_exclusive_and_complete(old, "t", 12)
-
-
-def test_new_owner_waits_for_a_held_partition_and_gives_way_to_newer_commands(zk_connect, zk):
-    """An owner node still held (a previous owner whose session has not ended) blocks only that
-    partition; a newer command interrupts the wait, and the partition is claimed once freed."""
-    cluster = Cluster(zk_connect, rebalance_timeout_ms=30000)  # waiting must not count as not acking
-    try:
-        TopicRegistry(zk).create("t", 2)
-        holder = cluster.client()
-        holder.create(protocol.owners_path("g", "t", 0), b"previous-owner", ephemeral=True, makepath=True)
-        cluster.node("n")
-        m1 = cluster.member("g", ["t"])
-        t0, t1 = TopicPartition("t", 0), TopicPartition("t", 1)
-        wait_for(lambda: set(m1.owned()) == {t1}, message="m1 holds the free partition, waits for the other")
-        assert read_state(zk, "g").state == protocol.REBALANCING
-        m2 = cluster.member("g", ["t"])  # range: t-0 stays with m1, t-1 moves to m2
-        # m2 can only get t-1 if m1 stopped waiting for t-0 and applied the newer command.
-        wait_for(lambda: set(m2.owned()) == {t1}, message="m2 owns t-1 while t-0 is still held")
-        assert t0 not in m1.owned()
-        close_client(holder)
-        cluster.clients.remove(holder)
-        wait_stable(zk, "g", 2)
-        wait_for(lambda: m1.recorder.owned == {t0} and m2.recorder.owned == {t1}, message="t-0 claimed once free")
-    finally:
-        cluster.close()
 
 
 def test_member_killed_its_partitions_move_after_session_expiry(cluster, zk, zk_connect, subprocess_env):
@@ -209,18 +185,6 @@ def test_member_that_never_acks_is_excluded_then_group_fails_then_recovers(clust
     wait_for(lambda: read_state(zk, "g").state == protocol.STABLE, 10, message="Stable again")
 
 
-def test_member_session_expiry_reregisters_and_gets_partitions_back(cluster, zk, zk_connect):
-    TopicRegistry(zk).create("t", 2)
-    cluster.node("n")
-    m = cluster.member("g", ["t"])
-    s = wait_stable(zk, "g", 1)
-    expire_session(m.client, zk_connect)
-    wait_for(lambda: any(e[0] == "lost" for e in m.recorder.events), message="partitions lost")
-    wait_stable(zk, "g", 1, after_generation=s.generation)
-    wait_for(lambda: len(m.recorder.owned) == 2, message="owned again")
-    assert zk.exists(protocol.ids_path("g", m.consumer_id))
-
-
 def test_leader_session_expiry_another_node_takes_over(cluster, zk, zk_connect):
     TopicRegistry(zk).create("t", 2)
     a = cluster.node("a")
@@ -252,44 +216,6 @@ def test_new_leader_with_unchanged_membership_sends_no_commands(cluster, zk):
     wait_for(lambda: leader_info(zk).node_id == "b" and read.all_verified(zk), message="b verified all groups")
     assert command_count(zk, "g") == before
     assert read_state(zk, "g").generation == s.generation
-
-
-def test_a_topic_grown_during_a_shard_handover_is_rebalanced_by_the_takeover(cluster, zk, caplog, monkeypatch):
-    """The node leading g's shard shuts down (close(): what coordinatord does on SIGTERM) and
-    the other takes the shard over; t grows while the takeover's first run of g is between its
-    read of g's members and learning their subscriptions: held there (no timing) until the
-    growth is in the new node's view of the topics, whose event then finds no group known to
-    use t. The takeover itself rebalances g onto the new partition, not the periodic check
-    (60 s here: none has run)."""
-    caplog.set_level(logging.INFO, logger="zkgroups.coordinator")
-    TopicRegistry(zk).create("t", 2)
-    a, b = cluster.node("a"), cluster.node("b")
-    cluster.leader()
-    m = cluster.member("g", ["t"])
-    s = wait_stable(zk, "g", 1)
-    wait_for(lambda: read.all_verified(zk) and read_state(zk, "g").verified and any(n.groups.leads("g") for n in (a, b)),
-             message="g verified by the node leading its shard")
-    leaving = next(n for n in (a, b) if n.groups.leads("g"))
-    taking = b if leaving is a else a
-    grown = []
-    learn = taking.groups.index.update
-
-    def update(group, registrations):  # the takeover's run learns g's subscriptions here
-        if group == "g" and not grown:
-            grown.append(True)
-            TopicRegistry(zk).add_partitions("t", 3)
-            wait_for(lambda: taking.groups.follower.topics.get("t") == 3, message="the growth in the new node's view")
-        learn(group, registrations)
-    monkeypatch.setattr(taking.groups.index, "update", update)
-    leaving.close()
-    wait_for(lambda: grown, 20, message="the takeover's run of g")
-    after = wait_stable(zk, "g", 1, after_generation=s.generation, timeout=20)
-    assert after.assignment == {"t": {0: m.consumer_id + "-0", 1: m.consumer_id + "-0", 2: m.consumer_id + "-0"}}
-    assert taking.groups.follower.checks == 0  # rebalanced without a periodic check
-    wait_for(lambda: len(m.recorder.owned) == 3, message="the member owns the new partition")
-    lines = wait_for(lambda: [r.getMessage() for r in caplog.records
-                              if f"group g generation {after.generation} " in r.getMessage()], message="its line")
-    assert "reason=ownership differs from the computed assignment" in lines[0], lines
 
 
 def test_deposed_leader_cannot_write(cluster, zk, caplog):
@@ -375,36 +301,6 @@ def test_corrupt_state_znode_is_rewritten(cluster, zk, caplog):
     assert read_state(zk, "g").generation > s.generation  # members never see a generation go back
 
 
-def _deleted(zk, path) -> bool:
-    """Delete ``path`` and all below it, as an admin would; False if a child appeared meanwhile
-    (the coordinator may still be writing the group's timeline for the rebalance to Empty)."""
-    try:
-        zk.delete(path, recursive=True)
-    except NotEmptyError:
-        return False
-    return True
-
-
-def test_a_deleted_group_that_comes_back_is_watched_again(cluster, zk):
-    """An admin deletes an empty group's znodes; a member later joins under the same name and
-    the leader assigns it at once (its watches follow the group, not the first znode)."""
-    TopicRegistry(zk).create("t", 2)
-    cluster.node("n")
-    m = cluster.member("g", ["t"])
-    wait_stable(zk, "g", 1)
-    m.close()
-    cluster.members.remove(m)
-    wait_for(lambda: read_state(zk, "g").state == protocol.EMPTY, message="group Empty")
-    wait_for(lambda: _deleted(zk, protocol.group_path("g")), message="the group's znodes deleted")
-    wait_for(lambda: not zk.exists(protocol.group_path("g")), message="deleted")
-    again = cluster.member("g", ["t"])
-    wait_stable(zk, "g", 1, timeout=10)
-    wait_for(lambda: len(again.recorder.owned) == 2, message="the new member owns both partitions")
-    third = cluster.member("g", ["t"])
-    wait_stable(zk, "g", 2, timeout=10)
-    wait_for(lambda: len(third.recorder.owned) == 1, message="later joins are seen too")
-
-
 def test_a_member_gone_mid_rebalance_is_not_waited_for(zk_connect, zk):
     """A member whose session ends while the others apply a generation: the leader drops that
     generation at once for one without it, instead of waiting out the rebalance timeout."""
@@ -425,70 +321,3 @@ def test_a_member_gone_mid_rebalance_is_not_waited_for(zk_connect, zk):
         cluster.close()
 
 
-def delete_subtree(zk, path: str) -> bool:
-    """Delete ``path`` and everything under it in one transaction, children first (as
-    ``groupctl groups delete`` does); False if something changed under it meanwhile (nothing
-    was deleted)."""
-    def subtree(p):
-        return [q for child in zk.get_children(p) for q in subtree(f"{p}/{child}")] + [p]
-    t = zk.transaction()
-    for p in subtree(path):
-        t.delete(p)
-    try:
-        commit(t)
-        return True
-    except TransactionFailed:
-        return False
-
-
-def test_a_group_deleted_during_its_rebalance_ends_it_with_one_line(zk_connect, zk, caplog):
-    """An administrator deletes a group's znodes (all at once, a registration left by a member
-    that never acks included) while the coordinator waits for that member's ack: the rebalance
-    ends with one line saying the group was deleted, no error, no traceback, and nothing of the
-    group is written again."""
-    caplog.set_level(logging.INFO, logger="zkgroups.coordinator")
-    cluster = Cluster(zk_connect, rebalance_timeout_ms=60000)
-    try:
-        TopicRegistry(zk).create("t", 2)
-        cluster.node("n")
-        cluster.member("g", ["t"])
-        wait_stable(zk, "g", 1)
-        mute = cluster.client()  # registers, never reads its channel
-        mute.ensure_path(protocol.channel_path("g", "g_mute-1-0"))
-        mute.create(protocol.ids_path("g", "g_mute-1-0"), protocol.Registration({"t": 1}).encode(), ephemeral=True)
-        for m in cluster.members:
-            m.close(timeout=5)
-        cluster.members.clear()
-        wait_for(lambda: (lambda st: st.state == protocol.REBALANCING and st.members == ["g_mute-1-0"])(
-            read_state(zk, "g")), message="a rebalance waiting for the mute member")
-        wait_for(lambda: delete_subtree(zk, protocol.group_path("g")), message="the group deleted")
-        wait_for(lambda: [r for r in caplog.records if "was deleted" in r.getMessage()], 15,
-                 message="the line saying the group is gone")
-        assert not zk.exists(protocol.group_path("g"))
-        deleted = [r for r in caplog.records if "was deleted" in r.getMessage()]
-        assert len(deleted) == 1 and deleted[0].levelno == logging.INFO, [r.getMessage() for r in deleted]
-        assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info], \
-            [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
-    finally:
-        cluster.close()
-
-
-def test_a_session_lost_while_a_node_starts_leading_groups_is_survived(cluster, zk, monkeypatch, caplog):
-    """The node's session expires (for real) in the middle of its start: it says so in one line,
-    starts again on its new session, and leads the group (it used to stop leading groups for good)."""
-    TopicRegistry(zk).create("t", 2)
-    real = TopicRegistry.all_partitions
-    expired = []
-
-    def all_partitions(registry):
-        if not expired:  # the first read of the node's start: its session ends under it
-            expired.append(True)
-            expire_session(registry.client, cluster.connect)
-        return real(registry)
-    monkeypatch.setattr(TopicRegistry, "all_partitions", all_partitions)
-    with caplog.at_level(logging.WARNING, logger="zkgroups.coordinator"):
-        cluster.node("n")
-        cluster.member("g", ["t"])
-        wait_stable(zk, "g", 1, timeout=30)
-    assert expired
-    assert any("cannot start leading groups yet (SessionExpiredError)" in r.getMessage() for r in caplog.records)

@@ -1,4 +1,5 @@
-"""The coordinator's request queue: each group queued once, changes during a run noticed."""
+"""The coordinator's request queue (:mod:`coordinator.requests`): each group queued once, changes during a run
+noticed."""
 from coordinator.requests import RebalanceRequests
 
 
