@@ -17,7 +17,7 @@ group over starts from whatever its predecessor left, a superseded generation le
 Rebalancing behind, and a Failed group is tried again.
 
 All are pure functions of what was read, tested from fixtures (``tests/unit/test_plan.py``,
-``tests/unit/test_rebalance_steps.py``); :mod:`coordinator.rebalance` does the reading and writing
+``tests/unit/test_rebalance.py``); :mod:`coordinator.rebalance` does the reading and writing
 around them.
 """
 from __future__ import annotations

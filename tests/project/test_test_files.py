@@ -64,10 +64,10 @@ PENDING = {
     "consumer/share_exchange.py", "consumer/spark/driver.py", "consumer/spark/executor.py",
     "consumer/spark/progress.py", "consumer/spark/publisher.py", "consumer/spark/session.py",
     "consumer/spark/sink.py", "consumer/streams.py",
-    "coordinator/cli/common.py", "coordinator/config.py", "coordinator/console/app.py", "coordinator/console/lag.py",
-    "coordinator/console/share_snapshot.py", "coordinator/console/snapshot.py", "coordinator/documents.py",
-    "coordinator/http.py", "coordinator/protocol/share.py", "coordinator/read.py", "coordinator/rebalance.py",
-    "coordinator/static.py", "coordinator/verify.py",
+    "coordinator/cli/common.py", "coordinator/config.py",
+    "coordinator/console/share_snapshot.py", "coordinator/documents.py",
+    "coordinator/http.py", "coordinator/protocol/share.py", "coordinator/read.py",
+    "coordinator/verify.py",
 }
 
 
