@@ -2,7 +2,8 @@
 
 What chiefly exercises one part of a node is in the file named after it:
 ``test_shard_follower.py`` (takeovers, watches, a node's start), ``test_rebalance_handlers.py``
-(how a run ends), ``test_controller.py`` (the controller's fenced writes, the shards)."""
+(how a run ends), ``test_controller.py`` (the controller's fenced writes, the shards),
+``test_verify.py`` (a takeover that trusts the verification)."""
 from __future__ import annotations
 
 import logging
@@ -13,8 +14,8 @@ import pytest
 
 from coordinator import protocol, read
 from coordinator.topics import TopicRegistry
-from tests.support.groups import (Cluster, assert_exclusive_and_complete, command_count, expire_session, leader_info,
-                          owned_by, read_state, wait_stable)
+from tests.support.groups import (Cluster, assert_exclusive_and_complete, expire_session, leader_info, owned_by,
+                                  read_state, wait_stable)
 from tests.support.helpers import wait_for
 
 
@@ -200,22 +201,6 @@ def test_leader_session_expiry_another_node_takes_over(cluster, zk, zk_connect):
     m2 = cluster.member("g", ["t"])
     wait_stable(zk, "g", 2)
     wait_for(lambda: len(m.recorder.owned) == 1 and len(m2.recorder.owned) == 1, message="split")
-
-
-def test_new_leader_with_unchanged_membership_sends_no_commands(cluster, zk):
-    TopicRegistry(zk).create("t", 4)
-    a = cluster.node("a")
-    cluster.leader()
-    for _ in range(2):
-        cluster.member("g", ["t"])
-    s = wait_stable(zk, "g", 2)
-    before = command_count(zk, "g")
-    b = cluster.node("b")
-    a.close()
-    wait_for(lambda: b.is_leader, message="b leads")
-    wait_for(lambda: leader_info(zk).node_id == "b" and read.all_verified(zk), message="b verified all groups")
-    assert command_count(zk, "g") == before
-    assert read_state(zk, "g").generation == s.generation
 
 
 def test_deposed_leader_cannot_write(cluster, zk, caplog):

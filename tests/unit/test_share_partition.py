@@ -1,10 +1,10 @@
-"""The rules of a share-partition's state (pure: no server)."""
+"""The rules of a share-partition's state (:mod:`coordinator.share_partition`; pure: no server). Its
+schema's decoder and the group settings: ``test_protocol_share.py``."""
 import pytest
 
-from coordinator.errors import CorruptZnode, InvalidConfig
+from coordinator.errors import CorruptZnode
 from coordinator.protocol.share import (ACCEPTED, ACQUIRED, AVAILABLE, DEAD_LETTER, DELAYED,
-                                        DELIVERY_LIMIT, REJECTED, WRITING, ShareGroupConfig, SharePartitionState,
-                                        parse_setting)
+                                        DELIVERY_LIMIT, REJECTED, WRITING, ShareGroupConfig, SharePartitionState)
 from coordinator.share_partition import (AcknowledgeType as A, acknowledge, acquire, claim_dead_letters, counts,
                                          dead_letters_written, delayed, expire, expire_holder, initial, promote,
                                          release_undelivered, reset)
@@ -187,33 +187,6 @@ def test_reset_refuses_while_records_are_held():
     with pytest.raises(ValueError):
         reset(s, 100)
     assert reset(initial(3), 100).start == 100
-
-
-@pytest.mark.parametrize("raw", [
-    b'{"version":1,"start":5,"end":4,"next_token":1,"dlq_scan":-1,"ranges":[],"held":{}}',
-    b'{"version":1,"start":0,"end":2,"next_token":1,"dlq_scan":-1,"ranges":[[0,0,"av",1,0,0]],"held":{}}',
-    b'{"version":1,"start":0,"end":1,"next_token":2,"dlq_scan":-1,"ranges":[[0,0,"aq",1,1,0]],"held":{}}',
-    b'{"version":1,"start":0,"end":1,"next_token":2,"dlq_scan":-1,"ranges":[[0,0,"zz",1,0,0]],"held":{}}',
-    b'{"version":1,"start":0,"end":0,"next_token":2,"dlq_scan":-1,"ranges":[],"held":{"9":["m",0]}}',
-    b'{"version":1,"start":0,"end":99999,"next_token":1,"dlq_scan":-1,"ranges":[],"held":{}}',
-    b'[1]', b'\xff',
-])
-def test_a_state_no_writer_makes_is_refused_in_one_line(raw):
-    with pytest.raises(CorruptZnode):
-        SharePartitionState.decode(raw, "/p")
-
-
-def test_settings_take_kafkas_names_and_refuse_bad_values_in_one_line():
-    config = ShareGroupConfig().with_settings({"share.delivery.count.limit": "7",
-                                               "errors.deadletterqueue.topic.name": "orders.dlq"})
-    assert config.delivery_count_limit == 7 and config.dead_letter_topic == "orders.dlq"
-    assert ShareGroupConfig.decode(config.encode(), "/g") == config
-    for key, value in [("share.delivery.count.limit", "11"), ("share.auto.offset.reset", "middle"),
-                       ("share.record.lock.duration.ms", "soon"), ("nope", "1"),
-                       ("errors.deadletterqueue.topic.name", "a b")]:
-        with pytest.raises(InvalidConfig) as e:
-            parse_setting(key, value)
-        assert "\n" not in str(e.value)
 
 
 def test_the_znode_stays_under_zookeepers_limit_however_the_window_is_cut():
