@@ -1,8 +1,8 @@
 """The Consumer API against a real ZooKeeper, a running coordinator and the embedded log.
 
 What chiefly exercises one of the Consumer's parts is in the test file named after that part:
-``test_hand_out.py``, ``test_commits.py``, ``test_partition_changes.py``, ``test_poll_interval.py``
-(the member's: ``test_claims.py``, ``test_channel.py``, ``test_offsets.py``, ...)."""
+``test_hand_out.py``, ``test_commits.py``, ``test_partition_changes.py``, ``test_poll_interval.py``,
+``test_streams.py`` (the member's: ``test_claims.py``, ``test_channel.py``, ``test_offsets.py``, ...)."""
 from __future__ import annotations
 
 import os
@@ -110,33 +110,6 @@ def test_config_from_toml_and_environment(cluster, zk, zk_connect, data_dir, tmp
     path.write_text("[consumer]\nmax_poll_recs = 3\n")
     with pytest.raises(InvalidConfig, match="max_poll_recs"):
         Consumer.from_config(str(path), "g", ["t"])
-
-
-def test_streams_split_partitions_across_threads(cluster, zk, data_dir, make_consumer):
-    cluster.node("n")
-    fill(data_dir, "t", [100] * 4, zk=zk)
-    c = make_consumer(topics={"t": 2})
-    streams = c.streams()
-    assert len(streams) == 2
-    got = [[], []]
-
-    def drain(i):
-        for record in streams[i]:
-            got[i].append(record)
-            if sum(map(len, got)) >= 400:
-                break
-    threads = [threading.Thread(target=drain, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    wait_for(lambda: sum(map(len, got)) >= 400, 20, message="400 records through 2 streams")
-    parts = [{r.partition for r in g} for g in got]
-    assert parts[0] and parts[1] and not parts[0] & parts[1]
-    c.commit()
-    assert sum(c.committed(TopicPartition("t", p)) for p in range(4)) == 400
-    c.close()
-    for t in threads:
-        t.join(5)
-        assert not t.is_alive()
 
 
 def test_close_with_zookeeper_gone_does_not_hang(own_zookeeper, data_dir):

@@ -1,7 +1,8 @@
 """Consumers in a test: the ``make_consumer`` fixture (closed at the end), ways to keep them
 polling, and a ZooKeeper of a test's own to kill (``own_zookeeper``). Shared by the Consumer's
 test files: ``tests/consumer/test_consumer.py`` and the files named after its parts
-(``test_hand_out.py``, ``test_commits.py``, ``test_partition_changes.py``, ``test_poll_interval.py``)."""
+(``test_hand_out.py``, ``test_commits.py``, ``test_partition_changes.py``, ``test_poll_interval.py``,
+``test_streams.py``)."""
 from __future__ import annotations
 
 import contextlib
