@@ -6,7 +6,10 @@ offsets ZooKeeper answered at the end), the consumers' outputs under ``logs/``, 
 servers' data under ``zk/`` and the topic: the embedded log under ``data/``, or on Kafka
 every record's value as read back from the brokers (``kafka-topic.json``,
 :mod:`tests.chaos.kafkatopic`). :func:`judge` reads only those,
-runs every check of :mod:`tests.chaos.referee` and writes ``referee/``: one file per check,
+runs every check of :mod:`tests.chaos.referee`, the transactions replayed as model steps
+(:mod:`tests.model.trace`), and with a share round :mod:`tests.chaos.share_referee`'s checks and
+every share-partition write replayed as share-model steps (:mod:`tests.model.share_trace`), and
+writes ``referee/``: one file per check,
 ``ownership.txt`` (the evidence in readable form) and ``verdict.txt``. So a kept run can be
 judged again (``bin/chaos --judge RUN_DIR``), and the referee never sees the harness's memory.
 """
