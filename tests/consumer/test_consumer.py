@@ -199,5 +199,3 @@ def test_a_damaged_partition_raises_once_from_poll_and_the_others_keep_flowing(c
     assert (e.topic, e.partition, e.offset, e.resume_offset, e.path) == ("t", 0, 500, 600, path)
     assert sorted(r.offset for r in got if r.partition == 0) == [o for o in range(1000) if not 500 <= o < 600]
     assert sorted(r.offset for r in got if r.partition == 1) == list(range(1000))
-
-

@@ -136,5 +136,3 @@ def test_a_consumer_frozen_past_its_session_hands_out_nothing_of_partitions_anot
     after = {(r["partition"], r["offset"]) for r in _lines(tmp_path / "a.out") if r["at"] >= resumed_at}
     delivered_by_b = {(r["partition"], r["offset"]) for r in _lines(tmp_path / "b.out")}
     assert not after & delivered_by_b, f"{len(after & delivered_by_b)} records handed out again by the frozen member"
-
-

@@ -304,5 +304,3 @@ def test_a_member_gone_mid_rebalance_is_not_waited_for(zk_connect, zk):
         wait_for(lambda: len(good.recorder.owned) == 4, message="the live member owns everything")
     finally:
         cluster.close()
-
-

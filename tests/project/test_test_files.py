@@ -136,5 +136,6 @@ def test_the_lists_name_only_modules_that_need_them():
 
 
 def test_the_test_files_named_otherwise_exist():
-    missing = {module: test for module, (test, _) in NAMED_OTHERWISE.items() if not os.path.exists(os.path.join(ROOT, test))}
+    missing = {module: test for module, (test, _) in NAMED_OTHERWISE.items()
+               if not os.path.exists(os.path.join(ROOT, test))}
     assert not missing, f"NAMED_OTHERWISE points at test files that do not exist: {missing}"

@@ -118,5 +118,3 @@ def test_fill_rows_reads_through_the_cache_and_the_history():
     second = [row(committed=50, end=100)]
     lagtime.fill_rows(second, 30.0, times, history)
     assert (second[0]["lag_seconds"], second[0]["estimated_lag_seconds"]) == (20.0, 10.0)
-
-
