@@ -58,13 +58,13 @@ ALLOWED = {
 PENDING = {
     "consumer/cli/acls.py", "consumer/cli/context.py", "consumer/cli/demo.py", "consumer/cli/exporter.py",
     "consumer/cli/pipeline.py", "consumer/cli/share_consume.py",
-    "consumer/config.py", "consumer/dataplane/kafka.py", "consumer/dataplane/kafka_fetcher.py",
+    "consumer/dataplane/kafka.py", "consumer/dataplane/kafka_fetcher.py",
     "consumer/futures.py", "consumer/kafka_python.py",
     "consumer/send_path.py", "consumer/share.py",
     "consumer/share_exchange.py", "consumer/spark/driver.py", "consumer/spark/executor.py",
     "consumer/spark/progress.py", "consumer/spark/publisher.py", "consumer/spark/session.py",
     "consumer/spark/sink.py",
-    "coordinator/cli/common.py", "coordinator/config.py",
+    "coordinator/cli/common.py",
     "coordinator/console/share_snapshot.py", "coordinator/documents.py",
     "coordinator/http.py", "coordinator/read.py",
 }
