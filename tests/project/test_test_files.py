@@ -59,7 +59,7 @@ PENDING = {
     "consumer/cli/acls.py", "consumer/cli/context.py", "consumer/cli/demo.py", "consumer/cli/exporter.py",
     "consumer/cli/pipeline.py", "consumer/cli/share_consume.py",
     "consumer/dataplane/kafka.py", "consumer/dataplane/kafka_fetcher.py",
-    "consumer/futures.py", "consumer/kafka_python.py",
+    "consumer/futures.py",
     "consumer/send_path.py", "consumer/share.py",
     "consumer/share_exchange.py", "consumer/spark/driver.py", "consumer/spark/executor.py",
     "consumer/spark/progress.py", "consumer/spark/publisher.py", "consumer/spark/session.py",
