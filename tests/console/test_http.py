@@ -1,6 +1,7 @@
-"""The node's HTTP server without ZooKeeper: addresses, who sees the console (loopback peers,
-the Host allow-list against DNS rebinding), read-only methods, the security headers, TLS and
-the one-line warning for a console served in clear on a non-loopback address."""
+"""The node's HTTP server (:mod:`coordinator.http`) without ZooKeeper: addresses, who sees the
+console (loopback peers, the Host allow-list against DNS rebinding), read-only methods, the
+security headers, TLS and the one-line warning for a console served in clear on a non-loopback
+address."""
 import http.client
 import logging
 import shutil
