@@ -195,3 +195,17 @@ def test_each_write_the_model_does_not_allow_fails_the_run_with_one_line(mutatio
     assert first.startswith(f"{zxid} {PATH}: "), first
     assert step in first and f"not a step the share model allows: {why}" in first, first
     assert "\n" not in first
+
+
+@pytest.mark.parametrize("mutation, zxid", [("ack-ignores-token", "zxid 0x74"), ("expire-uncounted", "zxid 0x6b"),
+                                           ("limit-off-by-one", "zxid 0x6f")])
+def test_the_steps_are_the_models_own_a_broken_rule_of_the_model_rejects_the_real_run(mutation, zxid):
+    """The check applies the model's transition function: with one of the model's broken rules
+    patched in (:data:`tests.model.share_protocol.MUTATIONS`), the run the real rules made is no
+    longer a run of the model, at the first write that rule makes."""
+    from tests.model.share_protocol import mutated
+    txns = run()                  # made by the real rules
+    with mutated(mutation):
+        result = check_share_model(txns, GROUP, TOPIC, ROOT, LOG_ENDS)
+    assert not result.ok and result.details[0].startswith(f"{zxid} "), result.details[0]
+    assert judged().ok
