@@ -66,7 +66,7 @@ PENDING = {
     "consumer/spark/sink.py",
     "coordinator/cli/common.py",
     "coordinator/console/share_snapshot.py", "coordinator/documents.py",
-    "coordinator/read.py",
+   
 }
 
 
