@@ -65,7 +65,7 @@ PENDING = {
     "consumer/spark/progress.py", "consumer/spark/publisher.py", "consumer/spark/session.py",
     "consumer/spark/sink.py",
     "coordinator/cli/common.py",
-    "coordinator/console/share_snapshot.py", "coordinator/documents.py",
+    "coordinator/console/share_snapshot.py",
    
 }
 
