@@ -14,11 +14,14 @@ The rule, read from the source (no imports):
   ``consumer/spark/source.py``, ``tests/dataplane/test_log_batch.py`` for ``consumer/log/batch.py``).
 * A command-line module (``consumer/cli``, ``coordinator/cli``) is tested by command, under
   ``tests/cli``: ``test_<tool>_<module>.py`` (``test_groupctl_reset.py`` for
-  ``consumer/cli/reset.py``) or ``test_<module>_<...>.py`` (``test_coordinatord_cli.py``).
+  ``consumer/cli/reset.py``) or ``test_<module>_<...>.py`` (``test_coordinatord_cli.py``); or,
+  where its command is tested with what it serves, the file :data:`CLI_BY_COMMAND` names, which
+  must run the command (its words appear in the file).
 * :data:`NAMED_OTHERWISE` maps a module to the one test file its family shares, with why;
   :data:`ALLOWED` lists what has no logic worth a file of its own, with why; :data:`PENDING`
   is what issue 33 has not reached yet. Each list only names modules that need it (checked),
-  so a test file added takes its module off :data:`PENDING`, and that list only shrinks.
+  so a test file added takes its module off :data:`PENDING`, and that list only shrinks: a
+  new module gets its test file with it, never an entry there.
 """
 import os
 
@@ -45,6 +48,24 @@ NAMED_OTHERWISE = {
                                                                  "test_zk_sasl.py and test_zkclient.py"),
 }
 
+#: command-line module -> (the command's words as the tests run it, the test file that runs it, why there).
+CLI_BY_COMMAND = {
+    "consumer/cli/acls.py": ('"acl", "apply"', "tests/coordinator/test_acl.py",
+                             "groupctl acl apply/check need a ZooKeeper with ACLs, which the ACL tests start"),
+    "consumer/cli/exporter.py": ('"exporter"', "tests/console/test_metrics.py",
+                                 "groupctl exporter is tested with the metrics it serves"),
+    "consumer/cli/share_consume.py": ('"share-consume"', "tests/cli/test_groupctl_share.py",
+                                      "groupctl share-consume beside the other share commands"),
+    "consumer/cli/demo.py": ('"consumer.cli.demo"', "tests/coordinator/test_zk_tls.py",
+                             "bin/demo is run whole only over TLS (~40 s); its parts are the tools'"),
+    "consumer/cli/pipeline.py": ('"consumer.cli.pipeline"', "tests/spark/test_spark.py",
+                                 "bin/pipeline runs on Spark: with the Spark tests, one session per module"),
+    "consumer/cli/context.py": ('"--zk-timeout"', "tests/cli/test_cli_bad_input.py",
+                                "the options every groupctl and pipeline command shares: every command's bad input"),
+    "coordinator/cli/common.py": ("setup_logging", "tests/cli/test_logging.py",
+                                  "the tools' plumbing: their logging, one-line errors and tables"),
+}
+
 #: module -> why it has no logic worth a test file of its own.
 ALLOWED = {
     "coordinator/errors.py": "declarations only (the error hierarchy, messages and fields); each error is "
@@ -56,17 +77,11 @@ ALLOWED = {
 #: Modules issue 33 has not given a test file yet (their tests live in files named otherwise).
 #: Only shrinks: give one its file (moving the tests that chiefly exercise it), then drop it here.
 PENDING = {
-    "consumer/cli/acls.py", "consumer/cli/context.py", "consumer/cli/demo.py", "consumer/cli/exporter.py",
-    "consumer/cli/pipeline.py", "consumer/cli/share_consume.py",
-    "consumer/dataplane/kafka.py", "consumer/dataplane/kafka_fetcher.py",
-    "consumer/futures.py",
-    "consumer/send_path.py", "consumer/share.py",
-    "consumer/share_exchange.py", "consumer/spark/driver.py", "consumer/spark/executor.py",
-    "consumer/spark/progress.py", "consumer/spark/publisher.py", "consumer/spark/session.py",
-    "consumer/spark/sink.py",
-    "coordinator/cli/common.py",
+    "consumer/dataplane/kafka.py", "consumer/dataplane/kafka_fetcher.py", "consumer/futures.py",
+    "consumer/send_path.py", "consumer/share.py", "consumer/share_exchange.py",
+    "consumer/spark/driver.py", "consumer/spark/executor.py", "consumer/spark/progress.py",
+    "consumer/spark/publisher.py", "consumer/spark/session.py", "consumer/spark/sink.py",
     "coordinator/console/share_snapshot.py",
-   
 }
 
 
@@ -118,7 +133,7 @@ def without_a_test_file():
 
 
 def test_every_runtime_module_with_logic_has_a_test_file_named_after_it():
-    missing = set(without_a_test_file()) - set(NAMED_OTHERWISE) - set(ALLOWED) - PENDING
+    missing = set(without_a_test_file()) - set(NAMED_OTHERWISE) - set(CLI_BY_COMMAND) - set(ALLOWED) - PENDING
     assert not missing, (f"runtime modules over {MIN_LINES} lines without a test file named after them (add "
                          f"tests/<consumer|coordinator|unit>/test_<module>.py, see this file's docstring): "
                          f"{sorted(missing)}")
@@ -128,14 +143,29 @@ def test_the_lists_name_only_modules_that_need_them():
     """An entry whose module got a test file named after it, went below MIN_LINES or was
     renamed goes; a module is in one list at most; every reason is given."""
     lacking = set(without_a_test_file())
-    listed = [set(NAMED_OTHERWISE), set(ALLOWED), PENDING]
+    listed = [set(NAMED_OTHERWISE), set(CLI_BY_COMMAND), set(ALLOWED), PENDING]
     assert all(not a & b for i, a in enumerate(listed) for b in listed[i + 1:]), "a module in two lists"
     stale = set().union(*listed) - lacking
     assert not stale, f"no longer without a test file named after them (drop them from the lists): {sorted(stale)}"
     assert all(reason.strip() for _, reason in NAMED_OTHERWISE.values()) and all(r.strip() for r in ALLOWED.values())
+    assert all(why.strip() for _, _, why in CLI_BY_COMMAND.values())
+    assert all(os.path.dirname(m) in {f.replace(os.sep, "/") for f in CLI_FOLDERS} for m in CLI_BY_COMMAND)
 
 
 def test_the_test_files_named_otherwise_exist():
     missing = {module: test for module, (test, _) in NAMED_OTHERWISE.items()
                if not os.path.exists(os.path.join(ROOT, test))}
     assert not missing, f"NAMED_OTHERWISE points at test files that do not exist: {missing}"
+
+
+def test_the_tests_named_for_a_command_run_it():
+    missing = {}
+    for module, (words, test, _) in CLI_BY_COMMAND.items():
+        path = os.path.join(ROOT, test)
+        if not os.path.exists(path):
+            missing[module] = f"{test} does not exist"
+            continue
+        with open(path) as f:
+            if words not in f.read():
+                missing[module] = f"{test} does not run {words}"
+    assert not missing, f"CLI_BY_COMMAND: {missing}"
