@@ -239,7 +239,8 @@ def _show(v: Optional[tuple]) -> str:
         return "outside the window"
     st, d, t, extra = v
     why = f", delay {extra} ms" if st == DELAYED else f", {REASONS.get(extra, extra)}" if extra else ""
-    return STATE_NAMES.get(st, repr(st)) + (f", deliveries {d}" if d else "") + (f", token {t}" if t else "") + why
+    counted = f", deliveries {d}" if d or st not in (ACCEPTED, ARCHIVED) else ""
+    return STATE_NAMES.get(st, repr(st)) + counted + (f", token {t}" if t else "") + why
 
 
 def difference(want: model.Part, got: model.Part, names: Names) -> str:
