@@ -44,6 +44,8 @@ NAMED_OTHERWISE = {
     "coordinator/protocol/cluster.py": ("tests/unit/test_protocol.py",
                                         "every znode schema's round trip and bad payloads in one table"),
     "coordinator/protocol/paths.py": ("tests/unit/test_protocol.py", "the paths table is tested with the schemas"),
+    "consumer/share.py": ("tests/share/test_share_consumer.py",
+                          "its one class, the ShareConsumer, named as its siblings in tests/share"),
     "coordinator/zktls.py": ("tests/coordinator/test_zk_tls.py", "ZooKeeper over TLS, named as its siblings "
                                                                  "test_zk_sasl.py and test_zkclient.py"),
 }
@@ -78,7 +80,7 @@ ALLOWED = {
 #: Only shrinks: give one its file (moving the tests that chiefly exercise it), then drop it here.
 PENDING = {
     "consumer/dataplane/kafka.py", "consumer/dataplane/kafka_fetcher.py",
-    "consumer/send_path.py", "consumer/share.py", "consumer/share_exchange.py",
+    "consumer/send_path.py",
     "consumer/spark/driver.py", "consumer/spark/executor.py", "consumer/spark/progress.py",
     "consumer/spark/publisher.py", "consumer/spark/session.py", "consumer/spark/sink.py",
     "coordinator/console/share_snapshot.py",

@@ -1,5 +1,6 @@
-"""The ShareConsumer against a real ZooKeeper and the embedded log: members share every
-partition, acknowledgements in ranges, refusals, the delivery limit, dead letters."""
+"""The ShareConsumer (:mod:`consumer.share`) against a real ZooKeeper and the embedded log:
+members share every partition, acknowledgements in ranges, refusals, the delivery limit. Dead
+letters: ``test_share_exchange.py``."""
 from __future__ import annotations
 
 import pytest
@@ -56,26 +57,6 @@ def test_explicit_poll_refuses_while_a_record_has_no_acknowledgement(zk, make, d
     drain(c, 2)
     with pytest.raises(IllegalStateError, match="acknowledge them first"):
         c.poll(0)
-
-
-def test_past_the_delivery_limit_a_record_goes_to_the_dead_letter_topic(zk, make, data_dir):
-    from consumer.log import Log
-    fill(data_dir, "t", [1], zk=zk)
-    fill(data_dir, "t.dlq", [0], zk=zk)
-    configure(zk, share_auto_offset_reset="earliest", share_delivery_count_limit=2,
-              errors_deadletterqueue_topic_name="t.dlq")
-    c = make(share_acknowledgement_mode="explicit")
-    for n in (1, 2):
-        (r,) = drain(c, 1)
-        assert r.delivery_count == n
-        c.acknowledge(r, AcknowledgeType.RELEASE)
-        c.commit_sync()
-    wait_for(lambda: c.poll(50) == [] and state(zk).start == 1, 10, message="the letter written")
-    with Log(data_dir) as log:
-        (letter,) = log.fetch("t.dlq", 0, 0, 10)
-    headers = dict(letter.headers)
-    assert letter.value == b"t-0-0"
-    assert headers["zkgroups.dlq.reason"] == b"delivery-limit" and headers["zkgroups.dlq.delivery.count"] == b"2"
 
 
 def test_acknowledge_in_implicit_mode_and_bad_arguments_are_one_line(zk, make, data_dir):

@@ -1,0 +1,33 @@
+"""A share member's one write per partition (:mod:`consumer.share_exchange`): here its dead
+letters, appended to the group's dead-letter topic with the original's topic, partition, offset,
+delivery count and reason in headers. A ShareConsumer on a real ZooKeeper and the embedded log
+(the state's rules alone: ``tests/unit/test_share_partition.py``)."""
+from __future__ import annotations
+
+import pytest
+
+from consumer import AcknowledgeType
+from tests.share.conftest import configure, drain, state
+from tests.support.helpers import fill, wait_for
+
+pytestmark = pytest.mark.zk
+
+
+def test_past_the_delivery_limit_a_record_goes_to_the_dead_letter_topic(zk, make, data_dir):
+    from consumer.log import Log
+    fill(data_dir, "t", [1], zk=zk)
+    fill(data_dir, "t.dlq", [0], zk=zk)
+    configure(zk, share_auto_offset_reset="earliest", share_delivery_count_limit=2,
+              errors_deadletterqueue_topic_name="t.dlq")
+    c = make(share_acknowledgement_mode="explicit")
+    for n in (1, 2):
+        (r,) = drain(c, 1)
+        assert r.delivery_count == n
+        c.acknowledge(r, AcknowledgeType.RELEASE)
+        c.commit_sync()
+    wait_for(lambda: c.poll(50) == [] and state(zk).start == 1, 10, message="the letter written")
+    with Log(data_dir) as log:
+        (letter,) = log.fetch("t.dlq", 0, 0, 10)
+    headers = dict(letter.headers)
+    assert letter.value == b"t-0-0"
+    assert headers["zkgroups.dlq.reason"] == b"delivery-limit" and headers["zkgroups.dlq.delivery.count"] == b"2"
