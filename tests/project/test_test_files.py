@@ -81,8 +81,8 @@ ALLOWED = {
 PENDING = {
     "consumer/dataplane/kafka.py", "consumer/dataplane/kafka_fetcher.py",
     "consumer/send_path.py",
-    "consumer/spark/driver.py", "consumer/spark/executor.py", "consumer/spark/progress.py",
-    "consumer/spark/publisher.py", "consumer/spark/session.py", "consumer/spark/sink.py",
+    "consumer/spark/driver.py", "consumer/spark/executor.py",
+    "consumer/spark/session.py", "consumer/spark/sink.py",
     "coordinator/console/share_snapshot.py",
 }
 
