@@ -106,7 +106,7 @@ def _ack_kind(before: tuple, after: Optional[tuple], start: int, o: int, token: 
     if after is None:
         return (A.ACCEPT, 0) if o < start else None
     st, d, t, extra = after
-    if st == ACQUIRED and acquired is not None and t == acquired:   # given back, then acquired again
+    if st == ACQUIRED and acquired is not None and t == acquired:   # released or given back, then acquired again
         st, d = AVAILABLE, d - 1
     if st == ACCEPTED:
         return A.ACCEPT, 0
