@@ -21,8 +21,10 @@
 #   ZOO_TLS_TRUST_STORE       PEM file of the CA(s) client certificates are checked against
 #   ZOO_SECURE_CLIENT_PORT    2281 (ZOO_CLIENT_PORT is then not opened)
 #   ZOO_TLS_CLIENT_AUTH       need (default: a client without a certificate is refused) or want
-# ZOO_SERVERS entries then carry no ";CLIENT_PORT" (that would open a plaintext port). The
-# quorum's own traffic (2888, 3888) stays as ZooKeeper's sslQuorum settings leave it (ZOO_CFG_EXTRA).
+#   ZOO_TLS_QUORUM            true: the servers' own traffic (2888, 3888) over TLS too, with the
+#                             same stores (sslQuorum; the peers' host names not checked, so any
+#                             certificate of the trusted CA is let in); false (default): plaintext
+# ZOO_SERVERS entries then carry no ";CLIENT_PORT" (that would open a plaintext port).
 #
 # zoo.cfg is written to /etc/zookeeper at every start; a zoo.cfg mounted there without this
 # script's header line is used as it is. With arguments, the arguments are run instead
@@ -58,6 +60,7 @@ TLS_KEY_STORE="${ZOO_TLS_KEY_STORE:-}"
 if [ -n "$TLS_KEY_STORE" ]; then
   integer ZOO_SECURE_CLIENT_PORT "${ZOO_SECURE_CLIENT_PORT:=2281}" 1 65535
   case "${ZOO_TLS_CLIENT_AUTH:=need}" in need|want) ;; *) die "ZOO_TLS_CLIENT_AUTH must be need or want" ;; esac
+  case "${ZOO_TLS_QUORUM:=false}" in true|false) ;; *) die "ZOO_TLS_QUORUM must be true or false" ;; esac
   [ -n "${ZOO_TLS_TRUST_STORE:-}" ] || die "ZOO_TLS_KEY_STORE needs ZOO_TLS_TRUST_STORE (the CA client certificates are checked against)"
   for store in "$TLS_KEY_STORE" "$ZOO_TLS_TRUST_STORE"; do
     [ -r "$store" ] || die "$store does not exist or is not readable by $(id -un) (uid $(id -u))"
@@ -106,6 +109,16 @@ if [ ! -f "$CFG" ] || head -n 1 "$CFG" | grep -qxF "$HEADER"; then
       # Clients' certificates name identities, not hosts: no check of the client's host name.
       echo "ssl.hostnameVerification=false"
       echo "authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider"
+      if [ "$ZOO_TLS_QUORUM" = true ]; then
+        echo "sslQuorum=true"
+        echo "ssl.quorum.keyStore.location=$TLS_KEY_STORE"
+        echo "ssl.quorum.keyStore.type=PEM"
+        echo "ssl.quorum.trustStore.location=$ZOO_TLS_TRUST_STORE"
+        echo "ssl.quorum.trustStore.type=PEM"
+        # A peer's connection comes from an address whose reverse name (a container's) is not
+        # the one its certificate carries: the CA is the check, not the name.
+        echo "ssl.quorum.hostnameVerification=false"
+      fi
     else
       echo "clientPort=$ZOO_CLIENT_PORT"
     fi

@@ -19,7 +19,8 @@ run, and judged from outside the containers; then everything it started is torn 
    of the stack's ``tls`` volume into the run directory (mode 0600), for the host's ``groupctl``.
    ``--own-ca``: the stack's certificates come from a CA made beforehand, as an operator's own
    (``docker/compose.own-ca.yml``); the stack's ``ca.pem`` must be that CA's, byte for byte.
-   tls-only: no server listens on the plaintext port 2181 (its ``/proc/net/tcp``); a plaintext
+   tls-only: no server listens on the plaintext port 2181 (its ``/proc/net/tcp``); zk1's
+   election port answers zk2 over TLS (the quorum's traffic encrypted too); a plaintext
    client on the TLS port, and a TLS client without a certificate, are refused in one line; the
    group's identity cannot do the admin's work (create a topic); a consumer's container can read
    its own identity's key and no other.
@@ -434,6 +435,13 @@ class ContainerRun:
                 ports |= listening_ports(self.run(["docker", "exec", self.container(service), "cat", table]))
             if PLAINTEXT_PORT in ports or TLS_PORT not in ports:
                 raise Failed(f"{service} listens on {sorted(ports)}: expected {TLS_PORT} and not {PLAINTEXT_PORT}")
+        quorum = self.run(["docker", "exec", self.container(ZK_SERVICES[1]), "sh", "-c",
+                           "openssl s_client -connect zk1:3888 -brief -verify_return_error -CAfile /tls/ca.pem "
+                           "-cert \"$ZOO_TLS_KEY_STORE\" -key \"$ZOO_TLS_KEY_STORE\" </dev/null 2>&1 "
+                           "| grep -E '^(Protocol version|Peer certificate|Verification)'"],
+                          check=False)
+        if "Verification: OK" not in quorum:
+            raise Failed(f"zk1's election port (3888) does not speak TLS to zk2: {quorum.strip()[-200:]}")
         plain = self.refused(self.groupctl_argv("coordinator", identity=None), "speaks TLS only")
         no_cert = self.refused(self.groupctl_argv("coordinator", identity=""), "certificate")
         if four_letter("127.0.0.1", HOST_ZK["zk1"], "srvr", timeout=3.0):
@@ -447,7 +455,8 @@ class ContainerRun:
                              "for k in /tls/*.key; do test -r $k && echo $k; done"], check=False).split()
         if readable != ["/tls/demo-group.key"]:
             raise Failed(f"{CONSUMERS[0]} (the group's identity) can read {readable}: expected its own key alone")
-        self.say(f"tls-only: no server listens on {PLAINTEXT_PORT}, each on {TLS_PORT}; refused: a plaintext client "
+        self.say(f"tls-only: no server listens on {PLAINTEXT_PORT}, each on {TLS_PORT}; the quorum's election port "
+                 f"speaks TLS; refused: a plaintext client "
                  f"({plain[:70]}...), one without a certificate ({no_cert[:70]}...), the group's identity creating "
                  f"a topic ({member[:70]}...); {CONSUMERS[0]} reads its own key, no other")
 

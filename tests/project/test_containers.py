@@ -153,6 +153,8 @@ def test_zookeeper_entrypoint_refuses_bad_settings_in_one_line(env, message):
      "ZOO_TLS_KEY_STORE {ca} must hold this server's PEM key and certificate"),
     ({"ZOO_TLS_KEY_STORE": "{store}", "ZOO_TLS_TRUST_STORE": "{store}", "ZOO_TLS_CLIENT_AUTH": "none"},
      "ZOO_TLS_CLIENT_AUTH must be need or want"),
+    ({"ZOO_TLS_KEY_STORE": "{store}", "ZOO_TLS_TRUST_STORE": "{ca}", "ZOO_TLS_QUORUM": "yes"},
+     "ZOO_TLS_QUORUM must be true or false"),
     ({"ZOO_TLS_KEY_STORE": "{store}", "ZOO_TLS_TRUST_STORE": "{ca}", "ZOO_SECURE_CLIENT_PORT": "0"},
      "ZOO_SECURE_CLIENT_PORT must be a whole number from 1 to 65535, not '0'"),
     ({"ZOO_TLS_KEY_STORE": "{store}", "ZOO_TLS_TRUST_STORE": "{ca}",
