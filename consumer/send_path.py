@@ -112,7 +112,7 @@ class KafkaSendPath:
     bound ``produce``), ``_KafkaException``, ``_plane``, ``_state`` and ``_CLOSED`` (the
     closed state), ``_futures``, ``_new_future``, ``_topics`` and ``_refresh(topic)``,
     ``max_block``, ``_stop``; and it starts ``_ready`` empty, ``_budget`` and ``_failure`` as
-    :meth:`_serve` and :meth:`_delivery_failed` leave them. Threads: any number of senders and
+    ``_serve`` and ``_delivery_failed`` leave them. Threads: any number of senders and
     servers; each structure is changed by one atomic step (``set.add``, ``set.clear``,
     ``list.pop``, an attribute store), so no lock is taken per record."""
 

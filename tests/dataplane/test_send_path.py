@@ -1,4 +1,5 @@
-"""``Producer.send_many`` (the batch path) on both data planes, and ``send``'s fast path on Kafka.
+"""consumer/send_path.py: ``Producer.send_many`` (the batch path) on both data planes, and ``send``'s fast
+path on Kafka.
 
 Checked: a batch lands whole and in order in each partition (keys where Java's partitioner puts
 them, an explicit partition for all, keyless records spread), its futures tell each record's
