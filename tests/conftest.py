@@ -94,6 +94,44 @@ def _zookeeper_only_in_zk_tests(request, monkeypatch):
     monkeypatch.setattr(zkserver.Server, "start", refuse)
 
 
+#: The markers of tests that may start a JVM or run for long; a test with none of them is in the
+#: no-server subset (docs/development.md), which must start no JVM.
+SERVER_MARKERS = ("zk", "kafka", "spark", "slow", "process", "model", "fuzz")
+
+
+@pytest.fixture(scope="session")
+def _failing_java(tmp_path_factory):
+    """(a folder holding a ``java`` that records who called it and exits 1, its record)."""
+    folder = tmp_path_factory.mktemp("java-bin")
+    calls = folder / "calls"
+    java = folder / "java"
+    java.write_text(f'#!/bin/sh\necho "$PYTEST_CURRENT_TEST: java $*" >> "{calls}"\n'
+                    'echo "java: not in the no-server subset" >&2\nexit 1\n')
+    java.chmod(0o755)
+    return folder, calls
+
+
+@pytest.fixture(autouse=True)
+def _no_jvm_in_the_no_server_subset(request, monkeypatch, _failing_java):
+    """Every test of the no-server subset runs with a ``java`` first on PATH that fails and
+    records the call, so the subset is known to start no JVM from every run of the suite (not
+    from a second run of the subset); a test that called it fails, naming the call."""
+    if any(request.node.get_closest_marker(m) is not None for m in SERVER_MARKERS):
+        yield
+        return
+    folder, calls = _failing_java
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    seen = calls.stat().st_size if calls.exists() else 0
+    yield
+    if calls.exists() and calls.stat().st_size > seen:
+        with open(calls) as f:
+            f.seek(seen)
+            called = f.read().strip().splitlines()[0]
+        pytest.fail(f"{request.node.nodeid} started a JVM ({called[:200]}) but has none of the markers "
+                    f"{', '.join(SERVER_MARKERS)}: mark it", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def zk_server():
     with provide_zookeeper(tick_ms=200, fsync=False) as provided:

@@ -1,8 +1,9 @@
 """The markers (tests/conftest.py) keep the fast subset free of ZooKeeper: a test that starts a
 server gets the ``zk`` marker however it starts it (the ``zk_server`` fixture, or the harness's
 ``Ensemble``/``provide_zookeeper``/``start_container`` in its code or its fixtures'), and in a
-test without that marker the harness refuses to start one. Checked with a ``java`` on PATH that
-records each call and fails: the fast subset never calls it."""
+test without that marker the harness refuses to start one. Every run of the suite runs the
+no-server subset with a ``java`` on PATH that records each call and fails (tests/conftest.py);
+the larger fast subset, the tools' processes included, is run that way by hand (``-m slow``)."""
 from __future__ import annotations
 
 import os
@@ -66,21 +67,40 @@ def test_a_server_started_where_the_marking_cannot_see_it_is_refused(tmp_path):
     assert not calls.exists()
 
 
-#: The documented no-server subset (docs/development.md): pure logic and the log, seconds.
-NO_SERVER = FAST + " and not process and not model and not fuzz"
 #: Only when asked for (``-m slow``): the fast subset with the tools' processes takes minutes.
 by_hand = pytest.mark.skipif("not re.search(r'(?<!not )\\bslow\\b', config.getoption('markexpr') or '')",
                              reason="the fast subset with processes runs by hand: -m slow")
 
 
-@pytest.mark.timeout(900)
-@pytest.mark.parametrize("subset", [pytest.param(NO_SERVER, id="no-server"),
-                                    pytest.param(FAST, id="with-processes", marks=[pytest.mark.slow, by_hand])])
-def test_the_fast_subset_starts_no_jvm(tmp_path, subset):
+def test_a_jvm_started_in_the_no_server_subset_fails_the_test(tmp_path):
+    """Every run of the suite runs the no-server subset with a failing ``java`` first on PATH
+    (tests/conftest.py): a test there that starts one fails, naming the call; a marked one may."""
+    test_file = tmp_path / "test_starts_java.py"
+    test_file.write_text(
+        "import subprocess\n\nimport pytest\n\n\n"
+        "def test_unmarked():\n"
+        "    subprocess.run(['java', '-version'], capture_output=True)\n\n\n"
+        "@pytest.mark.spark\n"
+        "def test_marked():\n"
+        "    assert __import__('os').environ['PATH'] == __import__('os').environ['GIVEN_PATH']\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("ZK_CONNECT", "PYTEST_ADDOPTS")}
+    env["GIVEN_PATH"] = env["PATH"]
+    done = pytest_run(["-q", "-p", "tests.conftest", "-W", "ignore::pytest.PytestUnknownMarkWarning", "--rootdir",
+                       str(tmp_path), "-c", os.devnull, str(test_file)], env, 120)
+    assert done.returncode == 1, done.stdout[-2000:]
+    assert "2 passed, 1 error" in done.stdout  # test_unmarked passes its call and fails its teardown, done.stdout[-2000:]
+    assert "test_unmarked started a JVM (test_starts_java.py::test_unmarked (call): java -version) but has none " \
+           "of the markers" in done.stdout, done.stdout[-2000:]
+
+
+@pytest.mark.timeout(3600)
+@pytest.mark.slow
+@by_hand
+def test_the_fast_subset_with_processes_starts_no_jvm(tmp_path):
+    """The larger fast subset, the tools' processes included, with a failing ``java`` (by hand:
+    it takes minutes)."""
     env, calls = failing_java(tmp_path)
-    # Not this test itself: it would run the subset again, inside the subset, without end.
-    done = pytest_run(["-q", "-m", subset, "-k", "not test_the_fast_subset_starts_no_jvm"], env,
-                      3500 if subset == FAST else 850)
+    done = pytest_run(["-q", "-m", FAST, "-k", "not test_the_fast_subset_with_processes_starts_no_jvm"], env, 3500)
     assert not calls.exists(), "java was started:\n" + calls.read_text()[:2000]
     assert REFUSAL not in done.stdout, done.stdout[-3000:]
     assert done.returncode == 0, done.stdout[-3000:]
