@@ -2,7 +2,8 @@
 
 One local[2,4] SparkSession for the whole module (two task slots; a failed task is retried
 up to 3 times). A coordinator runs in-process in every test; the log is written with
-``Log.append``.
+``Log.append``. What needs no Spark session is in the file named after its module:
+``test_spark_sink.py``, ``test_spark_publisher.py``, ``test_spark_progress.py``.
 """
 from __future__ import annotations
 
@@ -27,8 +28,8 @@ if shutil.which("java") is None:
 
 from coordinator import protocol  # noqa: E402
 from coordinator.coordinator import Coordinator, CoordinatorConfig  # noqa: E402
-from coordinator.errors import CorruptZnode, ZkGroupsError  # noqa: E402
-from consumer.spark.sink import ParquetBatchWriter, run_pipeline  # noqa: E402
+from coordinator.errors import CorruptZnode  # noqa: E402
+from consumer.spark.sink import run_pipeline  # noqa: E402
 from coordinator.topics import TopicRegistry  # noqa: E402
 from consumer.consumer import Consumer  # noqa: E402
 from consumer.log import Log  # noqa: E402
@@ -285,28 +286,6 @@ def test_a_killed_attempts_progress_is_what_it_processed_a_second_before(spark, 
     assert summary.records_all_attempts == summary.records + processed
 
 
-def test_progress_is_published_within_its_interval_while_the_loop_is_busy(zk):
-    """Counts handed over while the caller never comes back reach ZooKeeper within the interval;
-    a flush writes the latest at once and an older write never lands over it."""
-    from consumer.spark.publisher import ProgressPublisher
-
-    path = "/progress/a"
-    publisher = ProgressPublisher(zk, path, 0.2).start()
-    try:
-        def reported():
-            return zk.exists(path) and protocol.decode_spark_progress(zk.get(path)[0], path)
-
-        for n in range(1, 4):
-            publisher.update(n * 100, n, None)
-            wait_for(lambda: reported() and reported().records == n * 100, 10, message=f"update {n} published")
-        publisher.update(400, 4, 7)
-        publisher.flush()
-        assert reported()[:3] == (400, 4, 7)
-    finally:
-        publisher.close()
-    assert reported()[:3] == (400, 4, 7)
-
-
 def always_fail(batch):
     raise ValueError(f"bad record at {batch!r}")
 
@@ -432,16 +411,6 @@ def test_deaths_closer_than_the_budget_end_a_stream_under_task_retries_in_one_li
     wait_for(lambda: members(zk, "gc") == [], 10, message="every worker left the group")
 
 
-def test_redone_batch_is_cut_where_the_existing_file_ends(tmp_path):
-    writer = ParquetBatchWriter(str(tmp_path / "records"), fsync=False)
-    tp = TopicPartition("t", 3)
-    os.makedirs(writer.partition_dir(tp))
-    open(writer.path(tp, 2000, 2437), "wb").close()  # e.g. a partial batch flushed when a stream stopped
-    assert writer.existing_end(tp, 2000) == 2437
-    assert writer.existing_end(tp, 2437) is None
-    assert writer.existing_end(TopicPartition("t", 4), 0) is None
-
-
 def test_pipeline_runs_continue_exactly_once_after_a_lost_commit(spark, zk, zk_connect, coordinator, data_dir,
                                                                  tmp_path, caplog):
     fill(zk, data_dir, "r", 2, 2500)
@@ -503,24 +472,6 @@ KAFKA_FIELDS = [("key", "binary"), ("value", "binary"), ("topic", "string"), ("p
                 ("headers", "array<struct<key:string,value:binary>>")]
 
 
-def test_batches_read_as_columns_from_the_log_equal_those_built_from_records(tmp_path):
-    """The sink's two ways to a batch's Arrow table (the embedded log's columns, or the
-    records a consumer got) give the same table: fixed and varying values, keys and none,
-    headers, timestamps constant, in runs and per record, ranges across stored batches."""
-    from consumer.spark.sink import columns_table, records_table
-
-    tp = TopicPartition("t", 0)
-    with Log(str(tmp_path), fsync="never") as lg:
-        lg.append("t", 0, [(None, b"v%05d" % i, 1000, ()) for i in range(50)])
-        lg.append("t", 0, [(b"k%d" % i if i % 3 else None, b"x" * i, 2000 + i // 10, ()) for i in range(40)])
-        lg.append("t", 0, [(b"", b"", 3000 + i * 7, (("h", b"1"), ("n", None)) if i % 2 else ()) for i in range(30)])
-        lg.append("t", 0, [(None, b"", 5, ())] * 3)
-        for a, b in [(0, 123), (10, 60), (55, 95), (89, 123), (122, 123), (3, 4)]:
-            want = records_table(tp, lg.fetch("t", 0, a, max_records=b - a, max_bytes=1 << 30))
-            got = columns_table(tp, lg.fetch_columns("t", 0, a, max_records=b - a, max_bytes=1 << 40))
-            assert got.schema == want.schema and got.to_pylist() == want.to_pylist(), (a, b)
-
-
 def test_worker_progress_znodes_round_trip_and_bad_ones_are_one_clear_error():
     progress = protocol.SparkProgress(records=1200, batches=3, lag=None, at=1.5)
     assert protocol.decode_spark_progress(protocol.encode_spark_progress(progress), "/p") == progress
@@ -528,13 +479,6 @@ def test_worker_progress_znodes_round_trip_and_bad_ones_are_one_clear_error():
         with pytest.raises(CorruptZnode) as e:
             protocol.decode_spark_progress(raw, "/zkgroups-spark/runs/r/progress/w")
         assert "/zkgroups-spark/runs/r/progress/w" in str(e.value) and "\n" not in str(e.value)
-
-
-def test_output_of_another_layout_is_refused_before_anything_runs(tmp_path):
-    os.makedirs(tmp_path / "out" / "records" / "t-0")  # <topic>-<partition>/: not this layout
-    with pytest.raises(ZkGroupsError) as e:
-        run_pipeline(None, zk="127.0.0.1:1", group="g", topic="t", out=str(tmp_path / "out"))
-    assert "t-0" in str(e.value) and "\n" not in str(e.value)
 
 
 # ---------------------------------------------------------------- stream

@@ -37,3 +37,25 @@ def test_a_flush_writes_what_is_pending_now_and_over_a_znode_left_by_an_earlier_
     publisher.flush()
     assert progress(zk)[:3] == (7, 1, None)
     publisher.close()
+
+
+def test_progress_is_published_within_its_interval_while_the_loop_is_busy(zk):
+    """Counts handed over while the caller never comes back reach ZooKeeper within the interval;
+    a flush writes the latest at once and an older write never lands over it."""
+    from consumer.spark.publisher import ProgressPublisher
+
+    path = "/progress/a"
+    publisher = ProgressPublisher(zk, path, 0.2).start()
+    try:
+        def reported():
+            return zk.exists(path) and protocol.decode_spark_progress(zk.get(path)[0], path)
+
+        for n in range(1, 4):
+            publisher.update(n * 100, n, None)
+            wait_for(lambda: reported() and reported().records == n * 100, 10, message=f"update {n} published")
+        publisher.update(400, 4, 7)
+        publisher.flush()
+        assert reported()[:3] == (400, 4, 7)
+    finally:
+        publisher.close()
+    assert reported()[:3] == (400, 4, 7)
