@@ -18,10 +18,8 @@ The rule, read from the source (no imports):
   where its command is tested with what it serves, the file :data:`CLI_BY_COMMAND` names, which
   must run the command (its words appear in the file).
 * :data:`NAMED_OTHERWISE` maps a module to the one test file its family shares, with why;
-  :data:`ALLOWED` lists what has no logic worth a file of its own, with why; :data:`PENDING`
-  is what issue 33 has not reached yet. Each list only names modules that need it (checked),
-  so a test file added takes its module off :data:`PENDING`, and that list only shrinks: a
-  new module gets its test file with it, never an entry there.
+  :data:`ALLOWED` lists what has no logic worth a file of its own, with why. Each list only
+  names modules that need it (checked). A new module gets its test file with it.
 """
 import os
 
@@ -76,12 +74,6 @@ ALLOWED = {
                              "test_shard_terms.py); the whole is tests/coordinator/test_coordinator.py",
 }
 
-#: Modules issue 33 has not given a test file yet (their tests live in files named otherwise).
-#: Only shrinks: give one its file (moving the tests that chiefly exercise it), then drop it here.
-PENDING = {
-    "consumer/spark/driver.py", "consumer/spark/executor.py",
-}
-
 
 def runtime_modules():
     """{path: lines} of the runtime modules the rule is about (see the module docstring)."""
@@ -131,7 +123,7 @@ def without_a_test_file():
 
 
 def test_every_runtime_module_with_logic_has_a_test_file_named_after_it():
-    missing = set(without_a_test_file()) - set(NAMED_OTHERWISE) - set(CLI_BY_COMMAND) - set(ALLOWED) - PENDING
+    missing = set(without_a_test_file()) - set(NAMED_OTHERWISE) - set(CLI_BY_COMMAND) - set(ALLOWED)
     assert not missing, (f"runtime modules over {MIN_LINES} lines without a test file named after them (add "
                          f"tests/<consumer|coordinator|unit>/test_<module>.py, see this file's docstring): "
                          f"{sorted(missing)}")
@@ -141,7 +133,7 @@ def test_the_lists_name_only_modules_that_need_them():
     """An entry whose module got a test file named after it, went below MIN_LINES or was
     renamed goes; a module is in one list at most; every reason is given."""
     lacking = set(without_a_test_file())
-    listed = [set(NAMED_OTHERWISE), set(CLI_BY_COMMAND), set(ALLOWED), PENDING]
+    listed = [set(NAMED_OTHERWISE), set(CLI_BY_COMMAND), set(ALLOWED)]
     assert all(not a & b for i, a in enumerate(listed) for b in listed[i + 1:]), "a module in two lists"
     stale = set().union(*listed) - lacking
     assert not stale, f"no longer without a test file named after them (drop them from the lists): {sorted(stale)}"
