@@ -170,6 +170,7 @@ class ShareConsumer(Lifecycle[ShareConsumerState]):
 
     def _register(self) -> None:
         self._lost.clear()
+        self._exchange.unregistered = False
         create_ephemeral(self._client, share_members_path(self.group_id, self.member_id), self._member.encode(),
                          lambda _holder: REPLACE, stopped=lambda: self.state is ShareConsumerState.CLOSED)
 
@@ -186,12 +187,17 @@ class ShareConsumer(Lifecycle[ShareConsumerState]):
     def _keep_up(self) -> None:
         """Register again after a lost session, look at the partitions and members again when
         due, give back what waited too long."""
-        if self._lost.is_set():   # the session ended: the coordinator released what it held
-            self._buffer.forget()
-            self._register()
+        if self._lost.is_set() or self._exchange.unregistered:
+            self._register_again()
         if time.monotonic() - self._refreshed > REFRESH_S:
             self._refresh_partitions()
         self._buffer.drop_stale(self._group_config.lock_duration_ms)
+
+    def _register_again(self) -> None:
+        """The session ended or the registration is gone: the coordinator releases what this
+        member held, so what it acquired and did not hand out is forgotten; register again."""
+        self._buffer.forget()
+        self._register()
 
     def _fair_share(self) -> int:
         """The most records this member takes at once: its share of the records the group may
@@ -374,6 +380,9 @@ class ShareConsumer(Lifecycle[ShareConsumerState]):
     def _write(self, tp: TopicPartition, want: int) -> None:
         started = time.monotonic()
         outcome = self._exchange.exchange(tp, self._acks_of(tp), want, self._buffer.undelivered.get(tp, ()))
+        if not outcome.written and self._exchange.unregistered:   # write again once registered
+            self._register_again()
+            outcome = self._exchange.exchange(tp, self._acks_of(tp), want, self._buffer.undelivered.get(tp, ()))
         if outcome.written:
             self._buffer.undelivered.pop(tp, None)
             self._acknowledgements_sent(tp, outcome)

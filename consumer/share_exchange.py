@@ -77,6 +77,10 @@ class ShareExchange:
         # on the version, and the state is read).
         self._written: Dict[TopicPartition, Tuple[SharePartitionState, int]] = {}
         self._sequence = 0       # numbers this member's writes (their ids)
+        self._registration = share_members_path(group, member_id)
+        # Set when a write found this member's registration gone (its session ended, or it was
+        # removed): it must register again before it writes (ShareConsumer does, and clears it).
+        self.unregistered = False
 
     def exchange(self, tp: TopicPartition, acks: Dict[int, List[Ack]], want: int,
                  undelivered: Sequence[Tuple[int, int, int]] = ()) -> Outcome:
@@ -110,6 +114,8 @@ class ShareExchange:
                 outcome.written = True
                 return outcome
             if not self._set(tp, path, state, version):
+                if self.unregistered:
+                    return Outcome()
                 self.conflicts += 1
                 continue
             self.writes += 1
@@ -120,19 +126,34 @@ class ShareExchange:
         return Outcome()
 
     def _set(self, tp: TopicPartition, path: str, state: SharePartitionState, version: int) -> bool:
-        """Write ``state`` at ``version``: True if it was written, False if another write came
-        first. Each write carries an id of its own (the state keeps the last few): a write whose
-        answer was lost (the connection dropped) was made if its id is in the znode now."""
+        """Write ``state`` at ``version``, in one transaction with a check that this member's
+        registration exists: True if it was written, False if another write came first or the
+        registration is gone (``unregistered``). Each write carries an id of its own (the state
+        keeps the last few): a write whose answer was lost (the connection dropped) was made if
+        its id is in the znode now.
+
+        The check keeps a member whose session ended from writing on the session that replaced
+        it before it registered again: the coordinator ends the locks of members without a
+        registration, so records acquired then would be given to another member while this one
+        works on them. A session's ephemeral registration is gone once the session has ended,
+        so a registration that exists is this session's."""
         self._sequence += 1
         write_id = f"{self.member_id}:{self._sequence}"
         rules.note_write(state, write_id)
+        write = self.client.transaction()
+        write.check(self._registration, -1)
+        write.set_data(path, state.encode(), version=version)
         try:
-            self._written[tp] = (state, self.client.set(path, state.encode(), version=version).version)
-            return True
-        except (BadVersionError, NoNodeError):
-            return False
+            registered, written = write.commit()
         except CONNECTION_ERRORS:
             return self._made(path, write_id)
+        if isinstance(registered, NoNodeError):
+            self.unregistered = True
+            return False
+        if isinstance(written, Exception):   # BadVersion or NoNode: another write came first
+            return False
+        self._written[tp] = (state, written.version)
+        return True
 
     def _made(self, path: str, write_id: str) -> bool:
         """Whether the write ``write_id`` is in the znode (asked until ZooKeeper answers; a
@@ -290,6 +311,8 @@ class ShareExchange:
             if self._set(tp, path, state, version):
                 self.writes += 1
                 return True
+            if self.unregistered:
+                return False   # as an expired claim: the next writer finds these letters
             self.conflicts += 1
         return False
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from consumer import AcknowledgeType
+from consumer import AcknowledgeType, TopicPartition
+from coordinator.protocol.share import share_members_path
 from tests.share.conftest import configure, drain, state
 from tests.support.helpers import fill, wait_for
 
@@ -31,3 +32,23 @@ def test_past_the_delivery_limit_a_record_goes_to_the_dead_letter_topic(zk, make
     headers = dict(letter.headers)
     assert letter.value == b"t-0-0"
     assert headers["zkgroups.dlq.reason"] == b"delivery-limit" and headers["zkgroups.dlq.delivery.count"] == b"2"
+
+
+def test_a_member_whose_registration_is_gone_writes_nothing_until_it_registered_again(zk, make, data_dir):
+    """Its write checks its registration in the same transaction: with the registration gone (a
+    session ended and replaced, or removed by hand) the write changes nothing, the member
+    registers again and then writes; nothing is acquired while it is not registered."""
+    fill(data_dir, "t", [4], zk=zk)
+    configure(zk, share_auto_offset_reset="earliest")
+    c = make(share_acknowledgement_mode="explicit", max_poll_records=1)
+    (first,) = drain(c, 1)
+    registration = share_members_path("q", c.member_id)
+    before = state(zk)
+    zk.delete(registration)
+    assert c._exchange.exchange(TopicPartition("t", 0), {}, 1).written is False
+    assert c._exchange.unregistered and state(zk).ranges == before.ranges and not zk.exists(registration)
+    c.acknowledge(first)
+    (second,) = drain(c, 1)   # registered again, then acknowledged and acquired
+    assert zk.exists(registration) and not c._exchange.unregistered
+    assert second.offset != first.offset
+    assert c.commit_sync() == {TopicPartition("t", 0): None}
