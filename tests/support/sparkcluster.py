@@ -66,7 +66,9 @@ class SparkTestbed:
                  kafka_brokers: int = 1, netns: Optional[bool] = None, shared: Sequence[str] = ()):
         from tests.chaos import network
         self.base_dir, self.workers, self.cores, self.memory = base_dir, workers, cores, memory
-        self.shared = [os.path.abspath(p) for p in (base_dir, *shared)]  # disks every host mounts
+        # Disks every host mounts, and the software every host has at the same path (this
+        # checkout and its Python: a checkout under /tmp is otherwise missing on the hosts).
+        self.shared = [os.path.abspath(p) for p in (base_dir, *shared, ROOT, sys.prefix)]
         self.kafka_brokers = kafka_brokers
         self.netns = network.unavailable() is None if netns is None else netns
         self.net = None
