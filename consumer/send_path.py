@@ -28,6 +28,7 @@ call of ours per record: the batch path for loaders (:doc:`/guides/producer`).
 from __future__ import annotations
 
 import itertools
+import random
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -51,7 +52,6 @@ class TopicInfo:
     __slots__ = ("partitions", "expires", "next")
 
     def __init__(self, partitions: int, expires: float):
-        import random
         self.partitions, self.expires = partitions, expires
         self.next = random.randrange(partitions)  # spread producers that start together
 
