@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 from kazoo.exceptions import (BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError,
-                              SessionExpiredError)
+                               RolledBackError, SessionExpiredError)
 
 from coordinator import share_partition as rules
 from coordinator.errors import OffsetOutOfRange, ZooKeeperUnavailable
@@ -150,6 +150,10 @@ class ShareExchange:
         if isinstance(registered, NoNodeError):
             self.unregistered = True
             return False
+        for result in (registered, written):   # anything but a lost race is ZooKeeper's answer (NoAuth, ...)
+            if isinstance(result, Exception) and not isinstance(result, (RolledBackError, BadVersionError,
+                                                                          NoNodeError)):
+                raise result
         if isinstance(written, Exception):   # BadVersion or NoNode: another write came first
             return False
         self._written[tp] = (state, written.version)

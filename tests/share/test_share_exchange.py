@@ -52,3 +52,39 @@ def test_a_member_whose_registration_is_gone_writes_nothing_until_it_registered_
     assert zk.exists(registration) and not c._exchange.unregistered
     assert second.offset != first.offset
     assert c.commit_sync() == {TopicPartition("t", 0): None}
+
+
+def test_a_write_zookeeper_refuses_raises_its_answer_and_a_lost_race_does_not():
+    """Past the registration check, a write refused (NoAuth, say) is ZooKeeper's answer raised,
+    not a lost race retried; a version that moved on is a lost race."""
+    from kazoo.exceptions import BadVersionError, NoAuthError, RolledBackError
+    from coordinator.protocol.share import SharePartitionState
+    from consumer.share_exchange import ShareExchange
+
+    class Transaction:
+        def __init__(self, answers):
+            self.answers = answers
+
+        def check(self, path, version):
+            pass
+
+        def set_data(self, path, value, version):
+            pass
+
+        def commit(self):
+            return self.answers
+
+    class Client:
+        answers = None
+
+        def transaction(self):
+            return Transaction(self.answers)
+
+    client = Client()
+    exchange = ShareExchange(client, None, "q", "m", lambda: None)
+    tp, state = TopicPartition("t", 0), SharePartitionState(start=0)
+    client.answers = [RolledBackError(), BadVersionError()]
+    assert exchange._set(tp, "/p", state, 3) is False and not exchange.unregistered
+    client.answers = [True, NoAuthError()]
+    with pytest.raises(NoAuthError):
+        exchange._set(tp, "/p", state, 3)
