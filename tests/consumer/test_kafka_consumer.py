@@ -23,6 +23,7 @@ from consumer import Consumer, ConsumerRecord, TopicPartition
 from coordinator import protocol, read
 from coordinator.errors import CommitFailedError
 from coordinator.topics import TopicRegistry
+from tests.support.consumers import consume_until as consume
 from tests.support.groups import read_state, wait_stable
 from tests.support.helpers import GROUPCTL, check_consumed, wait_for
 from tests.consumer.test_consumer import polled
@@ -69,15 +70,6 @@ def positioned(consumer, partitions: int) -> bool:
         return len([consumer.position(tp) for tp in consumer.assignment()]) == partitions
     except Exception:
         return False
-
-
-def consume(consumer, count, timeout=30.0, **poll):
-    got = []
-    deadline = time.monotonic() + timeout
-    while len(got) < count and time.monotonic() < deadline:
-        for records in consumer.poll(timeout_ms=100, **poll).values():
-            got.extend(records)
-    return got
 
 
 def test_everything_once_committed_in_zookeeper_and_copied_to_kafka(cluster, zk, kafka_cluster, topic, consumers):

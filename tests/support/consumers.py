@@ -21,7 +21,8 @@ def polled(*consumers) -> bool:
     return True
 
 
-def consume_until(consumer, count, timeout=20.0, **poll):
+def consume_until(consumer, count, timeout=30.0, **poll):
+    """Poll ``consumer`` until ``count`` records came or ``timeout`` passed; the records."""
     got = []
     deadline = time.monotonic() + timeout
     while len(got) < count and time.monotonic() < deadline:
