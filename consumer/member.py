@@ -241,7 +241,7 @@ class GroupMember(Lifecycle[MemberState]):
         self._channel = CommandChannel(client, group, self.consumer_id, self._watch_channel)
         self._thread: Optional[threading.Thread] = None
         self._joined_at = 0.0
-        self._warned_no_coordinator = False
+        self._coordinator_checked = False  # looked for a leader once (warned, or saw one)
         self._registrar = Registrar(client, group, self.consumer_id, self.registration, self._session_timeout_s,
                                     stopped=lambda: self.state is MemberState.CLOSED)
         self._fenced_by: Optional[FencedInstanceIdError] = None  # why it is FENCED (set before the move)
@@ -363,7 +363,7 @@ class GroupMember(Lifecycle[MemberState]):
     def _run(self) -> None:
         self._events.put(Event.CHANNEL)
         while True:
-            event = self._events.get(HOUSEKEEPING_S)
+            event = self._events.get(self._housekeeping_timeout())
             if event is None:
                 self._housekeeping()
                 continue
@@ -405,6 +405,13 @@ class GroupMember(Lifecycle[MemberState]):
         elif event is Event.CHANNEL:
             self._process_channel()
 
+    def _housekeeping_timeout(self) -> Optional[float]:
+        """How long the member thread may wait for an event: for ever when housekeeping has
+        nothing to do (a thousand idle members waking each second cost their process a core)."""
+        if self._claims.unserved or (self.generation < 0 and not self._coordinator_checked):
+            return HOUSEKEEPING_S
+        return None
+
     def _housekeeping(self) -> None:
         """Retry releasing partitions it cannot serve; say once when a member that joined a while
         ago has no assignment and no coordinator runs."""
@@ -413,14 +420,16 @@ class GroupMember(Lifecycle[MemberState]):
                 self._claims.release_unserved()
             except (KazooException, ZooKeeperUnavailable):
                 pass  # tried again at the next round
-        if (self.state is MemberState.JOINED and self.generation < 0 and not self._warned_no_coordinator
+        if (self.state is MemberState.JOINED and self.generation < 0 and not self._coordinator_checked
                 and time.monotonic() - self._joined_at > NO_COORDINATOR_WARNING_S and self._connected.is_set()):
             try:
                 leader = self.client.exists(protocol.LEADER)
             except KazooException:
                 return
+            # Once: a member still waiting for its first assignment under a running leader must
+            # not ask again every second (10,000 such members made 10,000 requests a second).
+            self._coordinator_checked = True
             if leader is None:
-                self._warned_no_coordinator = True
                 log.warning("no coordinator is running for group %s (nothing at %s): start bin/coordinatord",
                             self.group, protocol.LEADER)
 

@@ -34,3 +34,21 @@ def test_a_member_says_once_when_no_coordinator_is_running(zk_connect, data_dir,
                  message="the warning")
         time.sleep(0.5)  # several more housekeeping rounds: the warning is not repeated
     assert len([r for r in caplog.records if "no coordinator is running" in r.getMessage()]) == 1
+
+
+def test_a_member_waiting_under_a_running_leader_looks_for_it_once(zk, monkeypatch):
+    """10,000 members waiting for their first assignment asked for the leader every second."""
+    from consumer import member
+    monkeypatch.setattr(member, "NO_COORDINATOR_WARNING_S", 0.1)
+    monkeypatch.setattr(member, "HOUSEKEEPING_S", 0.05)
+    zk.create(protocol.LEADER, b"", makepath=True)  # a leader that never assigns
+    asked = []
+    exists = zk.exists
+    monkeypatch.setattr(zk, "exists", lambda path, *a, **kw: (asked.append(path), exists(path, *a, **kw))[1])
+    m = member.GroupMember(zk, "waiting", {"t": 1}, listener=member.MemberListener()).start()
+    try:
+        wait_for(lambda: protocol.LEADER in asked, message="the leader looked for")
+        time.sleep(0.5)  # ten more housekeeping rounds without an assignment
+        assert asked.count(protocol.LEADER) == 1
+    finally:
+        m.close()
