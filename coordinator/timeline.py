@@ -11,8 +11,9 @@ wrote and the ring's previous entry: who joined and who left (the members after 
 entry against those after this one), whether a topic grew, static members away, back, or
 gone past their grace, members left out for not acking, and the coordinator's own reasons.
 
-Cost: per recorded rebalance, one pipelined read (state and timeline) and one write fenced by
-the shard epoch, after the members acked (never on their path); a group's ring is one znode of
+Cost: per recorded rebalance, one write fenced by the shard epoch (and a pipelined read of
+the state and the ring when the node does not know them), after the members acked (never on
+their path); a group's ring is one znode of
 about 10 KB (entries name at most :data:`~coordinator.protocol.groups.TIMELINE_IDS` consumer ids per
 list, so even a group of thousands of members stays far below ZooKeeper's 1 MB).
 
@@ -24,9 +25,10 @@ with the members before taken from the last entry there is).
 from __future__ import annotations
 
 import logging
-from typing import Dict, List, Optional, Sequence
+import threading
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import BadVersionError, KazooException, NodeExistsError, NoNodeError
 
 from coordinator import protocol
 from coordinator.errors import CorruptZnode
@@ -41,6 +43,9 @@ JOIN, LEAVE, TOPIC_GREW, TOPIC_ADDED = "join", "leave", "topic grew", "topic add
 STATIC_AWAY, STATIC_BACK, STATIC_EXPIRED = "static member away", "static member back", "static member's grace ended"
 NOT_ACKED, REPAIRED, CHANGED = "members did not ack", "ownership repaired", "membership changed"
 SUPERSEDED, HELD = "Superseded", "Held"
+
+#: How many groups' rings a node remembers (each at most a ring of ~10 KB).
+RINGS_KEPT = 4096
 
 
 def topic_counts(state: GroupState) -> Dict[str, int]:
@@ -103,15 +108,22 @@ def build_record(state: GroupState, previous: Optional[RebalanceRecord], outcome
 class TimelineRecorder:
     """Appends entries to the timelines of the groups a node leads. Its handler threads call
     :meth:`record`; a group is never handled by two threads of a node at once, and the shard
-    fence keeps other nodes out, so two records of one group never race. It keeps no state:
-    everything an entry needs is in ZooKeeper (a node taking a group over goes on from the
-    entries its predecessor wrote).
+    fence keeps other nodes out, so two records of one group never race.
+
+    It remembers the ring it last wrote of each group (at most :data:`RINGS_KEPT`) with its
+    znode version, and the run hands it the state it left, so an entry costs one write and no
+    read: a cold start of 1,000 groups read 2,000 znodes for nothing. The write is made at that
+    version; if another node wrote the ring since (the shard moved away and back), it fails,
+    and the entry is made again from the ring as read. Everything an entry needs is in
+    ZooKeeper: a node taking a group over goes on from the entries its predecessor wrote.
 
     Nothing here raises into the rebalance: a failed write is one warning (the group was
     rebalanced; only its history misses a line)."""
 
     def __init__(self, client, node_id: str):
         self.client, self.node_id = client, node_id
+        self._rings: Dict[str, Tuple[List[RebalanceRecord], int]] = {}  # group -> (ring, znode version)
+        self._lock = threading.Lock()  # guards _rings' size, not a group's entry (one thread each)
 
     def record(self, group: str, fence: Fence, outcome: Optional[Outcome] = None, failed: bool = False,
                superseded: bool = False) -> None:
@@ -119,32 +131,36 @@ class TimelineRecorder:
         generation; or, unchanged with a static member held away, a hold), ``failed``
         (retries exhausted) or ``superseded`` (the group changed while its members applied it)."""
         try:
-            self._record(group, fence, outcome, failed, superseded)
+            try:
+                self._record(group, fence, outcome, failed, superseded, self._rings.pop(group, None))
+            except TransactionFailed as e:
+                if e.index != 1 or not isinstance(e.error, (BadVersionError, NodeExistsError, NoNodeError)):
+                    raise
+                self._record(group, fence, outcome, failed, superseded, None)  # written since: read it
         except Deposed:
             pass  # another node leads the group now: its history is that node's to write
         except (KazooException, TransactionFailed, CorruptZnode) as e:
             log.warning("group %s: its rebalance timeline was not updated (%s)", group, type(e).__name__,
                         extra={"group": group, "error": type(e).__name__})
 
-    def _record(self, group: str, fence: Fence, outcome: Optional[Outcome], failed: bool, superseded: bool) -> None:
+    def _record(self, group: str, fence: Fence, outcome: Optional[Outcome], failed: bool, superseded: bool,
+                known: Optional[Tuple[List[RebalanceRecord], int]]) -> None:
         path = protocol.timeline_path(group)
-        state_async, ring_async = self.client.get_async(protocol.state_path(group)), self.client.get_async(path)
-        wait_in_order([state_async, ring_async])
-        state = GroupState.decode(state_async.get()[0], protocol.state_path(group))
-        try:
-            raw, stat = ring_async.get()
-            version: Optional[int] = stat.version
-        except NoNodeError:
-            raw, version = b"", None
-        try:
-            ring = protocol.decode_timeline(raw, path)
-        except CorruptZnode as e:
-            log.error("group %s: %s; its timeline starts again", group, e)
-            ring = []
+        state = outcome.final_state if outcome is not None else None
+        ring, version = known if known is not None else ([], None)
+        if state is None or known is None:
+            state_async = None if state is not None else self.client.get_async(protocol.state_path(group))
+            ring_async = None if known is not None else self.client.get_async(path)
+            wait_in_order([a for a in (state_async, ring_async) if a is not None])
+            if state_async is not None:
+                state = GroupState.decode(state_async.get()[0], protocol.state_path(group))
+            if ring_async is not None:
+                ring, version = self._read_ring(group, ring_async)
         previous = ring[-1] if ring else None
         if outcome is not None and not outcome.changed:
             # A static member held away: recorded once per hold (every check until it ends finds the same).
             if previous is not None and previous.held == held_until(state):
+                self._keep(group, ring, version)
                 return
             kind = HELD
         else:
@@ -155,9 +171,34 @@ class TimelineRecorder:
                              duration_ms=outcome.duration_ms if outcome and kind != HELD else None,
                              excluded=outcome.excluded if outcome else ())
         t = fenced(self.client, fence)
-        data = protocol.encode_timeline(ring + [entry])
+        ring = (ring + [entry])[-protocol.TIMELINE_ENTRIES:]
+        data = protocol.encode_timeline(ring)
         if version is None:
             t.create(path, data)
         else:
             t.set_data(path, data, version=version)
-        fenced_commit(t, fence)
+        written = fenced_commit(t, fence)[1]
+        self._keep(group, ring, getattr(written, "version", 0))
+
+    @staticmethod
+    def _read_ring(group: str, ring_async) -> Tuple[List[RebalanceRecord], Optional[int]]:
+        """The ring as read and its version (None: there is none yet); a damaged one starts again."""
+        path = protocol.timeline_path(group)
+        try:
+            raw, stat = ring_async.get()
+            version: Optional[int] = stat.version
+        except NoNodeError:
+            raw, version = b"", None
+        try:
+            return protocol.decode_timeline(raw, path), version
+        except CorruptZnode as e:
+            log.error("group %s: %s; its timeline starts again", group, e)
+            return [], version
+
+    def _keep(self, group: str, ring: List[RebalanceRecord], version: Optional[int]) -> None:
+        if version is None:
+            return
+        with self._lock:
+            if len(self._rings) >= RINGS_KEPT:
+                self._rings.pop(next(iter(self._rings)))  # the longest kept
+            self._rings[group] = (ring, version)

@@ -1,12 +1,15 @@
 """The decisions of a rebalance run's named steps (coordinator.rebalance, coordinator.plan), from
 fixture snapshots: which plan an attempt uses, which generation it writes, what it blames when
 acks are late, whether returning static members are all a group needs, and the group state each
-step writes. No ZooKeeper."""
+step writes; a registration decoded once. No ZooKeeper."""
+import pytest
+
 from coordinator import protocol, static
+from coordinator.errors import CorruptZnode
 from coordinator.plan import (Plan, Snapshot, acked_state, compute_plan, failed_state, late_partitions,
                               rebalancing_state, restorable, settled_state, static_hold)
 from coordinator.protocol import GroupState, Registration
-from coordinator.rebalance import choose_plan, next_generation
+from coordinator.rebalance import choose_plan, decode_registration, next_generation
 
 ASSIGNED = {"t": {0: "a-0", 1: "a-0", 2: "b-0", 3: "b-0"}}
 #: A state verified when ids/ and channel/ were at pzxids 10 and 11 and t had 4 partitions.
@@ -116,3 +119,14 @@ def test_the_state_out_of_retries_is_failed_with_the_last_generation_and_assignm
     state = failed_state(snap, compute_plan(snap), "members ['c'] did not ack", epoch=2)
     assert (state.state, state.generation, state.assignment, state.members, state.error) == \
         (protocol.FAILED, 3, ASSIGNED, ["a", "b", "c"], "members ['c'] did not ack")
+
+
+# ---------------------------------------------------------------- read_snapshot: decode_registration
+
+def test_a_registration_is_decoded_once_and_a_damaged_one_every_time():
+    raw = Registration({"t": 1}, strategies=["sticky"], timestamp=1).encode()
+    first = decode_registration(raw, "ids/a")
+    assert first == Registration.decode(raw, "ids/a") and decode_registration(raw, "ids/b") is first
+    for _ in range(2):
+        with pytest.raises(CorruptZnode, match="ids/c"):
+            decode_registration(b"{not json", "ids/c")
