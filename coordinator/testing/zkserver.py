@@ -29,6 +29,7 @@ import socket
 import subprocess
 import tempfile
 import ssl
+import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -55,10 +56,42 @@ class ZooKeeperNotFound(RuntimeError):
     pass
 
 
+#: Where :func:`free_port` looks: below Linux's default ephemeral range (32768–60999), so that
+#: no outgoing connection's source port and no ``bind(0)`` can take a server's port while the
+#: server is down for a restart; each pytest-xdist worker has a slice of its own.
+PORT_RANGE = (20000, 32000)
+_ports_lock = threading.Lock()
+_ports_handed_out: set = set()
+
+
+def _port_slice() -> Tuple[int, int]:
+    low, high = PORT_RANGE
+    worker, workers = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and workers.isdigit() and int(workers) > 0:
+        width = (high - low) // int(workers)
+        low += int(worker[2:]) % int(workers) * width
+        high = low + width
+    return low, high
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now, never handed out before by this process, from this worker's
+    slice of :data:`PORT_RANGE` (processes of one worker start at different places in it)."""
+    low, high = _port_slice()
+    start = low + os.getpid() * 7919 % (high - low)
+    with _ports_lock:
+        for i in range(high - low):
+            port = low + (start - low + i) % (high - low)
+            if port in _ports_handed_out:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _ports_handed_out.add(port)
+            return port
+    raise OSError(f"no free port left in {low}-{high}")
 
 
 def four_letter(host: str, port: int, word: str, timeout: float = 1.0,

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -27,6 +26,7 @@ from typing import Dict, List, Optional
 
 import yaml
 
+from coordinator.testing.zkserver import free_port
 from tests.support.helpers import wait_for
 
 PROMETHEUS = shutil.which("prometheus")
@@ -53,12 +53,6 @@ def shortened_rules(text: str, factor: int = 60) -> str:
                   lambda m: "[" + _duration(_seconds(m.group(1), m.group(2)) / factor)
                   + (":" + _duration(_seconds(m.group(4), m.group(5)) / factor) if m.group(3) else "") + "]", text)
     return re.sub(r"(_seconds\)\s*>\s*)(\d+)\b", lambda m: m.group(1) + f"{int(m.group(2)) / factor:g}", text)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class PrometheusServer:
