@@ -18,13 +18,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Set
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from kazoo.exceptions import NoNodeError
 
 from coordinator import protocol
 from coordinator.errors import CommitFailedError, ZooKeeperUnavailable
-from coordinator.zkclient import UNREACHABLE, TransactionFailed, commit, wait_in_order
+from coordinator.zkclient import UNREACHABLE, TransactionFailed, commit, transaction_results, wait_in_order
 from consumer.lease import Lease
 from consumer.offsets import Holdings, offsets_answers, read_offsets, read_offsets_async, refusal
 from consumer.ownership import Part, Role, add_ops, claim_transactions, partition_numbers, release_one, \
@@ -67,10 +67,11 @@ class Claims:
         owners/<topic> per topic, whose watch wakes us when an owner node goes) and at their
         offsets znodes (after the listing, so a partition released before it has its final
         commit in them: see ``_look_at``), in one round trip; then it claims those that are
-        free, :data:`~consumer.ownership.CLAIM_PARTITIONS` a transaction, one transaction after
-        the other: each creates the owner nodes of its partitions and rewrites their offsets znodes at the
-        versions just read, or creates the ones that do not exist (the fencing token). The
-        transaction that claims the last of them deletes the acks too."""
+        free, :data:`~consumer.ownership.CLAIM_PARTITIONS` a transaction: each creates the owner
+        nodes of its partitions and rewrites their offsets znodes at the versions just read, or
+        creates the ones that do not exist (the fencing token). They go out pipelined, in one
+        round trip, but for the one that claims the last of them and deletes the acks: it goes
+        once all the others applied."""
         waiting = dict(added)
         released = threading.Event()
 
@@ -85,34 +86,53 @@ class Claims:
             if free or last:
                 parts = claim_transactions(self.group, {tp: waiting[tp] for tp in free}, current,
                                            acks if last else [])
-                try:
-                    for part in parts:
-                        self._claim_part(part, current, session, committed)
-                        for tp in part.partitions:
-                            del waiting[tp]
+                # Independent transactions go out together; the one carrying the acks only
+                # once all the others applied (an ack says every partition is claimed).
+                together, after = (parts[:-1], parts[-1:]) if last else (parts, [])
+                failed = (self._claim_parts(together, current, session, committed, waiting)
+                          or self._claim_parts(after, current, session, committed, waiting))
+                if failed is None:
                     if last:
                         return True
                     continue  # claim the others as they are released
-                except TransactionFailed as e:
-                    if isinstance(e.error, NoNodeError) and part.role(e.index) is Role.DELETE:  # an ack already gone
-                        acks = [p for p in acks if self.client.exists(p)]
-                    # else an owner node was taken or an offset written since we looked: look again
+                part, e = failed
+                if isinstance(e.error, NoNodeError) and part.role(e.index) is Role.DELETE:  # an ack already gone
+                    acks = [p for p in acks if self.client.exists(p)]
+                # else an owner node was taken or an offset written since we looked: look again
             if superseded(acks):
                 return False
             if not free and not released.wait(0.25):
                 self._adopt_own(waiting, session, committed)  # quiet for a while: is one of them ours?
 
-    def _claim_part(self, part: Part, current, session: int, committed: Dict[TopicPartition, Optional[int]]) -> None:
-        """Send one claim transaction (:func:`~consumer.ownership.claim_transactions`: the owner
-        nodes, the offsets znodes at the versions in ``current``, the acks of the last); record
-        its partitions as owned. TransactionFailed if any of it could not apply (nothing did)."""
+    def _claim_parts(self, parts: List[Part], current, session: int, committed: Dict[TopicPartition, Optional[int]],
+                     waiting: Dict[TopicPartition, str]) -> Optional[Tuple[Part, TransactionFailed]]:
+        """Send claim transactions (:func:`~consumer.ownership.claim_transactions`: the owner
+        nodes, the offsets znodes at the versions in ``current``, the acks of the last)
+        pipelined, in one round trip; record the partitions of each that applied as owned and
+        no longer ``waiting``. The first that could not apply (nothing of it did) and its
+        failure, or None. A lost answer raises once those that came are recorded."""
         sent = time.monotonic()
-        if part.ops:
-            commit(part.transaction(self.client))
-        for tp in part.partitions:
-            self.offsets_listed.setdefault(tp.topic, set()).add(tp.partition)
-        self._record_claim(part.partitions, {tp: current[tp] for tp in part.partitions}, part.tokens, session, sent,
-                           committed)
+        answers = [(part, part.transaction(self.client).commit_async() if part.ops else None) for part in parts]
+        wait_in_order([a for _, a in answers if a is not None])
+        failed, lost = None, None
+        for part, answer in answers:
+            try:
+                if answer is not None:
+                    transaction_results(answer.get())
+            except TransactionFailed as e:
+                failed = failed or (part, e)
+                continue
+            except UNREACHABLE as e:
+                lost = lost or e
+                continue
+            for tp in part.partitions:
+                self.offsets_listed.setdefault(tp.topic, set()).add(tp.partition)
+                del waiting[tp]
+            self._record_claim(part.partitions, {tp: current[tp] for tp in part.partitions}, part.tokens, session,
+                               sent, committed)
+        if lost is not None:
+            raise lost
+        return failed
 
     def _look_at(self, waiting: Dict[TopicPartition, str], watch):
         """Which of ``waiting`` hold an owner node (listings of owners/<topic> watched by

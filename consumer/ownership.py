@@ -31,8 +31,8 @@ from coordinator import protocol
 from consumer.records import TopicPartition
 
 #: A claim creates the owner nodes of at most this many partitions per transaction (and
-#: writes as many offsets znodes), one transaction after the other. ZooKeeper runs the writes
-#: of all its clients one at a time, so one transaction of thousands of operations holds up
+#: writes as many offsets znodes; a member pipelines them). ZooKeeper runs the writes of all
+#: its clients one at a time, so one transaction of thousands of operations holds up
 #: every other session's requests, heartbeats included, and costs it more per operation than
 #: several small ones (10 members claiming 900 new partitions each: one transaction each, other
 #: sessions waited 2-3 s; 100 partitions a transaction, 0.2-0.3 s, and all was claimed sooner).

@@ -606,9 +606,14 @@ def commit(transaction, timeout: Optional[float] = None) -> list:
     ``timeout``, waiting for the answer is bounded (``KazooTimeoutError``; the transaction may
     still apply later). An operation the znodes' ACLs refuse raises kazoo's ``NoAuthError``.
     """
+    return transaction_results(transaction.commit_async().get(timeout=timeout))
+
+
+def transaction_results(results: list) -> list:
+    """``results``, the answer of a committed transaction (say, one of several pipelined with
+    ``commit_async``); raise :class:`TransactionFailed` or ``NoAuthError`` as :func:`commit`."""
     from kazoo.exceptions import NoAuthError, RolledBackError, RuntimeInconsistency
 
-    results = transaction.commit_async().get(timeout=timeout)
     for result in results:
         if isinstance(result, NoAuthError):
             raise result  # not a conflict with another writer: this identity may not do that (ACLs)

@@ -30,7 +30,8 @@ def test_a_claim_reads_only_offsets_znodes_that_exist_and_fences_every_partition
     """Member m gets partitions 0-249 of t. 0 has an offsets znode m saw when it joined, 1 one
     made after that (as another member's claim or a reader's commit makes one), the others
     none (new: the topic grew). The claim reads those two and no other offsets znode, and
-    claims in transactions of at most CLAIM_PARTITIONS partitions, the ack in the last. Every
+    claims in transactions of at most CLAIM_PARTITIONS partitions, the ack in the last; the
+    others are sent together, the last only once their answers were read. Every
     partition's offsets znode was then written by the claim: a write at a version from before
     it is refused, and m commits through its own tokens."""
     zk.create(protocol.offsets_path("g", "t", 0), b"7", makepath=True)
@@ -52,6 +53,11 @@ def test_a_claim_reads_only_offsets_znodes_that_exist_and_fences_every_partition
         assert sent.counts("Create", owners) == [CLAIM_PARTITIONS, CLAIM_PARTITIONS, 250 - 2 * CLAIM_PARTITIONS]
         claims = sent.with_ops_under(owners)
         assert sent.with_ops_under(protocol.channel_path("g", "m")) == [claims[-1]]  # the ack, with the last
+        first, second, last = claims
+        # the first two pipelined (one round trip), the last sent once their answers were read
+        assert [e for e in sent.events if e[1] in claims] == [
+            ("commit", first), ("commit", second), ("answer", first), ("answer", second),
+            ("commit", last), ("answer", last)]
         assert keeper.committed[TopicPartition("t", 0)] == 7 and keeper.committed[TopicPartition("t", 1)] == 5
         assert all(keeper.committed[TopicPartition("t", p)] is None for p in range(2, 250))
 
@@ -63,6 +69,42 @@ def test_a_claim_reads_only_offsets_znodes_that_exist_and_fences_every_partition
             zk.create(protocol.offsets_path("g", "t", 2), b"99")
         member.commit({TopicPartition("t", p): 40 + p for p in (0, 1, 2)})
         assert [zk.get(protocol.offsets_path("g", "t", p))[0] for p in (0, 1, 2)] == [b"40", b"41", b"42"]
+        member.close()
+    finally:
+        close_client(client)
+
+
+def test_a_claim_transaction_that_fails_among_pipelined_ones_holds_back_only_the_ack(zk, zk_connect):
+    """m gets 350 partitions: four claim transactions, the first three pipelined. Just as the
+    second is sent another session takes an owner node of one of its partitions, so it fails.
+    The first and the third apply and are m's; the ack is held back. m claims the rest of the
+    second at once, waits for the one taken, and claims it and acks once it is released."""
+    client = start_client(zk_connect, session_timeout_ms=10000)
+    try:
+        leader = ActingLeader(zk, "g")
+        member = GroupMember(client, "g", {"t": 1}, consumer_id="m", listener=Keeper()).start()
+        taken = protocol.owners_path("g", "t", 150)
+        transaction, once = client.transaction, []
+
+        def taking():
+            t = transaction()
+            commit_async = t.commit_async
+
+            def commit():
+                if any(op.path.endswith(taken) for op in t.operations) and not once:
+                    once.append(zk.create(taken, b"other", ephemeral=True))
+                return commit_async()
+            t.commit_async = commit
+            return t
+        client.transaction = taking
+        leader.assign({"m": list(range(350))})
+        mine = set(range(350)) - {150}
+        wait_for(lambda: {tp.partition for tp in member.owned()} == mine, message="m claimed all but the one taken")
+        assert not leader.acked("m")
+        zk.delete(taken)
+        wait_for(lambda: leader.acked("m"), message="m claimed the last and acked")
+        assert {tp.partition for tp in member.owned()} == mine | {150}
+        assert zk.exists(taken).ephemeralOwner == client.client_id[0]
         member.close()
     finally:
         close_client(client)

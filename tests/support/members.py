@@ -70,12 +70,27 @@ def consumers(zk_connect, data_dir):
         c.close()
 
 
+class _Answer:
+    """A transaction's async answer that records when its ``get`` is called."""
+
+    def __init__(self, answer, on_get):
+        self._answer, self._on_get = answer, on_get
+
+    def get(self, *args, **kwargs):
+        self._on_get()
+        return self._answer.get(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._answer, name)
+
+
 class Sent:
     """Records what a client sends: the paths it reads, and each transaction it commits as
-    [(operation, path)] (paths as the client names them, without its chroot)."""
+    [(operation, path)] (paths as the client names them, without its chroot); in ``events``,
+    ("commit", i) as transaction i is sent and ("answer", i) as its answer is read."""
 
     def __init__(self, client):
-        self.reads, self.transactions = [], []
+        self.reads, self.transactions, self.events = [], [], []
         get_async, transaction = client.get_async, client.transaction
         chroot = len(client.chroot or "")
 
@@ -88,8 +103,10 @@ class Sent:
             commit_async = t.commit_async
 
             def commit():
+                i = len(self.transactions)
                 self.transactions.append([(type(op).__name__, op.path[chroot:]) for op in t.operations])
-                return commit_async()
+                self.events.append(("commit", i))
+                return _Answer(commit_async(), lambda: self.events.append(("answer", i)))
             t.commit_async = commit
             return t
         client.get_async, client.transaction = get, recorded
