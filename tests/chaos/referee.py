@@ -29,6 +29,7 @@ clock). An interval's end is widened by 1 ms for that truncation, nothing more.
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -100,13 +101,22 @@ class ProcessEnd:
         if self.stopped_by == "SIGKILL":
             return self.returncode == -9
         if self.stopped_by == "SIGTERM":
-            return self.returncode == 0
+            # -15 also when it had not logged a line yet: still starting (importing, on a loaded
+            # machine), before the program's own handler existed; it held nothing to lose.
+            return self.returncode == 0 or (self.returncode == -15 and _logged_nothing(self.log))
         return False
 
     def describe(self) -> str:
         how = f"after {self.stopped_by}" if self.stopped_by else "on its own"
         status = "did not exit" if self.returncode is None else f"exit status {self.returncode}"
         return f"{self.role} {self.name}: {status} {how}{'; ' + self.note if self.note else ''} (log {self.log})"
+
+
+def _logged_nothing(path: str) -> bool:
+    try:
+        return os.path.getsize(path) == 0
+    except OSError:
+        return True  # never opened
 
 
 @dataclass

@@ -314,6 +314,17 @@ def test_exits_expected_only_when_the_harness_ended_the_process():
     assert result.details[0] == "consumer c: exit status 1 on its own; error: commit failed: ConnectionLoss (log c.log)"
 
 
+def test_a_sigterm_before_the_first_log_line_is_an_expected_exit(tmp_path):
+    """Killed by SIGTERM's default action: expected only while the process had logged nothing
+    (still starting); once it logged, its own handler should have made it exit 0."""
+    empty, started = tmp_path / "empty.log", tmp_path / "started.log"
+    empty.write_text("")
+    started.write_text("info: Connecting to 10.0.0.1:2181\n")
+    assert check_exits([ProcessEnd("consumer", "a", str(empty), -15, "SIGTERM")]).ok
+    assert not check_exits([ProcessEnd("consumer", "b", str(started), -15, "SIGTERM")]).ok
+    assert not check_exits([ProcessEnd("consumer", "c", str(empty), -15, None)]).ok
+
+
 def test_offsets_must_reach_the_end_and_agree_with_zookeeper():
     h = group_history(HISTORY, "g", chroot="/app")
     assert check_offsets({("t", 0): 10, ("t", 1): 9}, h, {("t", 0): 10, ("t", 1): 9}).ok
