@@ -58,10 +58,11 @@ from coordinator.lifecycle import Lifecycle
 from coordinator.protocol import topic_matcher, validate_name
 from coordinator.protocol.share import (ShareGroupConfig, ShareMember, share_group_path, share_members_path)
 from coordinator.share_partition import AcknowledgeType
-from coordinator.zkclient import REPLACE, close_client, create_ephemeral, start_client
+from coordinator.zkclient import LOST_CONNECTION, REPLACE, close_client, create_ephemeral, start_client
 from coordinator.zktls import parse_tls
 from consumer.dataplane import DataPlane, open_data_plane, topic_partitions
 from consumer.hand_out import WakeupException
+from consumer.joining import join_waiting_out_lost_connections
 from consumer.records import ShareRecord, TopicPartition
 from consumer.share_buffer import Prefetched
 from consumer.share_exchange import CONNECTION_ERRORS, Ack, Outcome, ShareExchange, member_gone
@@ -136,7 +137,7 @@ class ShareConsumer(Lifecycle[ShareConsumerState]):
                                                      kafka=kafka, zk=self._client, log_options=log_options)
             self._exchange = ShareExchange(self._client, self._plane, self.group_id, self.member_id,
                                            lambda: self._group_config)
-            self._join()
+            self._join(connect_timeout_s)
         except BaseException:
             if self._own_client:
                 close_client(self._client)
@@ -144,16 +145,22 @@ class ShareConsumer(Lifecycle[ShareConsumerState]):
 
     # ------------------------------------------------------------ the group
 
-    def _join(self) -> None:
-        """Refuse a consumer group's name, follow the group's settings, register."""
+    def _join(self, report_every: float) -> None:
+        """Follow the connection and the group's settings, then join (refuse a consumer group's
+        name, register), waiting out a lost connection as a consumer-group member does."""
+        self._client.add_listener(self._connection_changed)   # first: a session ended while joining is noticed
+        try:
+            self._client.DataWatch(share_group_path(self.group_id), self._settings_changed)   # kazoo's thread
+        except LOST_CONNECTION:
+            pass   # the watch's own listener reads the settings again once the client is connected
+        join_waiting_out_lost_connections(self._client, self.group_id, self.member_id, self._join_once, report_every)
+
+    def _join_once(self) -> None:
         from coordinator.protocol import ids_path
         if self._client.exists(ids_path(self.group_id)) and self._client.get_children(ids_path(self.group_id)):
             raise InvalidConfig(f"group {self.group_id} is a consumer group with members; "
                                 f"a share group needs a name of its own")
-        path = share_group_path(self.group_id)
         self._client.ensure_path(share_members_path(self.group_id))
-        self._client.DataWatch(path, self._settings_changed)   # kazoo's thread: only replaces one reference
-        self._client.add_listener(self._connection_changed)
         self._register()
         self._refresh_partitions()
 

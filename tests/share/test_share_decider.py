@@ -171,3 +171,32 @@ def test_a_member_whose_session_expires_loses_what_it_held_and_goes_on(zk, make,
     assert victim.commit_sync()[("t", 0)].offsets == [0, 1]
     fill(data_dir, "t", [2], zk=zk)
     assert sorted(r.offset for r in drain(victim, 2, timeout=15)) == [4, 5]   # registered again
+
+
+def test_a_member_whose_session_expires_while_it_registers_joins_on_the_next_session(zk, data_dir, zk_connect):
+    """The session ends (for real) just as the member sends its registration: the join waits
+    for the client's next session and registers on it, as a consumer-group member's does,
+    instead of failing the constructor with SessionExpiredError."""
+    from consumer import ShareConsumer
+    from coordinator.protocol.share import share_members_path
+    from coordinator.zkclient import close_client, session_id, start_client
+    from tests.support.groups import expire_session
+    fill(data_dir, "t", [3], zk=zk)
+    configure(zk, share_auto_offset_reset="earliest")
+    client = start_client(zk_connect, 2000)
+    create, expired = client.create, []
+
+    def create_after_expiry(path, *args, **kwargs):
+        if kwargs.get("ephemeral") and not expired:
+            expired.append(session_id(client))
+            expire_session(client, zk_connect)
+        return create(path, *args, **kwargs)
+    client.create = create_after_expiry
+    try:
+        with ShareConsumer("q", ["t"], zk=client, data_dir=data_dir) as member:
+            assert expired, "the registration was never sent"
+            _, stat = zk.get(share_members_path("q", member.member_id))
+            assert stat.ephemeralOwner == session_id(client) != expired[0]
+            assert sorted(r.offset for r in drain(member, 3, timeout=15)) == [0, 1, 2]
+    finally:
+        close_client(client)
