@@ -44,9 +44,7 @@ import asyncio
 import enum
 import inspect
 import logging
-import os
 import queue
-import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -59,6 +57,7 @@ from coordinator import config as cfg
 from coordinator import protocol
 from coordinator.errors import CommitFailedError, InvalidConfig, ZkGroupsError
 from coordinator.lifecycle import Lifecycle
+from coordinator.signals import on_stop_signals
 from coordinator.zkclient import close_client, start_client
 from consumer.config import Topics, build_consumer_config
 from consumer.consumer import Consumer, ConsumerRebalanceListener
@@ -520,30 +519,10 @@ class ParallelConsumer(Lifecycle[ParallelState]):
             close_client(self._client)
 
     def _install_signals(self) -> Callable[[], None]:
-        """SIGTERM and SIGINT close (the main thread's ``run`` only); returns the undo.
-
-        The handler runs on the main thread between two bytecodes, maybe while it holds a lock
-        close() takes (the fetcher's, as a poll wakes up): so it only writes a byte to a pipe,
-        and a thread of its own reads it and closes."""
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        read_end, write_end = os.pipe()
-
-        def closer():
-            while os.read(read_end, 1) == b"s":
-                self.close()
-            os.close(read_end)
-        threading.Thread(target=closer, name="parallel-signals", daemon=True).start()
-        saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-        for sig in saved:
-            signal.signal(sig, lambda *_: os.write(write_end, b"s"))
-
-        def restore():
-            for sig, handler in saved.items():
-                signal.signal(sig, handler)
-            os.write(write_end, b"e")
-            os.close(write_end)
-        return restore
+        """SIGTERM and SIGINT close (the main thread's ``run`` only; the handler may run while
+        the main thread holds the fetcher's lock, which close() takes: a thread closes);
+        returns the undo."""
+        return on_stop_signals(self.close, name="parallel-signals")
 
     def __enter__(self) -> "ParallelConsumer":
         return self

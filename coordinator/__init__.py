@@ -5,6 +5,8 @@ Modules, from the bottom up (each imports only those above it):
 * :mod:`~coordinator.errors` — the error hierarchy (one-line messages; ``RetriableError``).
 * :mod:`~coordinator.lifecycle` — the one way a stateful class is written: a state enum, a
   table of legal moves, one ``_set_state``, start-once/close-once.
+* :mod:`~coordinator.signals` — SIGTERM and SIGINT acted on by a thread, never in the handler
+  (which may run while the main thread holds a lock the action takes).
 * :mod:`~coordinator.shards` — how groups are spread over nodes: shard placement (pure).
 * :mod:`~coordinator.kafka` — librdkafka clients the zkgroups way (bootstrap servers checked,
   ``[kafka]`` properties merged); confluent-kafka is imported only when Kafka is used.
@@ -69,7 +71,7 @@ Modules, from the bottom up (each imports only those above it):
 Layers, bottom up; a module imports only modules of its own layer and those below (the
 module map's order within a layer), and ``tests/project/test_layering.py`` reads this list:
 
-* **contract**: ``errors``, ``lifecycle``, ``shards``, ``kafka``, ``config``, ``protocol``,
+* **contract**: ``errors``, ``lifecycle``, ``signals``, ``shards``, ``kafka``, ``config``, ``protocol``,
   ``acl``, ``zktls``, ``zkclient``, ``read``, ``fencing``, ``topics``, ``assignors``, ``static``,
   ``share_partition``, ``lagtime``, ``metrics_server``, ``documents``
 * **node**: ``plan``, ``verify``, ``rebalance``, ``mirror``, ``controller``, ``timeline``,

@@ -25,7 +25,6 @@ import contextlib
 import json
 import logging
 import re
-import signal
 import sys
 import threading
 import time
@@ -43,6 +42,7 @@ from coordinator.config import DEFAULT_SESSION_TIMEOUT_MS
 from coordinator.errors import (CommitFailedError, InvalidConfig, UnknownTopic, ZkGroupsError,
                                 ZooKeeperUnavailable)
 from coordinator.kafka import check_bootstrap_servers
+from coordinator.signals import on_stop_signals
 
 log = logging.getLogger("zkgroups.groupctl")
 
@@ -196,12 +196,10 @@ def stop_on_signals() -> Tuple[threading.Event, threading.Event]:
     stopping, joining = threading.Event(), threading.Event()
     joining.set()
 
-    def stop(*_):
-        stopping.set()
-        if joining.is_set():
+    def while_joining() -> None:
+        if joining.is_set():   # no lock taken: is_set reads a flag
             raise StoppedWhileJoining()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, stop)
+    on_stop_signals(stopping.set, in_handler=while_joining)
     return stopping, joining
 
 

@@ -34,7 +34,6 @@ reads of the data plane.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 from typing import List
@@ -51,6 +50,7 @@ from coordinator import lagtime, read
 from coordinator.cli.common import Seconds, report
 from coordinator.errors import ZkGroupsError
 from coordinator.metrics_server import MetricsServer, check_port
+from coordinator.signals import on_stop_signals
 
 log = logging.getLogger("zkgroups.exporter")
 
@@ -168,8 +168,7 @@ def exporter(cli: CliContext, port: int, interval: float) -> None:
     lag = LagExporter(cli)
     server = MetricsServer(lag.registry, check_port(port, "--port")).start()
     stopping = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stopping.set())
+    on_stop_signals(stopping.set)
     try:
         lag.refresh(first=True)
         report(f"exporter serving {server.url} (groups read every {interval:g} s)", "zkgroups.exporter",

@@ -42,7 +42,6 @@ import importlib.util
 import json
 import logging
 import os
-import signal
 import sys
 import threading
 from contextlib import contextmanager
@@ -57,6 +56,7 @@ from coordinator.cli.common import (DEFAULT_ZK_TIMEOUT, MAX_MS, ZK_CONNECT, CliC
 from coordinator.config import DEFAULT_CONNECT, DEFAULT_DATA_DIR, DEFAULT_SESSION_TIMEOUT_MS, ENV_DATA_DIR, ENV_ZK_CONNECT
 from coordinator.errors import InvalidConfig, UnknownTopic, ZkGroupsError
 from coordinator.metrics_server import check_port
+from coordinator.signals import on_stop_signals
 from consumer.cli.context import BOOTSTRAP_SERVERS, kafka_settings
 from consumer.dataplane import ENV_BOOTSTRAP_SERVERS
 from consumer.spark.driver import check_spark_conf
@@ -222,13 +222,12 @@ def _worker_config(session_timeout_ms: Optional[int], zk_auth: Optional[str], zk
 def _stop_on_signals(stop: threading.Event, job) -> None:
     """The first Ctrl-C or SIGTERM sets ``stop`` and asks ``job`` to stop after the current
     batch; a second ends the process at once (exit 130)."""
-    def on_signal(*_):
+    def on_signal() -> None:
         if stop.is_set():  # second Ctrl-C: give up at once
             os._exit(130)
         stop.set()
-        threading.Thread(target=job.request_stop, daemon=True).start()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, on_signal)
+        job.request_stop()
+    on_stop_signals(on_signal)
 
 
 @contextmanager

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 from typing import Callable, Optional, Tuple
 
@@ -69,6 +68,7 @@ from coordinator.kafka import check_bootstrap_servers
 from coordinator.protocol import MAX_SHARD_COUNT
 from coordinator.errors import InvalidConfig
 from coordinator.acl import ENV_ZK_AUTH
+from coordinator.signals import on_stop_signals
 from coordinator.console.app import NodeConsole
 from coordinator.console.lag import DEFAULT_INTERVAL_S
 from coordinator.http import HttpSettings, NodeHttpServer, Response, node_health, node_readiness
@@ -172,8 +172,7 @@ def main(zk, zk_tls, node_id, zk_timeout, wait_for_zk, metrics_port, http_addr, 
     server, ends = _serve_http(startup, source, metrics, parts, config, lag_kafka,
                                port_given=metrics_port is not None, addr_given=http_addr is not None)
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    on_stop_signals(stop.set)
     node = parts["node"] = _start_node(startup, config, metrics, stop)
     if node is None:
         log.info("stopped while waiting for ZooKeeper")
