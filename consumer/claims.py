@@ -110,11 +110,12 @@ class Claims:
         nodes, the offsets znodes at the versions in ``current``, the acks of the last)
         pipelined, in one round trip; record the partitions of each that applied as owned and
         no longer ``waiting``. The first that could not apply (nothing of it did) and its
-        failure, or None. A lost answer raises once those that came are recorded."""
+        failure, or None. Any other error (an answer lost, a refusal such as NoAuth) is raised
+        once those that applied are recorded."""
         sent = time.monotonic()
         answers = [(part, part.transaction(self.client).commit_async() if part.ops else None) for part in parts]
         wait_in_order([a for _, a in answers if a is not None])
-        failed, lost = None, None
+        failed, error = None, None
         for part, answer in answers:
             try:
                 if answer is not None:
@@ -123,15 +124,15 @@ class Claims:
                 failed = failed or (part, e)
                 continue
             except UNREACHABLE as e:
-                lost = lost or e
+                error = error or e
                 continue
             for tp in part.partitions:
                 self.offsets_listed.setdefault(tp.topic, set()).add(tp.partition)
                 del waiting[tp]
             self._record_claim(part.partitions, {tp: current[tp] for tp in part.partitions}, part.tokens, session,
                                sent, committed)
-        if lost is not None:
-            raise lost
+        if error is not None:
+            raise error
         return failed
 
     def _look_at(self, waiting: Dict[TopicPartition, str], watch):

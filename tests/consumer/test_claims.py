@@ -84,19 +84,12 @@ def test_a_claim_transaction_that_fails_among_pipelined_ones_holds_back_only_the
         leader = ActingLeader(zk, "g")
         member = GroupMember(client, "g", {"t": 1}, consumer_id="m", listener=Keeper()).start()
         taken = protocol.owners_path("g", "t", 150)
-        transaction, once = client.transaction, []
+        once = []
 
-        def taking():
-            t = transaction()
-            commit_async = t.commit_async
-
-            def commit():
-                if any(op.path.endswith(taken) for op in t.operations) and not once:
-                    once.append(zk.create(taken, b"other", ephemeral=True))
-                return commit_async()
-            t.commit_async = commit
-            return t
-        client.transaction = taking
+        def taking(operations):
+            if any(op.path.endswith(taken) for op in operations) and not once:
+                once.append(zk.create(taken, b"other", ephemeral=True))
+        Sent(client, before_commit=taking)
         leader.assign({"m": list(range(350))})
         mine = set(range(350)) - {150}
         wait_for(lambda: {tp.partition for tp in member.owned()} == mine, message="m claimed all but the one taken")

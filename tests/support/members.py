@@ -87,9 +87,10 @@ class _Answer:
 class Sent:
     """Records what a client sends: the paths it reads, and each transaction it commits as
     [(operation, path)] (paths as the client names them, without its chroot); in ``events``,
-    ("commit", i) as transaction i is sent and ("answer", i) as its answer is read."""
+    ("commit", i) as transaction i is sent and ("answer", i) as its answer is read.
+    ``before_commit(operations)``, if given, runs just before each transaction is sent."""
 
-    def __init__(self, client):
+    def __init__(self, client, before_commit=None):
         self.reads, self.transactions, self.events = [], [], []
         get_async, transaction = client.get_async, client.transaction
         chroot = len(client.chroot or "")
@@ -103,6 +104,8 @@ class Sent:
             commit_async = t.commit_async
 
             def commit():
+                if before_commit is not None:
+                    before_commit(t.operations)
                 i = len(self.transactions)
                 self.transactions.append([(type(op).__name__, op.path[chroot:]) for op in t.operations])
                 self.events.append(("commit", i))
