@@ -275,6 +275,21 @@ def read_dead_letters(data_dir: str, topic: str, partitions: int) -> List[Tuple[
         log.close()
 
 
+AS_TOLD, LATE_REJECT, WRONG_REASON = "as told", "late reject", "wrong reason"
+
+
+def archive_verdict(expected: Optional[int], reason: int, deliveries: int, limit: int) -> str:
+    """Whether a record archived for ``reason`` was archived as its key told the worker to
+    (``expected``: REJECTED, DELIVERY_LIMIT or None for a record to accept). A reject-keyed record
+    delivered ``limit`` times may end at the limit: each of its locks ended before its REJECT came
+    (a slow or cut worker), which the protocol allows."""
+    if expected == REJECTED and reason == DELIVERY_LIMIT and deliveries >= limit:
+        return LATE_REJECT
+    if (expected is not None and reason != expected) or (expected is None and reason == REJECTED):
+        return WRONG_REASON
+    return AS_TOLD
+
+
 def judge_share(run_dir: str, share, txns: Sequence[Txn], chroot: str, topic: str, partitions: int,
                 produced: Dict[Tuple[str, int], List[str]]) -> List[CheckResult]:
     """Every check of the share round (``share`` is the run's :class:`tests.chaos.judge.ShareRound`)."""
@@ -307,7 +322,7 @@ def judge_share(run_dir: str, share, txns: Sequence[Txn], chroot: str, topic: st
                                         f"acquisition handed out twice)")
 
     # a: none lost, each done once, as the workers were told
-    accepted = archived = rejected = at_limit = 0
+    accepted = archived = rejected = at_limit = rejects_late = 0
     for p in range(partitions):
         f, end = facts[p], len(produced.get((topic, p), []))
         start = f.final.start if f.final is not None else None
@@ -337,7 +352,9 @@ def judge_share(run_dir: str, share, txns: Sequence[Txn], chroot: str, topic: st
             rejected += reason == REJECTED
             at_limit += reason == DELIVERY_LIMIT
             expected = {share.reject_key.encode(): REJECTED, share.retry_key.encode(): DELIVERY_LIMIT}.get(key)
-            if (expected is not None and reason != expected) or (expected is None and reason == REJECTED):
+            verdict = archive_verdict(expected, reason, f.max_deliveries.get(o, 0), limit)
+            rejects_late += verdict == LATE_REJECT
+            if verdict == WRONG_REASON:
                 findings.add("share-lost", f"{topic}/{p} offset {o}: key {key!r}, archived as "
                                            f"{REASONS.get(reason, reason)}")
 
@@ -384,7 +401,9 @@ def judge_share(run_dir: str, share, txns: Sequence[Txn], chroot: str, topic: st
 
     redelivered = sum(1 for f in facts.values() for n in f.max_deliveries.values() if n > 1)
     writes = sum(len(v) for v in versions.values())
-    figures = (f"share-accepted={accepted} share-archived={archived} (rejected {rejected}, at the limit {at_limit}) "
+    figures = (f"share-accepted={accepted} share-archived={archived} (rejected {rejected}, at the limit {at_limit}"
+               + (f", {rejects_late} of them keyed reject, each REJECT after its lock ended" if rejects_late else "")
+               + ") "
                f"dead-letters={sum(len(c) for c in letters.values())}"
                + (f" (second copies explained: {duplicates_explained})" if duplicates_explained else "")
                + f" redelivered={redelivered} share-writes={writes}")

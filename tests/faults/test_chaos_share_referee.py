@@ -2,8 +2,9 @@
 histories: a correct one passes; each rule it enforces fails when broken."""
 from __future__ import annotations
 
-from coordinator.protocol.share import SharePartitionState, share_partitions_path
-from tests.chaos.share_referee import Findings, replay, share_versions
+from coordinator.protocol.share import DELIVERY_LIMIT, REJECTED, SharePartitionState, share_partitions_path
+from tests.chaos.share_referee import (AS_TOLD, LATE_REJECT, WRONG_REASON, Findings, archive_verdict, replay,
+                                       share_versions)
 from tests.chaos.txnlog import CREATE, MULTI, SET_DATA, Op, Txn
 
 LIMIT = 3
@@ -87,3 +88,11 @@ def test_refused_writes_and_other_paths_are_ignored():
     txns = [Txn(1, 1, 1, 1, MULTI, (Op(SET_DATA, path, bad.encode()), Op(-1, error=-101))),
             Txn(2, 1, 2, 2, SET_DATA, (Op(SET_DATA, "/chaos/other", b"x"),))]
     assert share_versions(txns, "/chaos", "g", "t", Findings()) == {}
+
+
+def test_a_reject_keyed_record_at_the_limit_passes_only_after_limit_deliveries():
+    assert archive_verdict(REJECTED, REJECTED, 1, LIMIT) == AS_TOLD
+    assert archive_verdict(REJECTED, DELIVERY_LIMIT, LIMIT, LIMIT) == LATE_REJECT
+    assert archive_verdict(REJECTED, DELIVERY_LIMIT, LIMIT - 1, LIMIT) == WRONG_REASON
+    assert archive_verdict(None, REJECTED, 1, LIMIT) == WRONG_REASON
+    assert archive_verdict(DELIVERY_LIMIT, DELIVERY_LIMIT, LIMIT, LIMIT) == AS_TOLD
