@@ -7,6 +7,12 @@ Beside it, measured the same way in the same run: kazoo's SetPartitioner recipe 
 N and P and the smallest time_boundary it works with. Each assignment strategy is measured
 (range, the default, moves most partitions on a change; sticky moves the fewest). Last: SIGKILL of the leader with 100
 groups → time until a new leader has verified every group, beyond the session timeout.
+
+Before anything is measured, both sides run unmeasured joins and leaves (``--warmup``) against
+the new server: a ZooKeeper freshly started spends its first ~15 s compiling its request path
+(the JVM's C2 compiler took ~5 s of CPU on the 2 cores here), which a server in production has
+long since done, and joins measured meanwhile paid for it (p50 55 ms in the first 50
+repetitions, 32–37 ms after 100).
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from kazoo.handlers import utils as kazoo_utils
 from kazoo.recipe.watchers import DataWatch
 
 from coordinator import protocol, read
+from coordinator.assignors import DEFAULT_STRATEGY
 from coordinator.coordinator import Coordinator, CoordinatorConfig
 from coordinator.testing.zkserver import die_with_parent
 from coordinator.topics import TopicRegistry
@@ -161,6 +168,20 @@ def count_round_trips(connect: str, n: int, p: int, strategy: str):
         if node:
             node.close()
         counter.close()
+
+
+def warm_up(connect: str, reps: int, boundary: float) -> None:
+    """Unmeasured joins and leaves of both sides in a chroot of their own (see the module's
+    docstring): ``reps`` of ours (members as processes), a tenth as many of SetPartitioner's."""
+    if reps <= 0:
+        return
+    bench_set_partitioner(f"{connect}/warmup-sp", 10, 100, max(1, reps // 10), boundary)
+    node = coordinatord(f"{connect}/warmup", "w1", 6000)
+    try:
+        bench_zkgroups_processes(f"{connect}/warmup", 10, 100, reps, DEFAULT_STRATEGY)
+    finally:
+        node.terminate()
+        node.wait()
 
 
 def member_process(connect: str, group: str, strategy: str) -> None:
@@ -397,11 +418,14 @@ def main():
                     help="SetPartitioner time_boundary (s); 0.01 and 0.05 measured no faster")
     ap.add_argument("--strategies", default="sticky,range", help="assignment strategies to measure")
     ap.add_argument("--processes", action="store_true", help="every member a process of its own")
+    ap.add_argument("--warmup", type=int, default=100,
+                    help="unmeasured joins and leaves first, while ZooKeeper's JVM compiles (0: none)")
     ap.add_argument("--groups", type=int, default=100)
     ap.add_argument("--session-ms", type=int, default=2000)
     args = ap.parse_args()
     rows, trips = [], []
     with zookeeper(fsync=True) as connect:
+        warm_up(connect, args.warmup, args.boundary)
         for size in args.sizes.split(","):
             n, p = map(int, size.split("x"))
             sj, sl = bench_set_partitioner(f"{connect}/sp-{n}x{p}", n, p, args.reps, args.boundary)
