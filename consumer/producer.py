@@ -495,6 +495,7 @@ class _KafkaProducer(KafkaSendPath, Producer):
         self._topics: Dict[str, TopicInfo] = {}
         self._ready: Set[str] = set()  # topics send() takes on its fast path; emptied by close() and failures
         self._new_future = type("KafkaFuture", (_KafkaFuture,), {"_owner": self})
+        self._batch_futures: Dict[str, type] = {}  # send_many's future class of each topic
         self._failure: Optional[BaseException] = None
         self._budget = [None] * SERVE_EVERY  # one popped per record sent: empty, send serves reports
         self._last_served = time.monotonic()

@@ -23,7 +23,8 @@ every check and raises one line for bad input.
 
 ``send_many(topic, values, keys=None, partition=None)`` checks the batch once (every value and
 key before any record is sent) and hands the records to librdkafka in one loop with no Python
-call of ours per record: the batch path for loaders (:doc:`/guides/producer`).
+call of ours per record: the batch path for loaders (:doc:`/guides/producer`). Its futures,
+which the caller keeps, keep three ints a record once delivered, not librdkafka's message.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ import random
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from consumer.futures import DeliveryFailed, FutureRecordMetadata
+from consumer.futures import DeliveryFailed, FutureRecordMetadata, _KafkaBatchFuture
 from coordinator.errors import IllegalStateError, InvalidPartitions, UnknownTopic, ZkGroupsError
 
 #: Kafka: ``send`` serves librdkafka's delivery reports once per this many records.
@@ -110,8 +111,8 @@ class KafkaSendPath:
 
     The class it is mixed into provides: ``_kp`` (librdkafka's producer), ``_produce`` (its
     bound ``produce``), ``_KafkaException``, ``_plane``, ``_state`` and ``_CLOSED`` (the
-    closed state), ``_futures``, ``_new_future``, ``_topics`` and ``_refresh(topic)``,
-    ``max_block``, ``_stop``; and it starts ``_ready`` empty, ``_budget`` and ``_failure`` as
+    closed state), ``_futures``, ``_new_future``, ``_batch_futures`` (a dict), ``_topics`` and
+    ``_refresh(topic)``, ``max_block``, ``_stop``; and it starts ``_ready`` empty, ``_budget`` and ``_failure`` as
     ``_serve`` and ``_delivery_failed`` leave them. Threads: any number of senders and
     servers; each structure is changed by one atomic step (``set.add``, ``set.clear``,
     ``list.pop``, an attribute store), so no lock is taken per record."""
@@ -186,7 +187,7 @@ class KafkaSendPath:
         except ZkGroupsError as e:
             e.sent = 0
             raise
-        produce, new_future, futures = self._produce, self._new_future, [] if self._futures else None
+        produce, new_future, futures = self._produce, self._batch_future(topic), [] if self._futures else None
         start, chunk, pairs = 0, (), iter(())
         try:
             for start in range(0, len(values), SERVE_EVERY):
@@ -215,6 +216,14 @@ class KafkaSendPath:
             e.sent = start + len(chunk) - sum(1 for _ in pairs) - 1  # the records before the one refused
             raise e from None
         return futures
+
+    def _batch_future(self, topic: str) -> type:
+        """The class of ``send_many``'s futures for ``topic`` (made once per topic)."""
+        made = self._batch_futures.get(topic)
+        if made is None:
+            made = self._batch_futures[topic] = type("KafkaBatchFuture", (_KafkaBatchFuture,),
+                                                     {"_owner": self, "_topic": topic})
+        return made
 
     def _produce_when_room(self, topic, value, key, partition, future, timestamp, headers) -> None:
         """librdkafka's queue is full: serve delivery reports until there is room (bounded)."""

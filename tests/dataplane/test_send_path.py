@@ -15,6 +15,8 @@ IllegalStateError.
 """
 from __future__ import annotations
 
+import gc
+
 import json
 import time
 
@@ -70,8 +72,12 @@ def test_a_batch_lands_in_order_and_its_futures_tell_each_offset(kafka_cluster, 
         producer.flush()
     assert len(keyed) == 2500 and len(pinned) == 1200 and len(free) == 300
     stored = read_kafka(kafka_cluster, topic, partitions, 4000)
+    called = []
+    keyed[0].add_callback(called.append)
+    assert called == [keyed[0].get(0)] and keyed[0].succeeded()
     for i, future in enumerate(keyed):
         metadata = future.get(0)
+        assert metadata.topic == topic and metadata.timestamp > 0
         assert metadata.partition == partition_for_key(keys[i], partitions)
         assert stored[metadata.partition][metadata.offset] == (keys[i], b"k%d" % i)
     offsets = [f.get(0).offset for f in pinned]
@@ -83,6 +89,10 @@ def test_a_batch_lands_in_order_and_its_futures_tell_each_offset(kafka_cluster, 
         for key in set(keys):
             mine = [int(v[1:]) for k, v in partition if k == key]
             assert mine == sorted(mine)
+    # the caller keeps a batch's futures: each keeps where its record landed, not librdkafka's
+    # message (a copy of its key and value)
+    kept = {type(o).__name__ for f in keyed[:50] + free[:50] for o in gc.get_referents(f)}
+    assert "Message" not in kept, kept
 
 
 @pytest.mark.kafka
