@@ -663,6 +663,40 @@ def test_cli_drain_writes_records_and_counts(zk, zk_connect, coordinator, data_d
     assert (out / "records" / "_SUCCESS").exists()
 
 
+def test_cli_stream_stops_cleanly_on_sigterm_and_a_rerun_writes_the_rest_once(zk, zk_connect, coordinator, data_dir,
+                                                                               subprocess_env, tmp_path):
+    """SIGTERM to a streaming pipeline (as a service manager stops it) stops it after the
+    batch in flight, long before its --duration: exit 0 with its summary, nothing written
+    twice; a drain afterwards, with more records come meanwhile, writes exactly the rest."""
+    fill(zk, data_dir, "sig", 2, 20_000)
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "consumer.cli.pipeline", "--zk", zk_connect, "--data-dir", data_dir,
+            "--group", "sig", "--topic", "sig", "--out", str(out), "--workers", "2", "--batch-size", "500", "--json"]
+    proc = subprocess.Popen(args + ["--mode", "stream", "--duration", "300", "--trigger-interval", "0.5"],
+                            env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: read_output(str(out / "records"))[0] or proc.poll() is not None, timeout=120)
+        assert proc.poll() is None, proc.stderr.read()[-2000:]
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, stderr[-2000:]
+    report = json.loads(stdout)
+    assert report["output"]["overlaps"] == 0 and 0 < report["summary"]["records"] <= 40_000
+    with Log(data_dir) as log:  # more records while it was stopped: offsets 20,000..24,999
+        for p in range(2):
+            log.append("sig", p, [(f"k{o % KEYS}".encode(), f"sig-{p}-{o}".encode(), 1000 + o, ())
+                                  for o in range(20_000, 25_000)])
+    rest = subprocess.run(args, env=subprocess_env, capture_output=True, text=True, timeout=150)
+    assert rest.returncode == 0, rest.stderr[-2000:]
+    assert json.loads(rest.stdout)["summary"]["complete"]
+    offsets, _ = read_output(str(out / "records"))
+    assert set(offsets) == expected("sig", 2, 25_000) and max(offsets.values()) == 1
+
+
 def test_spark_submit_runs_the_pipeline_on_its_master(zk, zk_connect, coordinator, data_dir, subprocess_env,
                                                        tmp_path):
     """The pipeline's module as spark-submit's application: the master given to spark-submit is
