@@ -112,10 +112,10 @@ class KafkaSendPath:
     The class it is mixed into provides: ``_kp`` (librdkafka's producer), ``_produce`` (its
     bound ``produce``), ``_KafkaException``, ``_plane``, ``_state`` and ``_CLOSED`` (the
     closed state), ``_futures``, ``_new_future``, ``_batch_futures`` (a dict), ``_topics`` and
-    ``_refresh(topic)``, ``max_block``, ``_stop``; and it starts ``_ready`` empty, ``_budget`` and ``_failure`` as
-    ``_serve`` and ``_delivery_failed`` leave them. Threads: any number of senders and
-    servers; each structure is changed by one atomic step (``set.add``, ``set.clear``,
-    ``list.pop``, an attribute store), so no lock is taken per record."""
+    ``_refresh(topic)``, ``max_block``, ``_stop``; and it starts ``_ready`` empty, ``_budget``
+    and ``_failure`` as ``_serve`` and ``_delivery_failed`` leave them. Threads: any number of
+    senders and servers; each structure is changed by one atomic step (``set.add``,
+    ``set.clear``, ``list.pop``, an attribute store), so no lock is taken per record."""
 
     def send(self, topic, value, key=None, partition=None, timestamp=None, headers=None,
              timestamp_ms=None) -> Optional[FutureRecordMetadata]:
@@ -187,7 +187,8 @@ class KafkaSendPath:
         except ZkGroupsError as e:
             e.sent = 0
             raise
-        produce, new_future, futures = self._produce, self._batch_future(topic), [] if self._futures else None
+        produce, futures = self._produce, [] if self._futures else None
+        new_future = self._batch_future(topic) if self._futures else None
         start, chunk, pairs = 0, (), iter(())
         try:
             for start in range(0, len(values), SERVE_EVERY):
