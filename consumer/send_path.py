@@ -187,8 +187,8 @@ class KafkaSendPath:
         except ZkGroupsError as e:
             e.sent = 0
             raise
-        produce, futures = self._produce, [] if self._futures else None
-        new_future = self._batch_future(topic) if self._futures else None
+        produce = self._produce
+        futures, new_future = ([], self._batch_future(topic)) if self._futures else (None, None)
         start, chunk, pairs = 0, (), iter(())
         try:
             for start in range(0, len(values), SERVE_EVERY):

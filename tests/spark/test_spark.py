@@ -64,9 +64,10 @@ def coordinator(zk_connect):
     node.close()
 
 
-def fill(zk, data_dir, topic, partitions, per_partition):
-    """``per_partition`` records in each partition, keyed k<offset % KEYS>."""
-    helpers.fill(data_dir, topic, [per_partition] * partitions, zk=zk, key=lambda o: f"k{o % KEYS}".encode())
+def fill(zk, data_dir, topic, partitions, per_partition, first=0):
+    """``per_partition`` records in each partition (from offset ``first``), keyed k<offset % KEYS>."""
+    helpers.fill(data_dir, topic, [per_partition] * partitions, zk=zk, key=lambda o: f"k{o % KEYS}".encode(),
+                 first=first)
 
 
 class RangeRecorder:
@@ -686,10 +687,7 @@ def test_cli_stream_stops_cleanly_on_sigterm_and_a_rerun_writes_the_rest_once(zk
     assert proc.returncode == 0, stderr[-2000:]
     report = json.loads(stdout)
     assert report["output"]["overlaps"] == 0 and 0 < report["summary"]["records"] <= 40_000
-    with Log(data_dir) as log:  # more records while it was stopped: offsets 20,000..24,999
-        for p in range(2):
-            log.append("sig", p, [(f"k{o % KEYS}".encode(), f"sig-{p}-{o}".encode(), 1000 + o, ())
-                                  for o in range(20_000, 25_000)])
+    fill(None, data_dir, "sig", 2, 5_000, first=20_000)  # more records while it was stopped
     rest = subprocess.run(args, env=subprocess_env, capture_output=True, text=True, timeout=150)
     assert rest.returncode == 0, rest.stderr[-2000:]
     assert json.loads(rest.stdout)["summary"]["complete"]

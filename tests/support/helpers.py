@@ -77,10 +77,11 @@ GROUPCTL = [sys.executable, "-m", "consumer.cli.groupctl"]
 
 
 def fill(data_dir: str, topic: str, counts, *, zk=None, key=None, ts=lambda offset: 1000 + offset,
-         chunk: int = 1000) -> None:
+         chunk: int = 1000, first: int = 0) -> None:
     """Append ``counts[p]`` records to partition p of ``topic`` in the embedded log under
     ``data_dir``; record o of partition p has the value ``"<topic>-<p>-<o>"`` and the timestamp
-    ``ts(o)``. ``key``: bytes for every record, a function of the offset, or None. With ``zk``
+    ``ts(o)``, o counted from ``first`` (a partition's end offset, to append more of the same
+    kind). ``key``: bytes for every record, a function of the offset, or None. With ``zk``
     the topic is registered first (``len(counts)`` partitions, or as many as it has)."""
     from consumer.log import Log
     from coordinator.topics import TopicRegistry
@@ -89,9 +90,9 @@ def fill(data_dir: str, topic: str, counts, *, zk=None, key=None, ts=lambda offs
     key_of = key if callable(key) else (lambda offset: key)
     with Log(data_dir) as log:
         for p, n in enumerate(counts):
-            for base in range(0, n, chunk):
+            for base in range(first, first + n, chunk):
                 log.append(topic, p, [(key_of(o), f"{topic}-{p}-{o}".encode(), ts(o), ())
-                                      for o in range(base, min(n, base + chunk))])
+                                      for o in range(base, min(first + n, base + chunk))])
 
 
 def committed(zk, group: str, topic: str, partitions: int) -> dict:
