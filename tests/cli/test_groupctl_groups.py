@@ -69,7 +69,10 @@ def test_coordinator_shows_leader_epoch_and_contenders(groupctl, cluster, zk):
     leader = cluster.leader()
     cluster.node("n2")
     wait_for(lambda: len(zk.get_children(protocol.ELECTION)) == 2, message="two contenders")
-    wait_for(lambda: read.all_verified(zk), message="every shard led and verified")
+    # n2's arrival moves shards to it, so "verified" may turn back to "not yet" until n2 has
+    # verified its own: wait for both to lead shards as well.
+    wait_for(lambda: read.all_verified(zk) and {n for n, _, _ in read.shard_leaders(zk).values()} == {"n1", "n2"},
+             message="both nodes lead shards, every shard verified")
     info = leader_info(zk)
     out = ok(groupctl("coordinator")).splitlines()
     assert out[0].startswith(f"leader: {leader.node_id} (host {info.host}, pid {info.pid})")
