@@ -284,6 +284,17 @@ def read_messages(messages, read: str) -> None:
             m.topic(), m.partition(), m.offset(), m.timestamp(), m.key(), m.value(), m.headers()
 
 
+def read_records(records, read: str) -> None:
+    """What a reader does with ConsumerRecords: nothing (``count``), reads ``value``, or reads
+    every field."""
+    if read == "value":
+        for r in records:
+            r.value
+    elif read == "every field":
+        for r in records:
+            r.topic, r.partition, r.offset, r.timestamp, r.key, r.value, r.headers
+
+
 def bare_read(ck, servers: str, starts, expected: int, read: str) -> tuple:
     """A bare confluent-kafka consumer: assign() at ``starts``, consume(1000) until ``expected``
     records, each message checked with ``error()`` (``count``) or read (``value``: its value;
@@ -330,14 +341,7 @@ def zkgroups_read(c, starts, expected: int, read: str, batch: bool = False) -> t
         for records in (c.poll_batch if batch else c.poll)(timeout_ms=1000).values():
             if started is None:
                 started = time.perf_counter(), time.process_time()
-            if batch:
-                read_messages(records, read)
-            elif read == "value":
-                for r in records:
-                    r.value
-            elif read == "every field":
-                for r in records:
-                    r.topic, r.partition, r.offset, r.timestamp, r.key, r.value, r.headers
+            (read_messages if batch else read_records)(records, read)
             got += len(records)
     elapsed = time.perf_counter() - started[0], time.process_time() - started[1]
     c.pause(*partitions)

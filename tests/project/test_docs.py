@@ -108,11 +108,11 @@ def test_the_wheel_carries_the_license_and_project_urls(subprocess_env, tmp_path
     """``pip install .`` builds this wheel: its metadata names LICENSE and the file is in it."""
     src = tmp_path / "src"
     src.mkdir()
-    for name in ("setup.cfg", "pyproject.toml", "README.md", "LICENSE"):
+    for name in ("setup.cfg", "setup.py", "pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(os.path.join(ROOT, name), src / name)
     for package in ("coordinator", "consumer"):
         shutil.copytree(os.path.join(ROOT, package), src / package,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"))
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
          "--disable-pip-version-check", "-w", str(tmp_path / "dist"), str(src)],
@@ -129,5 +129,7 @@ def test_the_wheel_carries_the_license_and_project_urls(subprocess_env, tmp_path
     assert "License-File: LICENSE" in metadata
     assert "Apache-2.0" in metadata
     assert "Project-URL: Documentation, " in metadata
+    # The C accelerator is compiled into it (a compiler is here); its source ships in the sdist.
+    assert any(n.startswith("consumer/_speedups") and n.endswith(".so") for n in names), names
     # The Docker engine harness runs apt-get as root: it is part of the tests, not of the wheel.
     assert not [n for n in names if "dockerengine" in n or n.startswith("tests/")], names

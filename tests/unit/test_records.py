@@ -2,14 +2,21 @@
 asked for) behaves as the ConsumerRecord of the same values wherever a reader touches it.
 
 librdkafka's Messages are made with confluent-kafka's own constructor: no cluster, no I/O.
+The module runs against the compiled per-record steps (consumer._speedups) and, in a
+subprocess, against their pure-Python equivalents.
 """
 from __future__ import annotations
 
 import copy
+import gc
+import os
 import pickle
+import subprocess
+import sys
 
 import pytest
 
+from consumer import records as records_module
 from consumer.records import ConsumerRecord, KafkaRecord, column, kafka_messages, kafka_records
 
 ck = pytest.importorskip("confluent_kafka")
@@ -84,3 +91,49 @@ def test_records_keep_their_messages_and_columns_read_them_in_bulk():
             assert got == want
         assert column(records[:2] + plain[2:], name) == want  # a mixed list: read one by one
     assert column([], "value") == []
+
+
+# ---------------------------------------------------------------- the two implementations
+
+needs_compiled = pytest.mark.skipif(not records_module.COMPILED, reason="the pure-Python records")
+
+
+@pytest.mark.skipif(bool(os.environ.get("ZKGROUPS_NO_EXTENSIONS")), reason="ZKGROUPS_NO_EXTENSIONS is set")
+def test_the_compiled_steps_are_built_in_this_install():
+    """bin/setup builds consumer/_speedups.c in place: a build that broke fails here, not in a benchmark."""
+    assert records_module.COMPILED
+
+
+@pytest.mark.skipif(bool(os.environ.get("ZKGROUPS_NO_EXTENSIONS")), reason="this is that run")
+def test_the_pure_python_records_pass_the_same_tests():
+    env = dict(os.environ, ZKGROUPS_NO_EXTENSIONS="1")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout
+
+
+def test_records_say_which_implementation_made_them():
+    record = kafka_records([message()])[0]
+    # Compiled records are not tracked by the cyclic GC (they can be in no cycle: see _speedups.c).
+    assert gc.is_tracked(record) is not records_module.COMPILED
+    assert record.value == b"v" and gc.collect() >= 0 and record.materialize().value == b"v"
+
+
+@needs_compiled
+def test_the_compiled_steps_refuse_what_is_not_theirs():
+    from consumer import _speedups
+
+    class WithADict(tuple):
+        pass
+
+    for bad in ((42, []), (dict, []), (WithADict, []), (KafkaRecord, 42)):
+        with pytest.raises(TypeError):
+            _speedups.records(*bad)
+    with pytest.raises(TypeError, match="expected a KafkaRecord"):
+        _speedups.value(42)
+    with pytest.raises(TypeError, match="expected a KafkaRecord"):
+        _speedups.value(())
+    with pytest.raises(AttributeError):  # item 0 of a plain ConsumerRecord is its topic, not a Message
+        _speedups.value(ConsumerRecord("t", 0, 0, 0, None, b"v"))
+    assert _speedups.records(KafkaRecord, iter([message()]))[0].offset == 7  # any iterable
