@@ -20,9 +20,14 @@ from operator import attrgetter, itemgetter
 from typing import NamedTuple, Optional, Sequence, Tuple
 
 
+def extensions_disabled() -> bool:
+    """Whether ``ZKGROUPS_NO_EXTENSIONS`` asks for pure Python (set, and not to 0)."""
+    return os.environ.get("ZKGROUPS_NO_EXTENSIONS", "") not in ("", "0")
+
+
 def _compiled():
-    """:mod:`consumer._speedups`, or None: not built, or ``ZKGROUPS_NO_EXTENSIONS`` set."""
-    if os.environ.get("ZKGROUPS_NO_EXTENSIONS"):
+    """:mod:`consumer._speedups`, or None: not built, or extensions disabled."""
+    if extensions_disabled():
         return None
     try:
         from consumer import _speedups
@@ -196,6 +201,7 @@ class KafkaRecord(ConsumerRecord):
 if _SPEEDUPS is not None:  # the same fields, each read by a C function: no Python frame per read
     for _field in ConsumerRecord._fields:
         setattr(KafkaRecord, _field, property(getattr(_SPEEDUPS, _field)))
+    del _field
 
 
 def kafka_records(messages: Sequence) -> list:

@@ -98,13 +98,13 @@ def test_records_keep_their_messages_and_columns_read_them_in_bulk():
 needs_compiled = pytest.mark.skipif(not records_module.COMPILED, reason="the pure-Python records")
 
 
-@pytest.mark.skipif(bool(os.environ.get("ZKGROUPS_NO_EXTENSIONS")), reason="ZKGROUPS_NO_EXTENSIONS is set")
+@pytest.mark.skipif(records_module.extensions_disabled(), reason="ZKGROUPS_NO_EXTENSIONS is set")
 def test_the_compiled_steps_are_built_in_this_install():
     """bin/setup builds consumer/_speedups.c in place: a build that broke fails here, not in a benchmark."""
     assert records_module.COMPILED
 
 
-@pytest.mark.skipif(bool(os.environ.get("ZKGROUPS_NO_EXTENSIONS")), reason="this is that run")
+@pytest.mark.skipif(records_module.extensions_disabled(), reason="this is that run")
 def test_the_pure_python_records_pass_the_same_tests():
     env = dict(os.environ, ZKGROUPS_NO_EXTENSIONS="1")
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
@@ -137,3 +137,12 @@ def test_the_compiled_steps_refuse_what_is_not_theirs():
     with pytest.raises(AttributeError):  # item 0 of a plain ConsumerRecord is its topic, not a Message
         _speedups.value(ConsumerRecord("t", 0, 0, 0, None, b"v"))
     assert _speedups.records(KafkaRecord, iter([message()]))[0].offset == 7  # any iterable
+
+
+@pytest.mark.parametrize("value, disabled", [(None, False), ("", False), ("0", False), ("1", True), ("yes", True)])
+def test_zkgroups_no_extensions_asks_for_pure_python_unless_0(monkeypatch, value, disabled):
+    if value is None:
+        monkeypatch.delenv("ZKGROUPS_NO_EXTENSIONS", raising=False)
+    else:
+        monkeypatch.setenv("ZKGROUPS_NO_EXTENSIONS", value)
+    assert records_module.extensions_disabled() is disabled
