@@ -16,6 +16,14 @@
 
 static PyObject *s_topic, *s_partition, *s_offset, *s_timestamp, *s_key, *s_value, *s_headers;
 
+/* Whether cls's instances are tuples and nothing more (no __dict__, no slot of their own). */
+static int
+is_plain_tuple_type(PyTypeObject *cls)
+{
+    return PyType_IsSubtype(cls, &PyTuple_Type) && cls->tp_basicsize == PyTuple_Type.tp_basicsize
+           && cls->tp_dictoffset == 0;
+}
+
 /* records(cls, messages): [cls holding m for m in messages], cls a tuple subclass with no slots. */
 static PyObject *
 records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -25,8 +33,7 @@ records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyTypeObject *cls = (PyTypeObject *)args[0];
-    if (!PyType_IsSubtype(cls, &PyTuple_Type) || cls->tp_basicsize != PyTuple_Type.tp_basicsize
-            || cls->tp_dictoffset != 0) {
+    if (!is_plain_tuple_type(cls)) {
         PyErr_SetString(PyExc_TypeError, "records(cls, messages): cls must be a tuple subclass with no slots");
         return NULL;
     }
@@ -57,30 +64,22 @@ records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
-/* A KafkaRecord's Message's method `name`, called (self: a tuple whose item 0 is the Message). */
+/* The Message a KafkaRecord holds (self: a tuple whose item 0 is the Message), borrowed. */
 static PyObject *
-call_message(PyObject *self, PyObject *name)
+message_of(PyObject *self)
 {
     if (!PyTuple_Check(self) || PyTuple_GET_SIZE(self) < 1) {
         PyErr_Format(PyExc_TypeError, "expected a KafkaRecord, got %.100s", Py_TYPE(self)->tp_name);
         return NULL;
     }
-    return PyObject_CallMethodNoArgs(PyTuple_GET_ITEM(self, 0), name);
+    return PyTuple_GET_ITEM(self, 0);
 }
-
-#define FIELD(name) \
-    static PyObject *field_##name(PyObject *module, PyObject *self) { return call_message(self, s_##name); }
-FIELD(topic)
-FIELD(partition)
-FIELD(offset)
-FIELD(key)
-FIELD(value)
 
 /* Message.timestamp() is (type, milliseconds): the milliseconds. */
 static PyObject *
-field_timestamp(PyObject *module, PyObject *self)
+timestamp_of(PyObject *message)
 {
-    PyObject *pair = call_message(self, s_timestamp);
+    PyObject *pair = PyObject_CallMethodNoArgs(message, s_timestamp);
     if (pair == NULL)
         return NULL;
     PyObject *ms = PySequence_GetItem(pair, 1);
@@ -90,15 +89,66 @@ field_timestamp(PyObject *module, PyObject *self)
 
 /* Message.headers() is None or a list of pairs: a tuple of them, () for none. */
 static PyObject *
-field_headers(PyObject *module, PyObject *self)
+headers_of(PyObject *message)
 {
-    PyObject *headers = call_message(self, s_headers);
+    PyObject *headers = PyObject_CallMethodNoArgs(message, s_headers);
     if (headers == NULL)
         return NULL;
     int some = PyObject_IsTrue(headers);
     PyObject *result = some < 0 ? NULL : some ? PySequence_Tuple(headers) : PyTuple_New(0);
     Py_DECREF(headers);
     return result;
+}
+
+/* The record's field `name` (one of the seven), read from its Message. */
+static PyObject *
+field_of(PyObject *message, PyObject *name)
+{
+    if (name == s_timestamp)
+        return timestamp_of(message);
+    if (name == s_headers)
+        return headers_of(message);
+    return PyObject_CallMethodNoArgs(message, name);
+}
+
+#define FIELD(name) \
+    static PyObject *field_##name(PyObject *module, PyObject *self) { \
+        PyObject *message = message_of(self); \
+        return message == NULL ? NULL : field_of(message, s_##name); \
+    }
+FIELD(topic)
+FIELD(partition)
+FIELD(offset)
+FIELD(timestamp)
+FIELD(key)
+FIELD(value)
+FIELD(headers)
+
+/* materialize(cls, record): cls (ConsumerRecord) of the seven values read from record's Message. */
+static PyObject *
+materialize(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyType_Check(args[0]) || !is_plain_tuple_type((PyTypeObject *)args[0])) {
+        PyErr_SetString(PyExc_TypeError, "materialize(cls, record): cls must be a tuple subclass with no slots");
+        return NULL;
+    }
+    PyObject *message = message_of(args[1]);
+    if (message == NULL)
+        return NULL;
+    PyObject *const names[7] = {s_topic, s_partition, s_offset, s_timestamp, s_key, s_value, s_headers};
+    PyTypeObject *cls = (PyTypeObject *)args[0];
+    PyObject *out = cls->tp_alloc(cls, 7);
+    if (out == NULL)
+        return NULL;
+    for (int i = 0; i < 7; i++) {
+        PyObject *value = field_of(message, names[i]);
+        if (value == NULL) {
+            Py_DECREF(out);  /* the items set so far go with it; the rest are NULL, which it allows */
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, value);
+    }
+    return out;
 }
 
 static PyMethodDef methods[] = {
@@ -111,6 +161,8 @@ static PyMethodDef methods[] = {
     {"key", field_key, METH_O, "The record's key."},
     {"value", field_value, METH_O, "The record's value."},
     {"headers", field_headers, METH_O, "The record's headers (a tuple of pairs)."},
+    {"materialize", (PyCFunction)(void (*)(void))materialize, METH_FASTCALL,
+     "materialize(cls, record): cls (a tuple subclass) of the record's seven values."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -124,6 +124,8 @@ class KafkaRecord(ConsumerRecord):
 
     def materialize(self) -> ConsumerRecord:
         """This record as a plain ConsumerRecord (its values read from the Message now)."""
+        if _SPEEDUPS is not None:
+            return _SPEEDUPS.materialize(ConsumerRecord, self)
         m = self._message
         headers = m.headers()
         return tuple.__new__(ConsumerRecord, (m.topic(), m.partition(), m.offset(), m.timestamp()[1], m.key(),

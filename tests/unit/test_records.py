@@ -137,6 +137,10 @@ def test_the_compiled_steps_refuse_what_is_not_theirs():
     with pytest.raises(AttributeError):  # item 0 of a plain ConsumerRecord is its topic, not a Message
         _speedups.value(ConsumerRecord("t", 0, 0, 0, None, b"v"))
     assert _speedups.records(KafkaRecord, iter([message()]))[0].offset == 7  # any iterable
+    for bad in ((dict, kafka_records([message()])[0]), (WithADict, kafka_records([message()])[0]),
+                (ConsumerRecord, 42), (ConsumerRecord, ())):
+        with pytest.raises(TypeError):
+            _speedups.materialize(*bad)
 
 
 @pytest.mark.parametrize("value, disabled", [(None, False), ("", False), ("0", False), ("1", True), ("yes", True)])
