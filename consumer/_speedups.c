@@ -42,7 +42,7 @@ records(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (seq == NULL)
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(seq);
-    PyObject **items = &PyTuple_GET_ITEM(seq, 0);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
     PyObject *out = PyList_New(n);
     if (out == NULL) {
         Py_DECREF(seq);
