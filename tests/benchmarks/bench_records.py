@@ -80,14 +80,15 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=7, help="rounds of each measurement (best is reported)")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # the child's answer
     args = parser.parse_args(argv)
-    if args.records < 1 or args.batch < 1 or args.rounds < 1 or args.size < 0:
-        parser.error("--records, --batch and --rounds must be at least 1, --size at least 0")
+    if not (1 <= args.records <= 10_000_000 and 1 <= args.batch <= args.records and 1 <= args.rounds <= 1000
+            and 0 <= args.size <= 1 << 20):
+        parser.error("--records 1..10,000,000, --batch 1..--records, --rounds 1..1000, --size 0..1 MiB")
     if args.json:
         print(json.dumps(measure(args)))
         return
+    if not COMPILED:
+        sys.exit("bench_records: consumer._speedups is not in use (not built: run bin/setup; or ZKGROUPS_NO_EXTENSIONS is set)")
     pure, here = pure_python(args), measure(args)
-    if not here["compiled"]:
-        sys.exit("bench_records: consumer._speedups is not built here (run bin/setup), nothing to compare")
     rows = []
     for read in READS:
         bare = here[read]["bare"]
