@@ -4,6 +4,8 @@ Spark, and the client-side tools.
 Modules, from the bottom up (each imports only those above it; ``tests/project/test_layering.py``
 checks the order):
 
+* :mod:`~consumer.compiled` — whether the compiled ``consumer._speedups`` (C: the Kafka
+  records' per-record steps, the producer's send fast path) or their pure-Python code runs.
 * :mod:`~consumer.records` — value types (``TopicPartition``, ``ConsumerRecord``, ...).
 * :mod:`~consumer.kafka_python` — kafka-python's keywords zkgroups does not take, and what instead.
 * :mod:`~consumer.deserializers` — kafka-python's key and value deserializers, applied.

@@ -4,7 +4,8 @@
  * making a KafkaRecord of librdkafka's Message, and reading a field of one. records.py uses
  * these when this module was built (setup.py builds it where a C compiler and Python's headers
  * are present) and its pure-Python equivalents otherwise, or with ZKGROUPS_NO_EXTENSIONS=1;
- * tests/unit/test_records.py runs against both.
+ * tests/unit/test_records.py runs against both. It also holds the Kafka producer's send fast
+ * path (FastSend, below), which consumer/send_path.py uses the same way.
  *
  * The records are not tracked by the cyclic garbage collector: a KafkaRecord holds one
  * Message (its class has no __dict__ and no other slot) and a Message holds only its own
@@ -13,8 +14,14 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
+
+#if PY_VERSION_HEX < 0x030A0000  /* Python 3.9 */
+static inline PyObject *Py_NewRef(PyObject *o) { Py_INCREF(o); return o; }
+#endif
 
 static PyObject *s_topic, *s_partition, *s_offset, *s_timestamp, *s_key, *s_value, *s_headers;
+static PyObject *minus_one;  /* librdkafka's "any partition": its partitioner picks */
 
 /* Whether cls's instances are tuples and nothing more (no __dict__, no slot of their own). */
 static int
@@ -151,6 +158,126 @@ materialize(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+
+/* ---------------------------------------------------------------- the producer's send fast path
+ *
+ * FastSend(ready, budget, produce, new_future, checked): what KafkaSendPath.send does on its
+ * fast path, without its Python frame. A call send(topic, value[, key]) with a topic in
+ * `ready` (a set), a bytes value and a bytes or None key, while `budget` (a list) is not empty:
+ * one item popped from `budget`, a future made by `new_future()` (None: no futures), and
+ * produce(topic, value, key, -1, future); it returns the future. Anything else, and a produce
+ * that raises an Exception, goes to `checked` with the same arguments (the Python send, whose
+ * checks and errors are the producer's). The set and the list are the producer's own: it
+ * empties `ready` and refills `budget` in place. Holds the checked send, a method of the
+ * producer, so it takes part in the cyclic GC. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *ready, *budget, *produce, *new_future, *checked;
+    vectorcallfunc vectorcall;
+} FastSend;
+
+static PyObject *
+fast_send_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    FastSend *self = (FastSend *)op;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (kwnames == NULL && (n == 2 || n == 3)) {
+        PyObject *topic = args[0], *value = args[1], *key = n == 3 ? args[2] : Py_None;
+        Py_ssize_t left = PyList_GET_SIZE(self->budget);
+        if (left > 0 && PyBytes_CheckExact(value) && (key == Py_None || PyBytes_CheckExact(key))) {
+            int ready = PySet_Contains(self->ready, topic);
+            if (ready < 0)
+                PyErr_Clear();  /* an unhashable topic: the checked send says what is wrong */
+            if (ready == 1) {
+                PyObject *future = self->new_future == Py_None ? Py_NewRef(Py_None)
+                                                               : PyObject_CallNoArgs(self->new_future);
+                if (future == NULL)
+                    return NULL;
+                if (PyList_SetSlice(self->budget, left - 1, left, NULL) < 0) {
+                    Py_DECREF(future);
+                    return NULL;
+                }
+                PyObject *produce_args[5] = {topic, value, key, minus_one, future};
+                PyObject *produced = PyObject_Vectorcall(self->produce, produce_args, 5, NULL);
+                if (produced != NULL) {
+                    Py_DECREF(produced);
+                    return future;
+                }
+                Py_DECREF(future);
+                if (!PyErr_ExceptionMatches(PyExc_Exception))
+                    return NULL;  /* KeyboardInterrupt and the like are not the producer's to handle */
+                PyErr_Clear();    /* a full queue or an error of librdkafka: the checked send deals with it */
+            }
+        }
+    }
+    return PyObject_Vectorcall(self->checked, args, nargsf, kwnames);
+}
+
+static PyObject *
+fast_send_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *ready, *budget, *produce, *new_future, *checked;
+    if (!PyArg_ParseTuple(args, "O!O!OOO:FastSend", &PySet_Type, &ready, &PyList_Type, &budget, &produce,
+                          &new_future, &checked))
+        return NULL;
+    FastSend *self = (FastSend *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->ready = Py_NewRef(ready);
+    self->budget = Py_NewRef(budget);
+    self->produce = Py_NewRef(produce);
+    self->new_future = Py_NewRef(new_future);
+    self->checked = Py_NewRef(checked);
+    self->vectorcall = fast_send_call;
+    return (PyObject *)self;
+}
+
+static int
+fast_send_traverse(PyObject *op, visitproc visit, void *arg)
+{
+    FastSend *self = (FastSend *)op;
+    Py_VISIT(self->ready);
+    Py_VISIT(self->budget);
+    Py_VISIT(self->produce);
+    Py_VISIT(self->new_future);
+    Py_VISIT(self->checked);
+    return 0;
+}
+
+static int
+fast_send_clear(PyObject *op)
+{
+    FastSend *self = (FastSend *)op;
+    Py_CLEAR(self->ready);
+    Py_CLEAR(self->budget);
+    Py_CLEAR(self->produce);
+    Py_CLEAR(self->new_future);
+    Py_CLEAR(self->checked);
+    return 0;
+}
+
+static void
+fast_send_dealloc(PyObject *op)
+{
+    PyObject_GC_UnTrack(op);
+    fast_send_clear(op);
+    Py_TYPE(op)->tp_free(op);
+}
+
+static PyTypeObject FastSendType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "consumer._speedups.FastSend",
+    .tp_doc = "FastSend(ready, budget, produce, new_future, checked): the Kafka producer's send fast path.",
+    .tp_basicsize = sizeof(FastSend),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = fast_send_new,
+    .tp_call = PyVectorcall_Call,
+    .tp_vectorcall_offset = offsetof(FastSend, vectorcall),
+    .tp_traverse = fast_send_traverse,
+    .tp_clear = fast_send_clear,
+    .tp_dealloc = fast_send_dealloc,
+};
+
 static PyMethodDef methods[] = {
     {"records", (PyCFunction)(void (*)(void))records, METH_FASTCALL,
      "records(cls, messages): a list of cls (a tuple subclass), each holding one of messages."},
@@ -180,5 +307,16 @@ PyInit__speedups(void)
             || !(s_key = PyUnicode_InternFromString("key")) || !(s_value = PyUnicode_InternFromString("value"))
             || !(s_headers = PyUnicode_InternFromString("headers")))
         return NULL;
-    return PyModule_Create(&module);
+    if ((minus_one = PyLong_FromLong(-1)) == NULL || PyType_Ready(&FastSendType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&FastSendType);
+    if (PyModule_AddObject(m, "FastSend", (PyObject *)&FastSendType) < 0) {
+        Py_DECREF(&FastSendType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -502,6 +502,7 @@ class _KafkaProducer(KafkaSendPath, Producer):
         self._stop = threading.Event()
         self._idle_thread = threading.Thread(target=self._serve_when_idle, name="producer-deliveries", daemon=True)
         self._idle_thread.start()
+        self._compile_send()
 
     def flush(self, timeout: Optional[float] = None) -> None:
         """Wait until librdkafka has a delivery report for every record and serve them; raises

@@ -8,37 +8,18 @@ from it when the field is asked for).
 Making a KafkaRecord and reading its fields are the per-record steps of ``poll()`` on Kafka:
 :mod:`consumer._speedups` (C, built by ``setup.py`` where a compiler is present) does them
 when it was built, the pure-Python code here otherwise or with ``ZKGROUPS_NO_EXTENSIONS=1``
-(``COMPILED`` says which). Both behave the same; only their speed differs.
+(:mod:`consumer.compiled`; ``COMPILED`` says which). Both behave the same; only their speed differs.
 """
 from __future__ import annotations
 
 import gc
-import os
 from contextlib import contextmanager
 from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import NamedTuple, Optional, Sequence, Tuple
 
-
-def extensions_disabled() -> bool:
-    """Whether ``ZKGROUPS_NO_EXTENSIONS`` asks for pure Python (set, and not to 0)."""
-    return os.environ.get("ZKGROUPS_NO_EXTENSIONS", "") not in ("", "0")
-
-
-def _compiled():
-    """:mod:`consumer._speedups`, or None: not built, or extensions disabled."""
-    if extensions_disabled():
-        return None
-    try:
-        from consumer import _speedups
-    except ImportError:
-        return None
-    return _speedups
-
-
-_SPEEDUPS = _compiled()
-#: Whether records are made and read by the compiled :mod:`consumer._speedups`.
-COMPILED = _SPEEDUPS is not None
+# COMPILED and extensions_disabled are re-exported: consumer.records.COMPILED is documented.
+from consumer.compiled import COMPILED, SPEEDUPS as _SPEEDUPS, extensions_disabled  # noqa: F401
 
 
 class TopicPartition(NamedTuple):

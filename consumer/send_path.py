@@ -19,7 +19,10 @@ while the producer was open with no failure to raise: ``close`` and the first fa
 empty it, so the one membership test stands for three checks. Anything else (the first record
 of a topic, an explicit partition, a timestamp, headers, a type to convert or refuse, a full
 queue, an error of librdkafka, an empty budget) takes the checked path, ``_send``, which makes
-every check and raises one line for bad input.
+every check and raises one line for bad input. Where :mod:`consumer._speedups` is built, the
+fast path is compiled (``FastSend``, the same steps on the same ``_ready`` and budget, with
+no Python frame): the producer's ``send`` attribute is then that, falling back to this
+``send`` for everything else; a producer with serializers keeps this ``send``.
 
 ``send_many(topic, values, keys=None, partition=None)`` checks the batch once (every value and
 key before any record is sent) and hands the records to librdkafka in one loop with no Python
@@ -33,6 +36,7 @@ import random
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from consumer.compiled import SPEEDUPS
 from consumer.futures import DeliveryFailed, FutureRecordMetadata, _KafkaBatchFuture
 from coordinator.errors import IllegalStateError, InvalidPartitions, UnknownTopic, ZkGroupsError
 
@@ -42,6 +46,7 @@ SERVE_EVERY = 1000
 IDLE_SERVE_S = 0.05
 
 _NO_KEYS = itertools.repeat(None)
+_FULL_BUDGET = [None] * SERVE_EVERY
 
 
 # ---------------------------------------------------------------- checks of both data planes
@@ -129,6 +134,14 @@ class KafkaSendPath:
                 return self._send(topic, value, key, partition, timestamp, headers, timestamp_ms)
             return future
         return self._send(topic, value, key, partition, timestamp, headers, timestamp_ms)
+
+    def _compile_send(self) -> None:
+        """Make ``send`` the compiled fast path over this producer's ``_ready`` and budget,
+        where it is built and ``send`` is this class's own (no serializers in front of it)."""
+        if SPEEDUPS is not None and "send" not in self.__dict__:
+            self.send = SPEEDUPS.FastSend(self._ready, self._budget, self._produce,
+                                          self._new_future if self._futures else None,
+                                          KafkaSendPath.send.__get__(self))
 
     def _send(self, topic, value, key, partition, timestamp, headers, timestamp_ms) -> Optional[FutureRecordMetadata]:
         """``send`` with every check; a topic it accepts goes to ``_ready``, unless the producer
@@ -272,7 +285,7 @@ class KafkaSendPath:
     def _serve(self, timeout: float) -> bool:
         """Serve librdkafka's delivery reports (and log lines), waiting at most ``timeout``;
         False once librdkafka's producer is closed (close() served every report before)."""
-        self._budget = [None] * SERVE_EVERY
+        self._budget[:] = _FULL_BUDGET  # in place: the compiled send holds this list
         self._last_served = time.monotonic()
         try:
             self._kp.poll(timeout)

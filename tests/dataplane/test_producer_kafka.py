@@ -15,10 +15,15 @@ The mock reports a LogAppendTime of 1234 for every record, so ``RecordMetadata.t
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 confluent_kafka = pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed")
 
+from consumer.compiled import COMPILED, extensions_disabled  # noqa: E402
 from consumer.hashing import partition_for_key  # noqa: E402
 from consumer.producer import DeliveryFailed, FutureRecordMetadata, Producer  # noqa: E402
 from coordinator.errors import IllegalStateError, InvalidConfig, InvalidPartitions, UnknownTopic  # noqa: E402
@@ -204,3 +209,23 @@ def test_a_configuration_librdkafka_refuses_is_one_line_without_the_value(kafka_
     assert "security.protocol" in str(refused.value) and "hunter2" not in str(refused.value)
     with pytest.raises(InvalidConfig, match="set by zkgroups"):
         Producer(bootstrap_servers=kafka_cluster.bootstrap_servers, kafka={"bootstrap.servers": "x:1"})
+
+
+# ---------------------------------------------------------------- the compiled and the pure-Python send
+
+def test_send_is_the_compiled_fast_path_unless_serializers_stand_in_front(kafka_cluster):
+    with Producer(bootstrap_servers=kafka_cluster.bootstrap_servers) as plain, \
+            Producer(bootstrap_servers=kafka_cluster.bootstrap_servers, value_serializer=str.encode) as serializing:
+        assert (type(plain.send).__name__ == "FastSend") is COMPILED
+        assert type(serializing.send).__name__ == "function"
+
+
+@pytest.mark.skipif(extensions_disabled(), reason="this is that run")
+def test_the_pure_python_send_path_passes_the_same_tests():
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, ZKGROUPS_NO_EXTENSIONS="1")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           os.path.join(here, "test_send_path.py"), __file__],
+                          env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert " passed" in proc.stdout
