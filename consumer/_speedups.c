@@ -162,7 +162,8 @@ materialize(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 /* ---------------------------------------------------------------- the producer's send fast path
  *
  * FastSend(ready, budget, produce, new_future, checked): what KafkaSendPath.send does on its
- * fast path, without its Python frame. A call send(topic, value[, key]) with a topic in
+ * fast path, without its Python frame. A call send(topic, value[, key]) (by position or by
+ * name) with a topic in
  * `ready` (a set), a bytes value and a bytes or None key, while `budget` (a list) is not empty:
  * one item popped from `budget`, a future made by `new_future()` (None: no futures), and
  * produce(topic, value, key, -1, future); it returns the future. Anything else, and a produce
@@ -176,40 +177,66 @@ typedef struct {
     vectorcallfunc vectorcall;
 } FastSend;
 
+/* Whether the keyword `name` is `known` (keywords are mostly interned: identity first). */
+static int
+is_keyword(PyObject *name, PyObject *known)
+{
+    return name == known || PyUnicode_Compare(name, known) == 0;
+}
+
 static PyObject *
 fast_send_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     FastSend *self = (FastSend *)op;
-    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-    if (kwnames == NULL && (n == 2 || n == 3)) {
-        PyObject *topic = args[0], *value = args[1], *key = n == 3 ? args[2] : Py_None;
-        Py_ssize_t left = PyList_GET_SIZE(self->budget);
-        if (left > 0 && PyBytes_CheckExact(value) && (key == Py_None || PyBytes_CheckExact(key))) {
-            int ready = PySet_Contains(self->ready, topic);
-            if (ready < 0)
-                PyErr_Clear();  /* an unhashable topic: the checked send says what is wrong */
-            if (ready == 1) {
-                PyObject *future = self->new_future == Py_None ? Py_NewRef(Py_None)
-                                                               : PyObject_CallNoArgs(self->new_future);
-                if (future == NULL)
-                    return NULL;
-                if (PyList_SetSlice(self->budget, left - 1, left, NULL) < 0) {
-                    Py_DECREF(future);
-                    return NULL;
-                }
-                PyObject *produce_args[5] = {topic, value, key, minus_one, future};
-                PyObject *produced = PyObject_Vectorcall(self->produce, produce_args, 5, NULL);
-                if (produced != NULL) {
-                    Py_DECREF(produced);
-                    return future;
-                }
-                Py_DECREF(future);
-                if (!PyErr_ExceptionMatches(PyExc_Exception))
-                    return NULL;  /* KeyboardInterrupt and the like are not the producer's to handle */
-                PyErr_Clear();    /* a full queue or an error of librdkafka: the checked send deals with it */
-            }
-        }
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf), keywords = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (n > 3)
+        goto checked;
+    /* send(topic, value, key) in any mix of positions and keywords (kafka-python's programs
+     * often name them); any other keyword, or one given twice, is the checked send's. */
+    PyObject *topic = n > 0 ? args[0] : NULL, *value = n > 1 ? args[1] : NULL, *key = n > 2 ? args[2] : NULL;
+    for (Py_ssize_t i = 0; i < keywords; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i), **slot;
+        if (is_keyword(name, s_value))
+            slot = &value;
+        else if (is_keyword(name, s_key))
+            slot = &key;
+        else if (is_keyword(name, s_topic))
+            slot = &topic;
+        else
+            goto checked;
+        if (*slot != NULL)
+            goto checked;
+        *slot = args[n + i];
     }
+    if (key == NULL)
+        key = Py_None;
+    Py_ssize_t left = PyList_GET_SIZE(self->budget);
+    if (topic == NULL || value == NULL || left == 0 || !PyBytes_CheckExact(value)
+            || (key != Py_None && !PyBytes_CheckExact(key)))
+        goto checked;
+    int ready = PySet_Contains(self->ready, topic);
+    if (ready < 0)
+        PyErr_Clear();  /* an unhashable topic: the checked send says what is wrong */
+    if (ready != 1)
+        goto checked;
+    PyObject *future = self->new_future == Py_None ? Py_NewRef(Py_None) : PyObject_CallNoArgs(self->new_future);
+    if (future == NULL)
+        return NULL;
+    if (PyList_SetSlice(self->budget, left - 1, left, NULL) < 0) {
+        Py_DECREF(future);
+        return NULL;
+    }
+    PyObject *produce_args[5] = {topic, value, key, minus_one, future};
+    PyObject *produced = PyObject_Vectorcall(self->produce, produce_args, 5, NULL);
+    if (produced != NULL) {
+        Py_DECREF(produced);
+        return future;
+    }
+    Py_DECREF(future);
+    if (!PyErr_ExceptionMatches(PyExc_Exception))
+        return NULL;  /* KeyboardInterrupt and the like are not the producer's to handle */
+    PyErr_Clear();    /* a full queue or an error of librdkafka: the checked send deals with it */
+checked:
     return PyObject_Vectorcall(self->checked, args, nargsf, kwnames);
 }
 

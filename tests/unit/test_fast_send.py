@@ -40,6 +40,16 @@ def test_the_common_record_is_produced_with_librdkafkas_partitioner_and_a_future
     assert len(s.budget) == 1  # one item a record
 
 
+@pytest.mark.parametrize("args, kwargs", [
+    (("t",), {"value": b"v", "key": b"k"}), ((), {"topic": "t", "value": b"v", "key": b"k"}),
+    (("t", b"v"), {"key": b"k"}), ((), {"key": b"k", "value": b"v", "topic": "t"}),
+])
+def test_topic_value_and_key_may_be_named_as_kafka_python_programs_do(args, kwargs):
+    s = Stand()
+    future = s.send(*args, **kwargs)
+    assert s.produced == [("t", b"v", b"k", -1, future)] and not s.checked
+
+
 def test_without_futures_it_returns_none():
     s = Stand(futures=False)
     assert s.send("t", b"v") is None and s.produced == [("t", b"v", None, -1, None)]
@@ -49,9 +59,12 @@ def test_without_futures_it_returns_none():
     (("u", b"v"), {}),                      # a topic not ready
     (("t", "text"), {}),                    # a value to convert or refuse
     (("t", b"v", "k"), {}),                 # a key to convert
-    (("t", b"v"), {"partition": 1}),        # any keyword
+    (("t", b"v"), {"partition": 1}),        # any other keyword
+    (("t", b"v"), {"value": b"w"}),         # one given twice: the checked send raises
+    (("t", b"v", b"k"), {"key": b"k"}),
+    (("t",), {}), ((), {"value": b"v"}),    # a topic or a value missing
+    (("t",), {"key": b"k"}),
     (("t", b"v", None, 1), {}),             # a fourth argument
-    (("t",), {}),                           # too few
     (([], b"v"), {}),                       # an unhashable topic: the checked send says what is wrong
 ])
 def test_everything_else_goes_to_the_checked_send_unchanged(args, kwargs):
