@@ -18,8 +18,7 @@ from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import NamedTuple, Optional, Sequence, Tuple
 
-# COMPILED and extensions_disabled are re-exported: consumer.records.COMPILED is documented.
-from consumer.compiled import COMPILED, SPEEDUPS as _SPEEDUPS, extensions_disabled  # noqa: F401
+from consumer.compiled import COMPILED, SPEEDUPS as _SPEEDUPS  # noqa: F401 (COMPILED: documented here too)
 
 
 class TopicPartition(NamedTuple):

@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from consumer import records as records_module
+from consumer.compiled import extensions_disabled
 from consumer.records import ConsumerRecord, KafkaRecord, column, kafka_messages, kafka_records
 
 ck = pytest.importorskip("confluent_kafka")
@@ -98,13 +99,13 @@ def test_records_keep_their_messages_and_columns_read_them_in_bulk():
 needs_compiled = pytest.mark.skipif(not records_module.COMPILED, reason="the pure-Python records")
 
 
-@pytest.mark.skipif(records_module.extensions_disabled(), reason="ZKGROUPS_NO_EXTENSIONS is set")
+@pytest.mark.skipif(extensions_disabled(), reason="ZKGROUPS_NO_EXTENSIONS is set")
 def test_the_compiled_steps_are_built_in_this_install():
     """bin/setup builds consumer/_speedups.c in place: a build that broke fails here, not in a benchmark."""
     assert records_module.COMPILED
 
 
-@pytest.mark.skipif(records_module.extensions_disabled(), reason="this is that run")
+@pytest.mark.skipif(extensions_disabled(), reason="this is that run")
 def test_the_pure_python_records_pass_the_same_tests():
     env = dict(os.environ, ZKGROUPS_NO_EXTENSIONS="1")
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
@@ -149,4 +150,4 @@ def test_zkgroups_no_extensions_asks_for_pure_python_unless_0(monkeypatch, value
         monkeypatch.delenv("ZKGROUPS_NO_EXTENSIONS", raising=False)
     else:
         monkeypatch.setenv("ZKGROUPS_NO_EXTENSIONS", value)
-    assert records_module.extensions_disabled() is disabled
+    assert extensions_disabled() is disabled
